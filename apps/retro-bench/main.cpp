@@ -1,0 +1,57 @@
+// retro-bench: replay attention traces through KV-cache retrieval methods. See README.md.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <exception>
+
+#include "commands.hpp"
+#include "core/error.hpp"
+
+namespace retro::cli {
+
+std::vector<RegisteredCommand>& command_registry() {
+    static std::vector<RegisteredCommand> r;
+    return r;
+}
+
+CommandRegistrar::CommandRegistrar(int order, CommandSetup setup) {
+    command_registry().push_back({order, std::move(setup)});
+}
+
+bool stderr_is_tty() { return isatty(STDERR_FILENO) != 0; }
+
+}  // namespace retro::cli
+
+int main(int argc, char** argv) {
+    using namespace retro::cli;
+    CLI::App app{"retro-bench: replay dumped attention traces through sparse KV-cache retrieval methods "
+                 "and report recall, attention-output error, PCIe traffic and latency"};
+    app.require_subcommand(1);
+    app.set_version_flag("--version", std::string(RETRO_VERSION) + " (" + RETRO_GIT_REV + ")");
+    auto& reg = command_registry();
+    std::sort(reg.begin(), reg.end(), [](auto& a, auto& b) { return a.order < b.order; });
+    std::vector<std::pair<CLI::App*, std::function<int()>>> runners;
+    for (auto& c : reg) {
+        size_t before = app.get_subcommands({}).size();
+        auto run = c.setup(app);
+        auto subs = app.get_subcommands({});
+        if (subs.size() > before) runners.emplace_back(subs.back(), std::move(run));
+    }
+    try {
+        app.parse(argc, argv);
+    } catch (const CLI::ParseError& e) {
+        return app.exit(e);
+    }
+    try {
+        for (auto& [sub, run] : runners)
+            if (sub->parsed()) return run();
+    } catch (const retro::Error& e) {
+        std::fprintf(stderr, "retro-bench: error: %s\n", e.what());
+        return 2;
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "retro-bench: internal error: %s\n", e.what());
+        return 3;
+    }
+    return 0;
+}

@@ -1,0 +1,43 @@
+#pragma once
+// HDF5 writer of trace format v1. Writes to "<path>.tmp-<pid>" and renames onto `path` in finish(), so a
+// crash or exception never leaves a partial trace under the final name.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "trace/trace.hpp"
+
+namespace retro {
+
+struct WriteOptions {
+    int chunk_tokens = 4096;  ///< chunk shape [1, chunk_tokens, head_dim] (per-head reads)
+    int gzip_level = 0;       ///< 0 = no compression; 1..9 = deflate
+};
+
+class TraceWriter {
+  public:
+    /// `info` gives the root attributes (path/layers/num_prefill_queries are filled in by the writer).
+    /// Throws TraceError on inconsistent info (GQA counts that don't divide, non-positive sizes, ...).
+    TraceWriter(const std::string& path, const TraceInfo& info, const WriteOptions& opt = {});
+    ~TraceWriter();  ///< without finish(): removes the temporary file
+    TraceWriter(const TraceWriter&) = delete;
+    TraceWriter& operator=(const TraceWriter&) = delete;
+
+    /// Writes /layers/<layer>/ from float32 arrays, converted to info.dtype:
+    ///   keys, values: [num_kv_heads, n_tokens, head_dim]
+    ///   queries:      [num_q_heads, num_decode_steps, head_dim]
+    ///   prefill_queries: [num_q_heads, n_prefill, head_dim] or empty (then n_prefill must be 0)
+    /// Every layer written must use the same n_prefill and prefill_first_position.
+    void write_layer(int layer, const std::vector<float>& keys, const std::vector<float>& values,
+                     const std::vector<float>& queries, const std::vector<float>& prefill_queries = {},
+                     int n_prefill = 0, int prefill_first_position = 0);
+
+    /// Flushes, closes and atomically renames the file into place. Requires at least one layer.
+    void finish();
+
+  private:
+    struct Impl;
+    std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace retro
