@@ -6,6 +6,7 @@
 #include <exception>
 
 #include "commands.hpp"
+#include "core/host.hpp"
 #include "core/error.hpp"
 
 namespace retro::cli {
@@ -28,7 +29,7 @@ int main(int argc, char** argv) {
     CLI::App app{"retro-bench: replay dumped attention traces through sparse KV-cache retrieval methods "
                  "and report recall, attention-output error, PCIe traffic and latency"};
     app.require_subcommand(1);
-    app.set_version_flag("--version", std::string(RETRO_VERSION) + " (" + RETRO_GIT_REV + ")");
+    app.set_version_flag("--version", std::string(RETRO_VERSION) + " (" + retro::git_revision() + ")");
     auto& reg = command_registry();
     std::sort(reg.begin(), reg.end(), [](auto& a, auto& b) { return a.order < b.order; });
     std::vector<std::pair<CLI::App*, std::function<int()>>> runners;

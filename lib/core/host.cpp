@@ -1,0 +1,85 @@
+#include "core/host.hpp"
+
+#include <dlfcn.h>
+#include <sys/utsname.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+extern "C" void sgemm_(const char*, const char*, const int*, const int*, const int*, const float*,
+                       const float*, const int*, const float*, const int*, const float*, float*,
+                       const int*);
+
+namespace retro {
+
+std::string active_blas() {
+    Dl_info info{};
+    if (dladdr(reinterpret_cast<void*>(&sgemm_), &info) == 0 || info.dli_fname == nullptr)
+        return "unknown";
+    std::error_code ec;
+    auto canon = std::filesystem::canonical(info.dli_fname, ec);
+    std::string path = ec ? std::string(info.dli_fname) : canon.string();
+    std::string kind = path.find("openblas") != std::string::npos ? "OpenBLAS"
+                       : path.find("mkl") != std::string::npos    ? "MKL"
+                       : path.find("blis") != std::string::npos   ? "BLIS"
+                       : path.find("atlas") != std::string::npos  ? "ATLAS"
+                       : path.find("/blas/") != std::string::npos ? "reference BLAS (slow)"
+                                                                  : "unknown";
+    return kind + " (" + path + ")";
+}
+
+namespace {
+std::string cpu_model() {
+    std::ifstream in("/proc/cpuinfo");
+    std::string line;
+    while (std::getline(in, line)) {
+        if (line.rfind("model name", 0) == 0) {
+            auto p = line.find(':');
+            if (p != std::string::npos) return line.substr(p + 2);
+        }
+    }
+    return "unknown";
+}
+double memory_gb() {
+    const long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGE_SIZE);
+    return pages > 0 && psize > 0 ? (double)pages * psize / (1024.0 * 1024 * 1024) : 0.0;
+}
+}  // namespace
+
+nlohmann::json host_info() {
+    char host[256] = {0};
+    gethostname(host, sizeof host - 1);
+    utsname u{};
+    uname(&u);
+    nlohmann::json j;
+    j["hostname"] = host;
+    j["cpu_model"] = cpu_model();
+    j["cpu_cores"] = std::thread::hardware_concurrency();
+    j["memory_gb"] = std::round(memory_gb() * 10) / 10;
+    j["os"] = std::string(u.sysname) + " " + u.release + " " + u.machine;
+    j["blas"] = active_blas();
+    j["git_revision"] = git_revision();
+    j["version"] = RETRO_VERSION;
+#ifdef RETRO_HAVE_CUDA
+    j["cuda_built"] = true;
+#else
+    j["cuda_built"] = false;
+#endif
+    return j;
+}
+
+std::string utc_now_iso() {
+    const auto t = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+    std::tm tm{};
+    gmtime_r(&t, &tm);
+    char buf[32];
+    std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    return buf;
+}
+
+}  // namespace retro

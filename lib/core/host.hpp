@@ -1,0 +1,21 @@
+#pragma once
+// Facts about the machine and build recorded in every manifest (results must say where they came from).
+#include <nlohmann/json.hpp>
+#include <string>
+
+namespace retro {
+
+/// Path of the shared library that provides sgemm_ in this process (e.g.
+/// ".../openblas-pthread/libblas.so.3"), resolved through symlinks, or "unknown".
+std::string active_blas();
+
+/// {hostname, cpu_model, cpu_cores, memory_gb, os, blas, git_revision, version, cuda_built}
+nlohmann::json host_info();
+
+/// Revision of the source this binary was built from (`git describe --always --dirty`).
+const char* git_revision();
+
+/// Current UTC time as ISO 8601 ("2026-11-23T04:05:06Z").
+std::string utc_now_iso();
+
+}  // namespace retro

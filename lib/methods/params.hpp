@@ -1,0 +1,52 @@
+#pragma once
+// Method parameters as data: each method declares its parameters (type, default, range or choices,
+// description, source) so configs can be validated before any work starts and list-methods can show
+// them. Values travel as JSON objects holding every parameter (defaults filled in).
+#include <functional>
+#include <limits>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "methods/method.hpp"
+
+namespace retro {
+
+enum class ParamType { integer, number, boolean, string };
+
+struct ParamSpec {
+    std::string name;
+    ParamType type = ParamType::number;
+    nlohmann::json default_value;
+    std::string description;
+    std::string source;  ///< where the default comes from (paper section, public code, "ours")
+    double min = -std::numeric_limits<double>::infinity();
+    double max = std::numeric_limits<double>::infinity();
+    std::vector<std::string> choices;  ///< for strings: allowed values (empty = any)
+};
+
+struct MethodInfo {
+    std::string name;
+    std::string description;  ///< one line
+    std::string paper;        ///< citation or "-"
+    std::vector<ParamSpec> params;
+    /// Creates a method from fully resolved parameters.
+    std::function<std::unique_ptr<Method>(const nlohmann::json& params)> make;
+    /// Optional cross-parameter check on resolved parameters (throws ParamError).
+    std::function<void(const nlohmann::json& params)> check;
+};
+
+/// Every registered method, in display order.
+const std::vector<MethodInfo>& method_registry();
+
+/// The method named `name`; throws ConfigError listing the known methods.
+const MethodInfo& find_method(const std::string& name);
+
+/// Fills defaults into `given` (an object of parameter -> value) and checks names, types, ranges and
+/// choices; throws ConfigError naming method, parameter and expectation.
+nlohmann::json resolve_params(const MethodInfo& m, const nlohmann::json& given);
+
+const char* param_type_name(ParamType t);
+
+}  // namespace retro

@@ -1,0 +1,106 @@
+#include "metrics/metrics.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+
+namespace retro {
+
+std::vector<MetricInfo> metric_registry(const std::vector<int>& recall_k) {
+    using D = Direction;
+    using L = MetricLevel;
+    std::vector<MetricInfo> r;
+    for (int k : recall_k)
+        r.push_back({"recall@" + std::to_string(k),
+                     "fraction of the exact top-" + std::to_string(k) +
+                         " tokens (by score, tie-tolerant) in the exact set S",
+                     "", D::higher_better, L::q_step, 0.0});
+    r.push_back({"mass", "attention mass captured exactly: sum of softmax weights over S", "",
+                 D::higher_better, L::q_step, 0.0});
+    r.push_back({"out_err", "relative L2 error of the attention output ||o_hat - o|| / ||o||", "",
+                 D::lower_better, L::q_step, 1.0});
+    r.push_back({"out_cos", "cosine similarity of approximate and exact attention outputs", "",
+                 D::higher_better, L::q_step, 0.0});
+    r.push_back({"lse_err", "|lse_hat - lse|, error of the log-sum-exp of scores", "",
+                 D::lower_better, L::q_step, std::numeric_limits<double>::infinity()});
+    r.push_back({"exact_frac", "|S| / n: fraction of visible tokens attended exactly", "",
+                 D::lower_better, L::q_step, 1.0});
+    r.push_back({"est_frac", "sum of estimated cluster sizes / n: fraction covered by estimation", "",
+                 D::neutral, L::q_step, 0.0});
+    r.push_back({"scan_ops", "inner products (or equivalent) the selection performed, / n", "",
+                 D::lower_better, L::kv_step, 1.0});
+    r.push_back({"h2d_bytes", "bytes host-to-device over PCIe this step, per KV head", "B",
+                 D::lower_better, L::kv_step, 0.0});
+    r.push_back({"d2h_bytes", "bytes device-to-host over PCIe this step, per KV head", "B",
+                 D::lower_better, L::kv_step, 0.0});
+    r.push_back({"gpu_bytes", "GPU-resident bytes for this KV head (KV kept on GPU, index, cache)", "B",
+                 D::lower_better, L::kv_step, 0.0});
+    r.push_back({"select_us", "measured CPU time of Method::select for the GQA group", "us",
+                 D::lower_better, L::kv_step, 0.0});
+    r.push_back({"attend_us", "measured CPU time of attention over the selection for the GQA group",
+                 "us", D::lower_better, L::kv_step, 0.0});
+    r.push_back({"build_ms", "measured time of Method::build over the prompt, per KV head", "ms",
+                 D::lower_better, L::kv_head, 0.0});
+    return r;
+}
+
+const MetricInfo* find_metric(const std::vector<MetricInfo>& registry, const std::string& name) {
+    for (const auto& m : registry)
+        if (m.name == name) return &m;
+    return nullptr;
+}
+
+namespace {
+double quantile_sorted(const std::vector<double>& s, double q) {
+    if (s.size() == 1) return s[0];
+    const double pos = q * (double)(s.size() - 1);
+    const size_t lo = (size_t)std::floor(pos);
+    const size_t hi = std::min(lo + 1, s.size() - 1);
+    return s[lo] + (pos - (double)lo) * (s[hi] - s[lo]);
+}
+}  // namespace
+
+Aggregate aggregate(std::vector<double> s) {
+    Aggregate a;
+    a.count = s.size();
+    if (s.empty()) {
+        const double nan = std::numeric_limits<double>::quiet_NaN();
+        a.mean = a.p10 = a.p50 = a.p90 = a.min = a.max = nan;
+        return a;
+    }
+    std::sort(s.begin(), s.end());
+    a.mean = std::accumulate(s.begin(), s.end(), 0.0) / (double)s.size();
+    a.p10 = quantile_sorted(s, 0.10);
+    a.p50 = quantile_sorted(s, 0.50);
+    a.p90 = quantile_sorted(s, 0.90);
+    a.min = s.front();
+    a.max = s.back();
+    return a;
+}
+
+nlohmann::json Aggregate::to_json() const {
+    auto num = [](double x) -> nlohmann::json {
+        return std::isfinite(x) ? nlohmann::json(x) : nlohmann::json(nullptr);
+    };
+    return {{"mean", num(mean)}, {"p10", num(p10)}, {"p50", num(p50)}, {"p90", num(p90)},
+            {"min", num(min)},   {"max", num(max)}, {"count", count}};
+}
+
+const char* direction_name(Direction d) {
+    switch (d) {
+        case Direction::higher_better: return "higher_better";
+        case Direction::lower_better: return "lower_better";
+        default: return "neutral";
+    }
+}
+
+const char* level_name(MetricLevel l) {
+    switch (l) {
+        case MetricLevel::q_step: return "query_head_step";
+        case MetricLevel::kv_step: return "kv_head_step";
+        default: return "kv_head";
+    }
+}
+
+}  // namespace retro
