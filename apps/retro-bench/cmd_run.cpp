@@ -1,0 +1,99 @@
+// `retro-bench run CONFIG.json`: run a sweep, write results/<name>/, print the summary table.
+#include <fmt/format.h>
+
+#include <atomic>
+#include <csignal>
+#include <cstdio>
+
+#include "bench/config.hpp"
+#include "bench/runner.hpp"
+#include "bench/summary.hpp"
+#include "commands.hpp"
+#include "core/error.hpp"
+
+namespace retro::cli {
+namespace {
+
+std::atomic<bool> g_stop{false};
+extern "C" void on_sigint(int) {
+    g_stop = true;
+    std::signal(SIGINT, SIG_DFL);  // a second Ctrl-C kills immediately
+}
+
+std::string hms(double s) {
+    if (s < 0) return "--:--";
+    const long t = (long)(s + 0.5);
+    return t >= 3600 ? fmt::format("{}:{:02}:{:02}", t / 3600, t / 60 % 60, t % 60)
+                     : fmt::format("{:02}:{:02}", t / 60, t % 60);
+}
+
+struct RunArgs {
+    std::string config;
+    std::string results = "results";
+    bool resume = false, force = false, quiet = false;
+    int threads = -1;
+};
+
+const CommandRegistrar reg(10, [](CLI::App& app) {
+    auto a = std::make_shared<RunArgs>();
+    auto* sub = app.add_subcommand("run", "Run a config: methods x parameter grid over traces; writes results/<name>/");
+    sub->add_option("config", a->config, "run configuration (JSON)")->required();
+    sub->add_option("--results", a->results, "results root directory")->capture_default_str();
+    sub->add_flag("--resume", a->resume, "continue an existing results directory, skipping finished heads");
+    sub->add_flag("--force", a->force, "delete an existing results directory first");
+    sub->add_option("--threads", a->threads, "worker threads over heads (0 = all cores; default: config)");
+    sub->add_flag("-q,--quiet", a->quiet, "no progress output");
+    sub->callback([] {});
+    return std::function<int()>([a, &app] {
+        if (a->resume && a->force) throw ConfigError("--resume and --force exclude each other");
+        const RunConfig cfg = load_config(a->config);
+        RunnerOptions opt;
+        opt.results_root = a->results;
+        opt.resume = a->resume;
+        opt.force = a->force;
+        opt.threads = a->threads;
+        opt.config_path = a->config;
+        opt.command_line = "retro-bench run " + a->config + (a->resume ? " --resume" : "") +
+                           (a->force ? " --force" : "");
+        opt.stop = &g_stop;
+        const bool tty = stderr_is_tty();
+        opt.on_note = [](const std::string& s) { fmt::print(stderr, "{}\n", s); };
+        int last_line = -1;
+        if (!a->quiet)
+            opt.on_progress = [tty, &last_line](const RunProgress& p) {
+                const int total = std::max(1, p.total);
+                if (tty) {
+                    const int width = 30, filled = p.done * width / total;
+                    fmt::print(stderr, "\r[{}{}] {}/{} heads{}  {} elapsed  ETA {}   ", std::string(filled, '='),
+                               std::string(width - filled, ' '), p.done, p.total,
+                               p.skipped ? fmt::format(" (+{} resumed)", p.skipped) : "", hms(p.elapsed_s),
+                               hms(p.eta_s));
+                    if (p.done == p.total) fmt::print(stderr, "\n");
+                    std::fflush(stderr);
+                } else {
+                    const int decile = p.done * 10 / total;
+                    if (decile != last_line || p.done == p.total) {
+                        last_line = decile;
+                        fmt::print(stderr, "progress: {}/{} heads ({} resumed) elapsed {} eta {}\n", p.done,
+                                   p.total, p.skipped, hms(p.elapsed_s), hms(p.eta_s));
+                    }
+                }
+            };
+        fmt::print(stderr, "{}: {} run(s) x {} trace(s)\n", cfg.name, cfg.runs.size(), cfg.traces.size());
+        std::signal(SIGINT, on_sigint);
+        const RunOutcome out = run_config(cfg, opt);
+        std::signal(SIGINT, SIG_DFL);
+        fmt::print("{}", summary_table(out.records));
+        fmt::print("\nresults: {}/ (runs.jsonl, per_head.csv, manifest.json)\n", out.dir);
+        if (out.interrupted) {
+            fmt::print(stderr, "interrupted: {} head(s) done this session; continue with: retro-bench run {} --resume\n",
+                       out.heads_run, a->config);
+            return 130;
+        }
+        (void)app;
+        return 0;
+    });
+});
+
+}  // namespace
+}  // namespace retro::cli

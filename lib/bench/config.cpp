@@ -1,0 +1,238 @@
+#include "bench/config.hpp"
+
+#include <algorithm>
+#include <regex>
+#include <set>
+
+#include "core/error.hpp"
+#include "core/fs.hpp"
+#include "methods/params.hpp"
+
+namespace retro {
+
+using json = nlohmann::json;
+
+std::vector<int> StepSelection::resolve(int num_steps) const {
+    if (first < 0 || first >= num_steps)
+        throw ConfigError("steps.first = " + std::to_string(first) + " but the trace has " +
+                          std::to_string(num_steps) + " decode steps (valid: 0.." +
+                          std::to_string(num_steps - 1) + ")");
+    std::vector<int> out;
+    for (int t = first; t < num_steps && (count < 0 || (int)out.size() < count); t += stride)
+        out.push_back(t);
+    if (count >= 0 && (int)out.size() < count)
+        throw ConfigError("steps asks for " + std::to_string(count) + " steps from " +
+                          std::to_string(first) + " with stride " + std::to_string(stride) +
+                          " but the trace has only " + std::to_string(num_steps) + " decode steps");
+    return out;
+}
+
+std::string MethodRun::label() const {
+    std::string s = method + "(";
+    bool first = true;
+    for (auto it = params.begin(); it != params.end(); ++it) {
+        s += (first ? "" : ",") + it.key() + "=" + (it->is_string() ? it->get<std::string>() : it->dump());
+        first = false;
+    }
+    return s + ")";
+}
+
+namespace {
+void check_keys(const json& j, const std::set<std::string>& allowed, const std::string& where) {
+    for (auto it = j.begin(); it != j.end(); ++it) {
+        if (!allowed.count(it.key())) {
+            std::string known;
+            for (const auto& k : allowed) known += (known.empty() ? "" : ", ") + k;
+            throw ConfigError(where + ": unknown key '" + it.key() + "' (allowed: " + known + ")");
+        }
+    }
+}
+
+int get_int(const json& v, const std::string& where, int lo, int hi) {
+    if (!v.is_number_integer()) throw ConfigError(where + " = " + v.dump() + ": expected an integer");
+    const long long x = v.get<long long>();
+    if (x < lo || x > hi)
+        throw ConfigError(where + " = " + v.dump() + ": expected a value in [" + std::to_string(lo) +
+                          ", " + std::to_string(hi) + "]");
+    return (int)x;
+}
+
+std::vector<int> int_list_or_all(const json& v, const std::string& where) {
+    if (v.is_string() && v.get<std::string>() == "all") return {};
+    if (!v.is_array() || v.empty())
+        throw ConfigError(where + " = " + v.dump() + ": expected \"all\" or a non-empty list of integers");
+    std::vector<int> out;
+    for (size_t i = 0; i < v.size(); ++i)
+        out.push_back(get_int(v[i], where + "[" + std::to_string(i) + "]", 0, 1 << 20));
+    std::set<int> uniq(out.begin(), out.end());
+    if (uniq.size() != out.size()) throw ConfigError(where + " = " + v.dump() + ": duplicate entries");
+    return out;
+}
+
+// Expands {"k": [1, 2], "gqa": "max"} into [{"k":1,"gqa":"max"}, {"k":2,"gqa":"max"}] (Cartesian
+// product over list-valued parameters, in key order; a scalar is a one-point axis).
+std::vector<json> expand_grid(const json& params) {
+    std::vector<json> out = {json::object()};
+    for (auto it = params.begin(); it != params.end(); ++it) {
+        const json axis = it->is_array() ? *it : json::array({*it});
+        std::vector<json> next;
+        for (const auto& partial : out)
+            for (const auto& v : axis) {
+                json p = partial;
+                p[it.key()] = v;
+                next.push_back(std::move(p));
+            }
+        out = std::move(next);
+    }
+    return out;
+}
+}  // namespace
+
+RunConfig parse_config(const json& j, const std::string& origin) {
+    const std::string w = origin.empty() ? "config" : origin;
+    if (!j.is_object()) throw ConfigError(w + ": expected a JSON object at top level");
+    check_keys(j, {"name", "description", "traces", "layers", "kv_heads", "steps", "metrics", "hardware",
+                   "kv_dtype", "threads", "methods", "figure"},
+               w);
+    RunConfig c;
+    c.source = j;
+    if (!j.contains("name") || !j["name"].is_string())
+        throw ConfigError(w + ": missing \"name\" (a string: results go to results/<name>/)");
+    c.name = j["name"].get<std::string>();
+    if (!std::regex_match(c.name, std::regex("[A-Za-z0-9._-]+")) || c.name == "." || c.name == "..")
+        throw ConfigError(w + ": name '" + c.name + "' must match [A-Za-z0-9._-]+");
+    if (j.contains("description")) {
+        if (!j["description"].is_string()) throw ConfigError(w + ": description must be a string");
+        c.description = j["description"].get<std::string>();
+    }
+
+    if (!j.contains("traces") || !j["traces"].is_array() || j["traces"].empty())
+        throw ConfigError(w + ": missing \"traces\" (a non-empty list of paths or {path, synth} objects)");
+    for (size_t i = 0; i < j["traces"].size(); ++i) {
+        const json& t = j["traces"][i];
+        const std::string tw = w + ": traces[" + std::to_string(i) + "]";
+        TraceSpec s;
+        if (t.is_string()) {
+            s.path = t.get<std::string>();
+        } else if (t.is_object()) {
+            check_keys(t, {"path", "synth"}, tw);
+            if (!t.contains("path") || !t["path"].is_string()) throw ConfigError(tw + ": missing \"path\"");
+            s.path = t["path"].get<std::string>();
+            if (t.contains("synth")) {
+                if (!t["synth"].is_object()) throw ConfigError(tw + ".synth: expected an object");
+                s.synth = t["synth"];
+            }
+        } else {
+            throw ConfigError(tw + ": expected a path string or an object {path, synth}");
+        }
+        if (s.path.empty()) throw ConfigError(tw + ": empty path");
+        c.traces.push_back(std::move(s));
+    }
+
+    if (j.contains("layers")) c.layers = int_list_or_all(j["layers"], w + ": layers");
+    if (j.contains("kv_heads")) c.kv_heads = int_list_or_all(j["kv_heads"], w + ": kv_heads");
+    if (j.contains("steps")) {
+        const json& s = j["steps"];
+        if (s.is_string() && s.get<std::string>() == "all") {
+        } else if (s.is_object()) {
+            check_keys(s, {"first", "count", "stride"}, w + ": steps");
+            if (s.contains("first")) c.steps.first = get_int(s["first"], w + ": steps.first", 0, 1 << 24);
+            if (s.contains("count")) c.steps.count = get_int(s["count"], w + ": steps.count", 1, 1 << 24);
+            if (s.contains("stride")) c.steps.stride = get_int(s["stride"], w + ": steps.stride", 1, 1 << 24);
+        } else {
+            throw ConfigError(w + ": steps = " + s.dump() + ": expected \"all\" or {first, count, stride}");
+        }
+    }
+    if (j.contains("metrics")) {
+        const json& m = j["metrics"];
+        if (!m.is_object()) throw ConfigError(w + ": metrics must be an object");
+        check_keys(m, {"recall_k"}, w + ": metrics");
+        if (m.contains("recall_k")) {
+            c.recall_k = int_list_or_all(m["recall_k"], w + ": metrics.recall_k");
+            if (c.recall_k.empty()) throw ConfigError(w + ": metrics.recall_k: expected a list of integers");
+            for (int k : c.recall_k)
+                if (k < 1) throw ConfigError(w + ": metrics.recall_k: values must be >= 1");
+        }
+    }
+    if (j.contains("hardware")) {
+        if (!j["hardware"].is_string()) throw ConfigError(w + ": hardware must be a profile name string");
+        c.hardware = j["hardware"].get<std::string>();
+    }
+    if (j.contains("kv_dtype")) {
+        const json& v = j["kv_dtype"];
+        static const std::set<std::string> ok = {"trace", "float16", "bfloat16", "float32"};
+        if (!v.is_string() || !ok.count(v.get<std::string>()))
+            throw ConfigError(w + ": kv_dtype = " + v.dump() + ": expected trace|float16|bfloat16|float32");
+        c.kv_dtype = v.get<std::string>();
+    }
+    if (j.contains("threads")) c.threads = get_int(j["threads"], w + ": threads", 0, 4096);
+
+    if (!j.contains("methods") || !j["methods"].is_array() || j["methods"].empty())
+        throw ConfigError(w + ": missing \"methods\" (a non-empty list of {name, params})");
+    std::set<std::string> seen;
+    for (size_t i = 0; i < j["methods"].size(); ++i) {
+        const json& m = j["methods"][i];
+        const std::string mw = w + ": methods[" + std::to_string(i) + "]";
+        if (!m.is_object()) throw ConfigError(mw + ": expected an object {name, params}");
+        check_keys(m, {"name", "params"}, mw);
+        if (!m.contains("name") || !m["name"].is_string()) throw ConfigError(mw + ": missing \"name\"");
+        const MethodInfo* info = nullptr;
+        try {
+            info = &find_method(m["name"].get<std::string>());
+        } catch (const ConfigError& e) {
+            throw ConfigError(mw + ": " + e.what());
+        }
+        const json params = m.contains("params") ? m["params"] : json::object();
+        if (!params.is_object()) throw ConfigError(mw + ".params: expected an object");
+        for (auto it = params.begin(); it != params.end(); ++it)
+            if (it->is_array() && it->empty())
+                throw ConfigError(mw + ".params." + it.key() + ": empty list of values");
+        for (const json& point : expand_grid(params)) {
+            MethodRun r;
+            r.method = info->name;
+            try {
+                r.params = resolve_params(*info, point);
+            } catch (const ConfigError& e) {
+                throw ConfigError(mw + ": " + e.what());
+            }
+            if (!seen.insert(r.label()).second) continue;  // the same point listed twice runs once
+            c.runs.push_back(std::move(r));
+        }
+    }
+    return c;
+}
+
+RunConfig load_config(const std::string& path) {
+    if (!file_exists(path)) throw ConfigError("config file not found: " + path);
+    json j;
+    try {
+        j = json::parse(read_file(path));
+    } catch (const json::parse_error& e) {
+        throw ConfigError(path + ": invalid JSON: " + e.what());
+    }
+    return parse_config(j, path);
+}
+
+json RunConfig::resolved() const {
+    json j;
+    j["name"] = name;
+    j["description"] = description;
+    j["traces"] = json::array();
+    for (const auto& t : traces) {
+        json tj = {{"path", t.path}};
+        if (!t.synth.is_null()) tj["synth"] = t.synth;
+        j["traces"].push_back(tj);
+    }
+    j["layers"] = layers.empty() ? json("all") : json(layers);
+    j["kv_heads"] = kv_heads.empty() ? json("all") : json(kv_heads);
+    j["steps"] = {{"first", steps.first}, {"count", steps.count}, {"stride", steps.stride}};
+    j["metrics"] = {{"recall_k", recall_k}};
+    j["hardware"] = hardware;
+    j["kv_dtype"] = kv_dtype;
+    j["threads"] = threads;
+    j["runs"] = json::array();
+    for (const auto& r : runs) j["runs"].push_back({{"method", r.method}, {"params", r.params}});
+    return j;
+}
+
+}  // namespace retro

@@ -1,0 +1,68 @@
+#pragma once
+// Result files (docs/results.md). A results directory holds
+//   manifest.json            resolved config, revision, host, BLAS, start/end time, status
+//   parts/<run_id>/L<l>_H<h>.json   per (run, layer, KV head) samples: the unit of --resume
+//   runs/<run_id>.json       one record per trace x method x params with aggregates, once complete
+//   runs.jsonl               every complete record, one per line (regenerated from runs/)
+//   per_head.csv             per (run, layer, query head) means over steps (regenerated from parts/)
+// Every file is written atomically (temp + rename): an interrupted run leaves only whole files.
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "metrics/metrics.hpp"
+
+namespace retro {
+
+/// Samples of one run on one (layer, KV head).
+struct HeadPart {
+    std::string run_id;
+    int layer = 0;
+    int kv_head = 0;
+    std::vector<int> q_heads;  ///< global query-head indices of the group
+    std::vector<int> steps;    ///< decode steps evaluated
+    double build_ms = 0;
+    /// q_step metrics: name -> [group][steps]
+    std::map<std::string, std::vector<std::vector<double>>> q_metrics;
+    /// kv_step metrics: name -> [steps]
+    std::map<std::string, std::vector<double>> kv_metrics;
+
+    nlohmann::json to_json() const;
+    static HeadPart from_json(const nlohmann::json& j);  ///< throws Error on malformed input
+};
+
+class ResultsDir {
+  public:
+    explicit ResultsDir(std::string dir) : dir_(std::move(dir)) {}
+    const std::string& path() const { return dir_; }
+
+    std::string part_path(const std::string& run_id, int layer, int kv_head) const;
+    bool has_part(const std::string& run_id, int layer, int kv_head) const;
+    void write_part(const HeadPart& p) const;
+    HeadPart read_part(const std::string& run_id, int layer, int kv_head) const;
+
+    std::string run_path(const std::string& run_id) const;
+    void write_run(const std::string& run_id, const nlohmann::json& record) const;
+    /// Every complete run record under runs/, sorted by their "index" field then run_id.
+    std::vector<nlohmann::json> read_runs() const;
+
+    /// True when the directory holds any result (parts or runs).
+    bool has_results() const;
+    /// Removes temp files left by an interrupted writer ("*.tmp-*").
+    void remove_stale_temp_files() const;
+
+  private:
+    std::string dir_;
+};
+
+/// Aggregates of one run over all its parts: {"metrics": {name: Aggregate}, "per_layer": {name:
+/// {layer: mean}}}. Samples are pooled over (layer, head, step); build_ms over (layer, KV head).
+nlohmann::json aggregate_parts(const std::vector<HeadPart>& parts, const std::vector<MetricInfo>& reg);
+
+/// CSV header and rows (per layer x query head: means over steps) for the given parts of one run.
+std::string per_head_csv_header(const std::vector<MetricInfo>& reg);
+std::string per_head_csv_rows(const nlohmann::json& record, const std::vector<HeadPart>& parts,
+                              const std::vector<MetricInfo>& reg);
+
+}  // namespace retro

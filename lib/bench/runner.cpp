@@ -1,0 +1,410 @@
+#include "bench/runner.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <exception>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "bench/results.hpp"
+#include "core/error.hpp"
+#include "core/fs.hpp"
+#include "core/hash.hpp"
+#include "core/host.hpp"
+#include "methods/params.hpp"
+#include "metrics/evaluator.hpp"
+#include "metrics/metrics.hpp"
+#include "trace/reader.hpp"
+#if __has_include("trace/synth.hpp")
+#include "trace/synth.hpp"
+#define RETRO_HAVE_SYNTH 1
+#endif
+
+namespace retro {
+
+using json = nlohmann::json;
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+std::vector<int> select_or_all(const std::vector<int>& chosen, const std::vector<int>& available,
+                               const std::string& what, const std::string& path) {
+    if (chosen.empty()) return available;
+    for (int x : chosen)
+        if (std::find(available.begin(), available.end(), x) == available.end()) {
+            std::string av;
+            for (int a : available) av += (av.empty() ? "" : ",") + std::to_string(a);
+            throw ConfigError(path + ": config selects " + what + " " + std::to_string(x) +
+                              " but the trace has " + what + "s {" + av + "}");
+        }
+    return chosen;
+}
+std::vector<int> iota_vec(int n) {
+    std::vector<int> v((size_t)n);
+    for (int i = 0; i < n; ++i) v[(size_t)i] = i;
+    return v;
+}
+double secs_since(Clock::time_point t0) {
+    return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+}  // namespace
+
+std::vector<PreparedTrace> prepare_traces(const RunConfig& cfg, bool generate_missing,
+                                          const std::function<void(const std::string&)>& note) {
+    std::vector<PreparedTrace> out;
+    std::set<std::string> seen;
+    for (const auto& spec : cfg.traces) {
+        if (!seen.insert(spec.path).second) throw ConfigError("trace listed twice: " + spec.path);
+        PreparedTrace t;
+        t.spec = spec;
+        if (!file_exists(spec.path)) {
+            if (spec.synth.is_null())
+                throw TraceError("trace file not found: " + spec.path +
+                                 " (give a \"synth\" recipe in the config to generate it, or run "
+                                 "`retro-bench synth`)");
+#ifdef RETRO_HAVE_SYNTH
+            const SynthParams sp = SynthParams::from_json(spec.synth);
+            sp.validate();
+            if (generate_missing) {
+                if (note) note("generating synthetic trace " + spec.path);
+                const auto t0 = Clock::now();
+                synthesize(sp, spec.path);
+                if (note) note("generated " + spec.path + " in " + std::to_string((int)secs_since(t0)) + " s");
+            } else {
+                t.needs_synth = true;
+                t.info = synth_trace_info(sp);
+            }
+#else
+            throw TraceError("trace file not found: " + spec.path);
+#endif
+        }
+        if (!t.needs_synth) t.info = TraceReader(spec.path).info();
+        const TraceInfo& info = t.info;
+        t.layers = select_or_all(cfg.layers, info.layers, "layer", spec.path);
+        t.kv_heads = select_or_all(cfg.kv_heads, iota_vec(info.num_kv_heads), "kv_head", spec.path);
+        try {
+            t.steps = cfg.steps.resolve(info.num_decode_steps);
+        } catch (const ConfigError& e) {
+            throw ConfigError(spec.path + ": " + e.what());
+        }
+        json id = {{"path", spec.path},          {"source", info.source},
+                   {"model", info.model},        {"prompt_len", info.prompt_len},
+                   {"steps", info.num_decode_steps}, {"q_heads", info.num_q_heads},
+                   {"kv_heads", info.num_kv_heads},  {"head_dim", info.head_dim},
+                   {"dtype", dtype_name(info.dtype)}};
+        t.trace_id = id.dump();
+        out.push_back(std::move(t));
+    }
+    return out;
+}
+
+std::string run_id_for(const PreparedTrace& t, const MethodRun& r, const RunConfig& cfg) {
+    json key = {{"trace", t.trace_id}, {"method", r.method}, {"params", r.params},
+                {"recall_k", cfg.recall_k}, {"steps", t.steps}, {"kv_dtype", cfg.kv_dtype}};
+    return r.method + "-" + short_hash(key.dump());
+}
+
+namespace {
+
+struct Job {
+    size_t trace;  // index into traces
+    int layer, kv_head;
+    std::vector<size_t> runs;  // indices into cfg.runs still missing for this head
+};
+
+// One (trace, layer, KV head): builds every pending method, replays the steps, writes one part per run.
+void run_head(const RunConfig& cfg, const PreparedTrace& tr, const TraceReader& reader, const Job& job,
+              const std::vector<std::string>& run_ids, const std::vector<MetricInfo>& reg,
+              const ResultsDir& rd) {
+    const int last_step = tr.steps.back();
+    ReadOptions ro;
+    ro.max_steps = last_step + 1;
+    const HeadSlice slice = reader.read_head(job.layer, job.kv_head, ro);
+    const int d = slice.head_dim, g = slice.group;
+
+    MethodContext ctx;
+    ctx.layer = job.layer;
+    ctx.kv_head = job.kv_head;
+    ctx.head_dim = d;
+    ctx.group = g;
+    ctx.prompt_len = slice.prompt_len;
+    ctx.scale = 1.0f / std::sqrt((float)d);
+    ctx.storage = cfg.kv_dtype == "trace" ? tr.info.dtype : parse_dtype(cfg.kv_dtype);
+    ctx.slice = &slice;
+
+    struct Instance {
+        size_t run;
+        std::unique_ptr<Method> m;
+        HeadPart part;
+        Selection sel;
+    };
+    std::vector<Instance> inst;
+    const KVView prompt{slice.keys.data(), slice.values.data(), slice.prompt_len, d};
+    for (size_t r : job.runs) {
+        const MethodRun& mr = cfg.runs[r];
+        Instance I;
+        I.run = r;
+        I.m = find_method(mr.method).make(mr.params);
+        MethodContext c = ctx;
+        c.seed = (unsigned)fnv1a64(run_ids[r] + "/" + std::to_string(job.layer) + "/" +
+                                   std::to_string(job.kv_head));
+        const auto t0 = Clock::now();
+        I.m->build(c, prompt);
+        I.part.build_ms = secs_since(t0) * 1e3;
+        I.part.run_id = run_ids[r];
+        I.part.layer = job.layer;
+        I.part.kv_head = job.kv_head;
+        for (int h = 0; h < g; ++h) I.part.q_heads.push_back(slice.first_q_head + h);
+        I.part.steps = tr.steps;
+        for (const auto& m : reg) {
+            if (m.level == MetricLevel::q_step) I.part.q_metrics[m.name].assign((size_t)g, {});
+            else if (m.level == MetricLevel::kv_step) I.part.kv_metrics[m.name] = {};
+        }
+        inst.push_back(std::move(I));
+    }
+
+    Evaluator ev(slice, cfg.recall_k);
+    std::vector<float> qbuf((size_t)g * d);
+    std::vector<QueryMetrics> qm;
+    size_t next_sel = 0;
+    for (int t = 0; t <= last_step; ++t) {
+        const KVView kv{slice.keys.data(), slice.values.data(), slice.visible(t), d};
+        for (auto& I : inst) I.m->append(kv, slice.prompt_len + t);
+        if (tr.steps[next_sel] != t) continue;
+        ++next_sel;
+        ev.prepare_step(t);
+        for (int h = 0; h < g; ++h)
+            std::copy(slice.query(h, t), slice.query(h, t) + d, qbuf.begin() + (size_t)h * d);
+        for (auto& I : inst) {
+            I.sel.clear();
+            const auto t0 = Clock::now();
+            I.m->select(qbuf.data(), t, kv, I.sel);
+            const double select_us = secs_since(t0) * 1e6;
+            const double attend_us = ev.evaluate(I.sel, cfg.runs[I.run].method, qm);
+            for (int h = 0; h < g; ++h) {
+                const QueryMetrics& m = qm[(size_t)h];
+                for (size_t k = 0; k < cfg.recall_k.size(); ++k)
+                    I.part.q_metrics["recall@" + std::to_string(cfg.recall_k[k])][(size_t)h].push_back(m.recall[k]);
+                I.part.q_metrics["mass"][(size_t)h].push_back(m.mass);
+                I.part.q_metrics["out_err"][(size_t)h].push_back(m.out_err);
+                I.part.q_metrics["out_cos"][(size_t)h].push_back(m.out_cos);
+                I.part.q_metrics["lse_err"][(size_t)h].push_back(m.lse_err);
+                I.part.q_metrics["exact_frac"][(size_t)h].push_back(m.exact_frac);
+                I.part.q_metrics["est_frac"][(size_t)h].push_back(m.est_frac);
+            }
+            const Footprint fp = I.m->footprint();
+            I.part.kv_metrics["scan_ops"].push_back(I.sel.scan_ops / kv.n);
+            I.part.kv_metrics["h2d_bytes"].push_back(I.sel.h2d_bytes);
+            I.part.kv_metrics["d2h_bytes"].push_back(I.sel.d2h_bytes);
+            I.part.kv_metrics["gpu_bytes"].push_back(fp.gpu_bytes);
+            I.part.kv_metrics["select_us"].push_back(select_us);
+            I.part.kv_metrics["attend_us"].push_back(attend_us);
+        }
+        if (next_sel == tr.steps.size()) break;
+    }
+    for (auto& I : inst) rd.write_part(I.part);
+}
+
+json read_manifest(const std::string& path) {
+    if (!file_exists(path)) return json();
+    try {
+        return json::parse(read_file(path));
+    } catch (const json::exception&) {
+        return json();  // unreadable manifest from an older crash: start a new one
+    }
+}
+
+}  // namespace
+
+RunOutcome run_config(const RunConfig& cfg, const RunnerOptions& opt) {
+    RunOutcome outcome;
+    const std::string dir = opt.results_root + "/" + cfg.name;
+    outcome.dir = dir;
+    const ResultsDir rd(dir);
+
+    // ---- everything that can fail on bad input happens before any work ----
+    if (rd.has_results() && !opt.resume && !opt.force)
+        throw ConfigError(dir + " already holds results: pass --resume to continue it or --force to "
+                                "replace it");
+    const auto traces = prepare_traces(cfg, true, opt.on_note);
+    std::vector<TraceReader*> readers;
+    std::vector<std::unique_ptr<TraceReader>> reader_store;
+    for (const auto& t : traces) {
+        reader_store.push_back(std::make_unique<TraceReader>(t.spec.path));
+        readers.push_back(reader_store.back().get());
+    }
+    const auto reg = metric_registry(cfg.recall_k);
+    // run ids per trace
+    std::vector<std::vector<std::string>> ids(traces.size());
+    for (size_t ti = 0; ti < traces.size(); ++ti)
+        for (const auto& r : cfg.runs) ids[ti].push_back(run_id_for(traces[ti], r, cfg));
+
+    if (opt.force) {
+        std::error_code ec;
+        fs::remove_all(dir, ec);
+        if (ec) throw Error("cannot remove " + dir + ": " + ec.message());
+    }
+    rd.remove_stale_temp_files();
+
+    // ---- manifest ----
+    const std::string manifest_path = dir + "/manifest.json";
+    json manifest = read_manifest(manifest_path);
+    json sessions = manifest.is_object() && manifest.contains("sessions") ? manifest["sessions"] : json::array();
+    json session = {{"started_at", utc_now_iso()}, {"command", opt.command_line}, {"status", "running"}};
+    sessions.push_back(session);
+    manifest = json::object();
+    manifest["name"] = cfg.name;
+    manifest["status"] = "running";
+    manifest["config_file"] = opt.config_path;
+    manifest["config"] = cfg.resolved();
+    manifest["config_source"] = cfg.source;
+    manifest["hardware_profile"] = cfg.hardware;
+    manifest["host"] = host_info();
+    manifest["metrics"] = json::array();
+    for (const auto& m : reg)
+        manifest["metrics"].push_back({{"name", m.name}, {"description", m.description}, {"unit", m.unit},
+                                       {"direction", direction_name(m.direction)}, {"level", level_name(m.level)}});
+    manifest["traces"] = json::array();
+    for (size_t ti = 0; ti < traces.size(); ++ti) {
+        const auto& t = traces[ti];
+        json runs = json::array();
+        for (size_t r = 0; r < cfg.runs.size(); ++r)
+            runs.push_back({{"run_id", ids[ti][r]}, {"label", cfg.runs[r].label()}});
+        manifest["traces"].push_back({{"path", t.spec.path}, {"model", t.info.model}, {"source", t.info.source},
+                                      {"prompt_len", t.info.prompt_len}, {"decode_steps", t.info.num_decode_steps},
+                                      {"dtype", dtype_name(t.info.dtype)}, {"layers", t.layers},
+                                      {"kv_heads", t.kv_heads}, {"steps", t.steps}, {"runs", runs}});
+    }
+    manifest["sessions"] = sessions;
+    write_file_atomic(manifest_path, manifest.dump(2) + "\n");
+
+    // ---- plan: (trace, layer, kv head) jobs with the runs still missing ----
+    std::vector<Job> jobs;
+    for (size_t ti = 0; ti < traces.size(); ++ti)
+        for (int l : traces[ti].layers)
+            for (int h : traces[ti].kv_heads) {
+                Job j{ti, l, h, {}};
+                for (size_t r = 0; r < cfg.runs.size(); ++r)
+                    if (!rd.has_part(ids[ti][r], l, h)) j.runs.push_back(r);
+                if (j.runs.empty()) ++outcome.heads_skipped;
+                else jobs.push_back(std::move(j));
+            }
+
+    // ---- execute in parallel over heads ----
+    int threads = opt.threads >= 0 ? opt.threads : cfg.threads;
+    if (threads <= 0) threads = (int)std::max(1u, std::thread::hardware_concurrency());
+    threads = std::min<int>(threads, (int)std::max<size_t>(1, jobs.size()));
+    std::atomic<size_t> next{0};
+    std::atomic<bool> failed{false};
+    std::mutex mu;
+    std::exception_ptr first_error;
+    RunProgress prog;
+    prog.total = (int)jobs.size();
+    prog.skipped = outcome.heads_skipped;
+    const auto t_start = Clock::now();
+    if (opt.on_progress) opt.on_progress(prog);
+    auto worker = [&] {
+        for (;;) {
+            if (failed || (opt.stop && opt.stop->load())) return;
+            const size_t i = next.fetch_add(1);
+            if (i >= jobs.size()) return;
+            try {
+                run_head(cfg, traces[jobs[i].trace], *readers[jobs[i].trace], jobs[i], ids[jobs[i].trace], reg, rd);
+            } catch (...) {
+                std::lock_guard<std::mutex> lk(mu);
+                if (!first_error) first_error = std::current_exception();
+                failed = true;
+                return;
+            }
+            std::lock_guard<std::mutex> lk(mu);
+            ++prog.done;
+            prog.elapsed_s = secs_since(t_start);
+            prog.eta_s = prog.elapsed_s / prog.done * (prog.total - prog.done);
+            if (opt.on_progress) opt.on_progress(prog);
+        }
+    };
+    std::vector<std::thread> pool;
+    for (int i = 0; i < threads; ++i) pool.emplace_back(worker);
+    for (auto& th : pool) th.join();
+    outcome.heads_run = prog.done;
+
+    auto finish_manifest = [&](const std::string& status) {
+        manifest["status"] = status;
+        manifest["sessions"].back()["status"] = status;
+        manifest["sessions"].back()["finished_at"] = utc_now_iso();
+        manifest["finished_at"] = utc_now_iso();
+        write_file_atomic(manifest_path, manifest.dump(2) + "\n");
+    };
+    if (first_error) {
+        finish_manifest("failed");
+        std::rethrow_exception(first_error);
+    }
+    outcome.interrupted = prog.done < prog.total;
+
+    // ---- records for every run whose heads are all complete ----
+    std::string csv = per_head_csv_header(reg);
+    int index = 0;
+    for (size_t ti = 0; ti < traces.size(); ++ti) {
+        const auto& t = traces[ti];
+        for (size_t r = 0; r < cfg.runs.size(); ++r, ++index) {
+            std::vector<HeadPart> parts;
+            bool complete = true;
+            for (int l : t.layers)
+                for (int h : t.kv_heads) {
+                    if (!rd.has_part(ids[ti][r], l, h)) complete = false;
+                    else if (complete) parts.push_back(rd.read_part(ids[ti][r], l, h));
+                }
+            if (!complete) continue;
+            const MethodRun& mr = cfg.runs[r];
+            json rec = {{"index", index},
+                        {"run_id", ids[ti][r]},
+                        {"config", cfg.name},
+                        {"trace", t.spec.path},
+                        {"trace_model", t.info.model},
+                        {"prompt_len", t.info.prompt_len},
+                        {"method", mr.method},
+                        {"params", mr.params},
+                        {"label", mr.label()},
+                        {"hardware", cfg.hardware},
+                        {"kv_dtype", cfg.kv_dtype == "trace" ? std::string(dtype_name(t.info.dtype)) : cfg.kv_dtype},
+                        {"layers", t.layers},
+                        {"kv_heads", t.kv_heads},
+                        {"steps", t.steps.size()},
+                        {"samples_per_metric", parts.size() * (size_t)t.info.group_size() * t.steps.size()},
+                        {"revision", git_revision()}};
+            const json agg = aggregate_parts(parts, reg);
+            rec["metrics"] = agg["metrics"];
+            rec["per_layer"] = agg["per_layer"];
+            // A record is immutable once written; rewrite only if it covers different heads.
+            bool write = true;
+            if (file_exists(rd.run_path(ids[ti][r]))) {
+                try {
+                    const json old = json::parse(read_file(rd.run_path(ids[ti][r])));
+                    write = old.value("layers", json()) != rec["layers"] ||
+                            old.value("kv_heads", json()) != rec["kv_heads"] || old.value("index", -1) != index;
+                    if (!write) rec = old;
+                } catch (const json::exception&) {
+                }
+            }
+            if (write) {
+                rec["finished_at"] = utc_now_iso();
+                rd.write_run(ids[ti][r], rec);
+            }
+            csv += per_head_csv_rows(rec, parts, reg);
+            outcome.records.push_back(rec);
+        }
+    }
+    std::string jsonl;
+    for (const auto& rec : outcome.records) jsonl += rec.dump() + "\n";
+    write_file_atomic(dir + "/runs.jsonl", jsonl);
+    write_file_atomic(dir + "/per_head.csv", csv);
+    finish_manifest(outcome.interrupted ? "interrupted" : "complete");
+    return outcome;
+}
+
+}  // namespace retro

@@ -1,0 +1,64 @@
+#pragma once
+// Runs a RunConfig: for every trace x (layer, KV head) - in parallel over heads - builds every pending
+// method instance, replays the decode steps (append, select) and evaluates each selection against exact
+// attention computed once per step and shared by all methods. Results are written per (run, head) as
+// they finish, so an interrupted sweep resumes where it stopped (docs/results.md).
+#include <atomic>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "bench/config.hpp"
+#include "trace/trace.hpp"
+
+namespace retro {
+
+/// A trace checked against the config: its metadata and the selected layers, KV heads and steps.
+struct PreparedTrace {
+    TraceSpec spec;
+    TraceInfo info;
+    std::vector<int> layers, kv_heads, steps;
+    std::string trace_id;  ///< identity used in run ids: path + source + shape
+    bool needs_synth = false;  ///< file absent, will be generated from spec.synth
+};
+
+/// Checks every trace of the config (opening each: metadata validation) and resolves the selection.
+/// Missing traces with a synth recipe are generated when `generate_missing`, else reported via
+/// needs_synth (with `info` filled from the recipe's shape). Throws ConfigError/TraceError.
+std::vector<PreparedTrace> prepare_traces(const RunConfig& cfg, bool generate_missing,
+                                          const std::function<void(const std::string&)>& note = {});
+
+/// The id of one run (trace x method x params x metric options x steps): "<method>-<12 hex>".
+std::string run_id_for(const PreparedTrace& t, const MethodRun& r, const RunConfig& cfg);
+
+struct RunProgress {
+    int done = 0;     ///< heads finished this session
+    int total = 0;    ///< heads to run this session (excluding those resumed from disk)
+    int skipped = 0;  ///< heads already complete on disk
+    double elapsed_s = 0;
+    double eta_s = -1;  ///< -1 until estimable
+};
+
+struct RunnerOptions {
+    std::string results_root = "results";
+    bool resume = false;  ///< continue an existing results directory, skipping finished (run, head)s
+    bool force = false;   ///< delete an existing results directory first
+    int threads = -1;     ///< overrides the config when >= 0 (0 = all cores)
+    std::string command_line;  ///< recorded in the manifest
+    std::string config_path;   ///< recorded in the manifest
+    std::function<void(const RunProgress&)> on_progress;
+    std::function<void(const std::string&)> on_note;
+    const std::atomic<bool>* stop = nullptr;  ///< set asynchronously (SIGINT) to stop after current heads
+};
+
+struct RunOutcome {
+    std::string dir;                     ///< results directory
+    std::vector<nlohmann::json> records;  ///< complete run records of this config, in config order
+    bool interrupted = false;
+    int heads_run = 0, heads_skipped = 0;
+};
+
+RunOutcome run_config(const RunConfig& cfg, const RunnerOptions& opt);
+
+}  // namespace retro

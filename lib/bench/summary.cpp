@@ -1,0 +1,77 @@
+#include "bench/summary.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <set>
+
+namespace retro {
+
+using json = nlohmann::json;
+
+namespace {
+std::string params_text(const json& p) {
+    std::string s;
+    for (auto it = p.begin(); it != p.end(); ++it)
+        s += (s.empty() ? "" : " ") + it.key() + "=" + (it->is_string() ? it->get<std::string>() : it->dump());
+    return s.empty() ? "-" : s;
+}
+std::string stat(const json& rec, const std::string& metric, const char* which, const char* f) {
+    if (!rec.contains("metrics") || !rec["metrics"].contains(metric)) return "-";
+    const json& v = rec["metrics"][metric][which];
+    if (v.is_null()) return "inf";
+    return fmt::format(fmt::runtime(f), v.get<double>());
+}
+}  // namespace
+
+std::string summary_table(const std::vector<json>& records) {
+    if (records.empty()) return "(no complete runs)\n";
+    // pick the recall column: recall@100 if present, else the first recall metric
+    std::string recall = "recall@100";
+    if (!records[0]["metrics"].contains(recall))
+        for (auto it = records[0]["metrics"].begin(); it != records[0]["metrics"].end(); ++it)
+            if (it.key().rfind("recall@", 0) == 0) {
+                recall = it.key();
+                break;
+            }
+    std::set<std::string> traces;
+    for (const auto& r : records) traces.insert(r.value("trace", ""));
+    const bool show_trace = traces.size() > 1;
+
+    std::vector<std::vector<std::string>> rows;
+    std::vector<std::string> head = {"method", "params", recall, "mass", "out_err", "out_err p90",
+                                     "exact_frac", "h2d KB/step", "select us p50"};
+    if (show_trace) head.insert(head.begin(), "trace");
+    rows.push_back(head);
+    for (const auto& r : records) {
+        std::vector<std::string> row = {r.value("method", "?"), params_text(r.value("params", json::object())),
+                                        stat(r, recall, "mean", "{:.4f}"), stat(r, "mass", "mean", "{:.4f}"),
+                                        stat(r, "out_err", "mean", "{:.4f}"), stat(r, "out_err", "p90", "{:.4f}"),
+                                        stat(r, "exact_frac", "mean", "{:.4f}"),
+                                        r["metrics"].contains("h2d_bytes")
+                                            ? fmt::format("{:.1f}", r["metrics"]["h2d_bytes"]["mean"].get<double>() / 1024.0)
+                                            : "-",
+                                        stat(r, "select_us", "p50", "{:.1f}")};
+        if (show_trace) row.insert(row.begin(), r.value("trace", ""));
+        rows.push_back(row);
+    }
+    std::vector<size_t> w(head.size(), 0);
+    for (const auto& row : rows)
+        for (size_t c = 0; c < row.size(); ++c) w[c] = std::max(w[c], row[c].size());
+    std::string out;
+    for (size_t i = 0; i < rows.size(); ++i) {
+        for (size_t c = 0; c < rows[i].size(); ++c) {
+            const bool left = c < (show_trace ? 3u : 2u);
+            out += left ? fmt::format("{:<{}}", rows[i][c], w[c]) : fmt::format("{:>{}}", rows[i][c], w[c]);
+            out += c + 1 < rows[i].size() ? "  " : "\n";
+        }
+        if (i == 0) {
+            size_t total = 0;
+            for (size_t c = 0; c < w.size(); ++c) total += w[c] + (c + 1 < w.size() ? 2 : 0);
+            out += std::string(total, '-') + "\n";
+        }
+    }
+    return out;
+}
+
+}  // namespace retro

@@ -1,0 +1,119 @@
+#include "metrics/evaluator.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+
+#include "core/error.hpp"
+
+namespace retro {
+
+Evaluator::Evaluator(const HeadSlice& slice, std::vector<int> recall_k)
+    : s_(slice), recall_k_(std::move(recall_k)), ref_((size_t)slice.group) {
+    scale_ = 1.0f / std::sqrt((float)slice.head_dim);
+}
+
+void Evaluator::prepare_step(int t) {
+    t_ = t;
+    n_ = s_.visible(t);
+    const int d = s_.head_dim;
+    std::vector<float> tmp;
+    for (int g = 0; g < s_.group; ++g) {
+        HeadReference& r = ref_[(size_t)g];
+        const float* q = s_.query(g, t);
+        r.scores.resize((size_t)n_);
+        attention_scores(q, s_.keys.data(), n_, d, scale_, r.scores.data());
+        r.weights = r.scores;
+        r.lse = softmax_inplace(r.weights.data(), n_);
+        r.out.resize((size_t)d);
+        weighted_value_sum(r.weights.data(), s_.values.data(), n_, d, r.out.data());
+        r.recall_threshold.clear();
+        r.recall_kk.clear();
+        for (int k : recall_k_) {
+            const int kk = std::min(k, n_);
+            tmp = r.scores;
+            std::nth_element(tmp.begin(), tmp.begin() + (kk - 1), tmp.end(), std::greater<float>());
+            const float sk = tmp[(size_t)kk - 1];
+            // Tie-tolerant: a token counts if its score is within 1e-6*|s_k| of the k-th score.
+            r.recall_threshold.push_back(sk - 1e-6f * std::abs(sk));
+            r.recall_kk.push_back(kk);
+        }
+    }
+}
+
+double Evaluator::evaluate(const Selection& sel, const std::string& method,
+                           std::vector<QueryMetrics>& out) {
+    const int d = s_.head_dim, g_count = s_.group;
+    if (!sel.exact.empty() && sel.exact.size() != 1 && sel.exact.size() != (size_t)g_count)
+        throw Error("method '" + method + "' returned " + std::to_string(sel.exact.size()) +
+                    " exact lists; expected 1 (shared) or " + std::to_string(g_count) +
+                    " (one per query head)");
+    // Validate every list: ids in [0, n) and unique (a method cannot inflate recall with duplicates).
+    if (stamp_.size() < (size_t)n_) stamp_.assign((size_t)n_, 0);
+    for (size_t l = 0; l < sel.exact.size(); ++l) {
+        if (++gen_ == 0) {
+            std::fill(stamp_.begin(), stamp_.end(), 0);
+            gen_ = 1;
+        }
+        for (int32_t id : sel.exact[l]) {
+            if (id < 0 || id >= n_)
+                throw Error("method '" + method + "' selected token " + std::to_string(id) +
+                            " at step " + std::to_string(t_) + "; visible tokens are [0, " +
+                            std::to_string(n_) + ")");
+            if (stamp_[(size_t)id] == gen_)
+                throw Error("method '" + method + "' selected token " + std::to_string(id) +
+                            " twice at step " + std::to_string(t_) + " (duplicates are not allowed)");
+            stamp_[(size_t)id] = gen_;
+        }
+    }
+    double est_tokens = 0;
+    for (const auto& c : sel.estimated) est_tokens += c.size;
+
+    out.resize((size_t)g_count);
+    std::vector<float> approx((size_t)d);
+    double attend_us = 0;
+    for (int g = 0; g < g_count; ++g) {
+        const HeadReference& r = ref_[(size_t)g];
+        const float* q = s_.query(g, t_);
+        auto ids = sel.exact_for(g);
+
+        const auto t0 = std::chrono::steady_clock::now();
+        PartialAttention p = partial_attention_ids(q, s_.keys.data(), s_.values.data(), ids, d, scale_);
+        for (const auto& c : sel.estimated) {
+            float s = 0;
+            for (int j = 0; j < d; ++j) s += q[j] * c.centroid[j];
+            add_estimated_cluster(p, (double)scale_ * s, c.size, c.value_sum, d);
+        }
+        p.output(approx.data());
+        attend_us += std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+
+        QueryMetrics& m = out[(size_t)g];
+        m.recall.assign(recall_k_.size(), 0.0);
+        double mass = 0;
+        for (int32_t id : ids) mass += r.weights[(size_t)id];
+        for (size_t k = 0; k < recall_k_.size(); ++k) {
+            long hits = 0;
+            const float thr = r.recall_threshold[k];
+            for (int32_t id : ids) hits += r.scores[(size_t)id] >= thr;
+            m.recall[k] = (double)std::min<long>(hits, r.recall_kk[k]) / r.recall_kk[k];
+        }
+        m.mass = std::min(mass, 1.0);
+        double num = 0, den = 0, dot = 0, na = 0;
+        for (int j = 0; j < d; ++j) {
+            const double e = (double)approx[j] - r.out[j];
+            num += e * e;
+            den += (double)r.out[j] * r.out[j];
+            dot += (double)approx[j] * r.out[j];
+            na += (double)approx[j] * approx[j];
+        }
+        m.out_err = den > 0 ? std::sqrt(num / den) : (num > 0 ? 1.0 : 0.0);
+        m.out_cos = (na > 0 && den > 0) ? dot / std::sqrt(na * den) : 0.0;
+        m.lse_err = p.empty() ? std::numeric_limits<double>::infinity() : std::abs(p.lse() - r.lse);
+        m.exact_frac = (double)ids.size() / n_;
+        m.est_frac = est_tokens / n_;
+    }
+    return attend_us;
+}
+
+}  // namespace retro
