@@ -1,0 +1,283 @@
+// CLI integration: synth -> inspect -> validate -> run -> resume on tiny traces, checking the result
+// files' contents. Drives the built binary (RETRO_BIN) in a fresh temporary directory per test.
+#include <gtest/gtest.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+struct Result {
+    int code;
+    std::string out;
+};
+
+Result sh(const std::string& cmd) {
+    std::string full = "cd '" + fs::current_path().string() + "' && " + cmd + " 2>&1";
+    FILE* p = popen(full.c_str(), "r");
+    std::string out;
+    char buf[4096];
+    while (size_t n = fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+    int st = pclose(p);
+    return {WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st), out};
+}
+
+std::string bin() { return RETRO_BIN; }
+
+std::string slurp(const fs::path& p) {
+    std::ifstream in(p);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+}
+
+std::vector<json> read_jsonl(const fs::path& p) {
+    std::vector<json> v;
+    std::ifstream in(p);
+    std::string line;
+    while (std::getline(in, line))
+        if (!line.empty()) v.push_back(json::parse(line));
+    return v;
+}
+
+class Cli : public ::testing::Test {
+  protected:
+    void SetUp() override {
+        char tmpl[] = "/tmp/retro_cli_XXXXXX";
+        dir_ = mkdtemp(tmpl);
+        old_ = fs::current_path();
+        fs::current_path(dir_);
+    }
+    void TearDown() override {
+        fs::current_path(old_);
+        fs::remove_all(dir_);
+    }
+    // A tiny SmolLM2-shaped trace (9 q / 3 kv heads, d=64): 2 layers, 600-token prompt, 6 steps.
+    void make_trace(const std::string& path, int prompt = 600, int steps = 6) {
+        auto r = sh(bin() + " synth " + path + " --preset smollm2 --layers 2 --prompt-len " +
+                    std::to_string(prompt) + " --steps " + std::to_string(steps) + " --prefill-queries 16 --seed 3");
+        ASSERT_EQ(r.code, 0) << r.out;
+        ASSERT_TRUE(fs::exists(path));
+    }
+    void write_config(const std::string& path, const json& j) { std::ofstream(path) << j.dump(2); }
+    json tiny_config(const std::string& trace) {
+        return json::parse(R"({"name": "tiny", "traces": [")" + trace + R"("],
+          "metrics": {"recall_k": [10, 100]},
+          "methods": [{"name": "full"},
+                      {"name": "oracle_topk", "params": {"k": [10, 100000]}},
+                      {"name": "streaming", "params": {"sink": 4, "window": 16}}]})");
+    }
+    fs::path dir_, old_;
+};
+
+}  // namespace
+
+TEST_F(Cli, SynthInspectValidate) {
+    make_trace("t.h5");
+    auto r = sh(bin() + " inspect t.h5 --json stats.json");
+    ASSERT_EQ(r.code, 0) << r.out;
+    EXPECT_NE(r.out.find("num_q_heads"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("BLAS"), std::string::npos) << r.out;
+    ASSERT_TRUE(fs::exists("stats.json"));
+    json s = json::parse(slurp("stats.json"));
+    EXPECT_FALSE(s.empty());
+
+    r = sh(bin() + " validate t.h5");
+    EXPECT_EQ(r.code, 0) << r.out;
+    EXPECT_NE(r.out.find("OK trace"), std::string::npos);
+
+    write_config("c.json", tiny_config("t.h5"));
+    r = sh(bin() + " validate c.json");
+    EXPECT_EQ(r.code, 0) << r.out;
+    EXPECT_NE(r.out.find("4 run(s)"), std::string::npos) << r.out;
+    EXPECT_FALSE(fs::exists("results")) << "validate must not write results";
+}
+
+TEST_F(Cli, RunWritesCorrectResultsAndResumes) {
+    make_trace("t.h5");
+    write_config("c.json", tiny_config("t.h5"));
+    auto r = sh(bin() + " run c.json --threads 2");
+    ASSERT_EQ(r.code, 0) << r.out;
+    EXPECT_NE(r.out.find("results: results/tiny/"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("recall@100"), std::string::npos) << r.out;
+
+    auto runs = read_jsonl("results/tiny/runs.jsonl");
+    ASSERT_EQ(runs.size(), 4u);
+    std::map<std::string, json> by_label;
+    for (auto& x : runs) by_label[x["label"]] = x;
+    const json& full = by_label.at("full(offloaded=false)");
+    EXPECT_DOUBLE_EQ(full["metrics"]["recall@100"]["min"].get<double>(), 1.0);
+    EXPECT_NEAR(full["metrics"]["mass"]["min"].get<double>(), 1.0, 1e-5);
+    EXPECT_LT(full["metrics"]["out_err"]["max"].get<double>(), 1e-5);
+    // samples: 2 layers x 9 q heads x 6 steps
+    EXPECT_EQ(full["metrics"]["out_err"]["count"].get<int>(), 2 * 9 * 6);
+    EXPECT_EQ(full["metrics"]["build_ms"]["count"].get<int>(), 2 * 3);
+    EXPECT_EQ(full["metrics"]["h2d_bytes"]["max"].get<double>(), 0.0);
+    // 16-bit KV: gpu_bytes at the last step = 606 tokens x 2 x 64 x 2 bytes
+    EXPECT_EQ(full["metrics"]["gpu_bytes"]["max"].get<double>(), 606.0 * 2 * 64 * 2);
+
+    const json& top10 = by_label.at("oracle_topk(gqa=per_head,k=10)");
+    EXPECT_DOUBLE_EQ(top10["metrics"]["recall@10"]["min"].get<double>(), 1.0);
+    EXPECT_LT(top10["metrics"]["recall@100"]["mean"].get<double>(), 0.2);
+    EXPECT_GT(top10["metrics"]["out_err"]["mean"].get<double>(), 0.0);
+    const json& topall = by_label.at("oracle_topk(gqa=per_head,k=100000)");
+    EXPECT_LT(topall["metrics"]["out_err"]["max"].get<double>(), 1e-5);  // budget clamps to n
+
+    const json& st = by_label.at("streaming(sink=4,window=16)");
+    // exact_frac = 20 / n for n in 601..606
+    EXPECT_NEAR(st["metrics"]["exact_frac"]["max"].get<double>(), 20.0 / 601, 1e-9);
+    EXPECT_NEAR(st["metrics"]["exact_frac"]["min"].get<double>(), 20.0 / 606, 1e-9);
+    // the oracle with k=10 captures more mass than a 20-token static pattern? not guaranteed; but
+    // oracle_topk k=10 recall@10 = 1 while streaming's is lower on this trace
+    EXPECT_LT(st["metrics"]["recall@10"]["mean"].get<double>(), 1.0);
+
+    // per_head.csv: header + 4 runs x 2 layers x 9 q heads
+    std::ifstream csv("results/tiny/per_head.csv");
+    std::string line;
+    int lines = 0;
+    std::getline(csv, line);
+    EXPECT_EQ(line.rfind("run_id,method,params,trace,layer,kv_head,q_head,recall@10,recall@100,mass", 0), 0u) << line;
+    while (std::getline(csv, line)) ++lines;
+    EXPECT_EQ(lines, 4 * 2 * 9);
+
+    json man = json::parse(slurp("results/tiny/manifest.json"));
+    EXPECT_EQ(man["status"], "complete");
+    EXPECT_NE(man["host"]["blas"].get<std::string>().find("BLAS"), std::string::npos);
+    EXPECT_FALSE(man["host"]["git_revision"].get<std::string>().empty());
+    EXPECT_EQ(man["config"]["runs"].size(), 4u);
+
+    // A second run without --resume refuses to touch the results.
+    r = sh(bin() + " run c.json");
+    EXPECT_EQ(r.code, 2) << r.out;
+    EXPECT_NE(r.out.find("--resume"), std::string::npos) << r.out;
+
+    // Resume after losing one head's part and one run record: recomputes exactly those.
+    const std::string sid = by_label.at("streaming(sink=4,window=16)")["run_id"];
+    fs::remove("results/tiny/parts/" + sid + "/L1_H2.json");
+    fs::remove("results/tiny/runs/" + sid + ".json");
+    std::ofstream("results/tiny/runs.jsonl.tmp-999-0") << "garbage";  // left by a killed writer
+    r = sh(bin() + " run c.json --resume");
+    ASSERT_EQ(r.code, 0) << r.out;
+    EXPECT_NE(r.out.find("1/1 heads"), std::string::npos) << r.out;
+    EXPECT_FALSE(fs::exists("results/tiny/runs.jsonl.tmp-999-0"));
+    auto runs2 = read_jsonl("results/tiny/runs.jsonl");
+    ASSERT_EQ(runs2.size(), 4u);
+    for (size_t i = 0; i < 4; ++i) {
+        EXPECT_EQ(runs2[i]["run_id"], runs[i]["run_id"]);
+        for (const char* m : {"recall@10", "recall@100", "mass", "out_err", "exact_frac"})
+            EXPECT_NEAR(runs2[i]["metrics"][m]["mean"].get<double>(), runs[i]["metrics"][m]["mean"].get<double>(), 1e-12)
+                << runs[i]["label"] << " " << m;
+    }
+    json man2 = json::parse(slurp("results/tiny/manifest.json"));
+    EXPECT_EQ(man2["sessions"].size(), 2u);
+
+    // Adding a sweep point and resuming runs only the new point.
+    json c = tiny_config("t.h5");
+    c["methods"].push_back({{"name", "oracle_topk"}, {"params", {{"k", 50}}}});
+    write_config("c.json", c);
+    r = sh(bin() + " run c.json --resume");
+    ASSERT_EQ(r.code, 0) << r.out;
+    EXPECT_NE(r.out.find("6/6 heads"), std::string::npos) << r.out;
+    EXPECT_EQ(read_jsonl("results/tiny/runs.jsonl").size(), 5u);
+}
+
+TEST_F(Cli, KilledRunLeavesWholeFilesAndResumes) {
+    make_trace("big.h5", 3000, 16);
+    json c = tiny_config("big.h5");
+    c["name"] = "killed";
+    write_config("c.json", c);
+    // Start, kill -9 part-way, check every file on disk is whole JSON, resume to completion.
+    pid_t pid = fork();
+    if (pid == 0) {
+        int fd = open("/dev/null", O_WRONLY);
+        dup2(fd, 1);
+        dup2(fd, 2);
+        execl(RETRO_BIN, RETRO_BIN, "run", "c.json", "--threads", "1", (char*)nullptr);
+        _exit(127);
+    }
+    for (int i = 0; i < 200 && !fs::exists("results/killed/parts"); ++i) usleep(20000);
+    usleep(100000);
+    kill(pid, SIGKILL);
+    int st;
+    waitpid(pid, &st, 0);
+    for (auto& e : fs::recursive_directory_iterator("results/killed")) {
+        if (!e.is_regular_file() || e.path().extension() != ".json") continue;
+        EXPECT_NO_THROW(json::parse(slurp(e.path()))) << e.path();
+    }
+    auto r = sh(bin() + " run c.json --resume");
+    ASSERT_EQ(r.code, 0) << r.out;
+    auto runs = read_jsonl("results/killed/runs.jsonl");
+    ASSERT_EQ(runs.size(), 4u);
+    EXPECT_EQ(json::parse(slurp("results/killed/manifest.json"))["status"], "complete");
+    // the resumed result equals a clean run
+    c["name"] = "clean";
+    write_config("c2.json", c);
+    r = sh(bin() + " run c2.json");
+    ASSERT_EQ(r.code, 0) << r.out;
+    auto clean = read_jsonl("results/clean/runs.jsonl");
+    for (size_t i = 0; i < 4; ++i)
+        EXPECT_NEAR(clean[i]["metrics"]["out_err"]["mean"].get<double>(), runs[i]["metrics"]["out_err"]["mean"].get<double>(), 1e-12);
+}
+
+TEST_F(Cli, BadInputGivesClearErrorsAndNoResults) {
+    make_trace("t.h5");
+    auto expect_error = [&](const json& cfg, const std::string& needle) {
+        write_config("bad.json", cfg);
+        auto r = sh(bin() + " run bad.json");
+        EXPECT_EQ(r.code, 2) << r.out;
+        EXPECT_NE(r.out.find(needle), std::string::npos) << "expected '" << needle << "' in: " << r.out;
+        EXPECT_FALSE(fs::exists("results/" + cfg.value("name", "x") + "/runs.jsonl"));
+    };
+    json c = tiny_config("t.h5");
+    c["methods"][0]["name"] = "nosuch";
+    expect_error(c, "unknown method 'nosuch'");
+    c = tiny_config("t.h5");
+    c["layers"] = {0, 7};
+    expect_error(c, "config selects layer 7");
+    c = tiny_config("t.h5");
+    c["kv_heads"] = {3};
+    expect_error(c, "kv_head 3");
+    c = tiny_config("t.h5");
+    c["steps"] = {{"first", 0}, {"count", 50}};
+    expect_error(c, "only 6 decode steps");
+    c = tiny_config("missing.h5");
+    expect_error(c, "trace file not found: missing.h5");
+    c = tiny_config("t.h5");
+    c["methods"][1]["params"]["k"] = {10, -1};
+    expect_error(c, "'k' = -1");
+    // a corrupt trace: truncated copy
+    fs::copy_file("t.h5", "trunc.h5");
+    fs::resize_file("trunc.h5", fs::file_size("t.h5") / 2);
+    c = tiny_config("trunc.h5");
+    expect_error(c, "trunc.h5");
+    auto r = sh(bin() + " run nonexistent.json");
+    EXPECT_EQ(r.code, 2);
+    EXPECT_NE(r.out.find("config file not found"), std::string::npos) << r.out;
+}
+
+TEST_F(Cli, ListMethodsShowsParametersAndDefaults) {
+    auto r = sh(bin() + " list-methods");
+    ASSERT_EQ(r.code, 0) << r.out;
+    for (const char* s : {"full", "oracle_topk", "streaming", "window", "default 64", "sink"})
+        EXPECT_NE(r.out.find(s), std::string::npos) << s;
+    r = sh(bin() + " list-methods --json");
+    ASSERT_EQ(r.code, 0);
+    json j = json::parse(r.out);
+    bool found = false;
+    for (auto& m : j)
+        if (m["name"] == "streaming")
+            for (auto& p : m["params"])
+                if (p["name"] == "sink") found = p["default"] == 4;
+    EXPECT_TRUE(found);
+}
