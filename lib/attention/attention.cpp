@@ -117,20 +117,24 @@ PartialAttention partial_attention_ids(const float* q, const float* keys, const 
     return p;
 }
 
+void weighted_value_sum(const float* w, const float* values, int n, int d, float* out) {
+    // float32 accumulation: weights sum to 1, so the result is bounded by max |v|. This is the
+    // memory-bound reference path (reads V once).
+    std::vector<float> o((size_t)d, 0.0f);
+    for (int i = 0; i < n; ++i) {
+        const float wi = w[i];
+        const float* v = values + (size_t)i * d;
+        for (int j = 0; j < d; ++j) o[j] += wi * v[j];
+    }
+    std::copy(o.begin(), o.end(), out);
+}
+
 double exact_attention(const float* q, const float* keys, const float* values, int n, int d,
                        float scale, float* out, std::vector<float>& a) {
     a.resize((size_t)n);
     attention_scores(q, keys, n, d, scale, a.data());
     const double lse = softmax_inplace(a.data(), n);
-    // float accumulators (per-lane) over d: weights sum to 1 so float32 is ample here; this is the
-    // memory-bound reference path (reads K and V once).
-    std::vector<float> o((size_t)d, 0.0f);
-    for (int i = 0; i < n; ++i) {
-        const float w = a[i];
-        const float* v = values + (size_t)i * d;
-        for (int j = 0; j < d; ++j) o[j] += w * v[j];
-    }
-    std::copy(o.begin(), o.end(), out);
+    weighted_value_sum(a.data(), values, n, d, out);
     return lse;
 }
 

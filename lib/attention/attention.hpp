@@ -49,6 +49,9 @@ void merge(PartialAttention& p, const PartialAttention& q);
 PartialAttention partial_attention_ids(const float* q, const float* keys, const float* values,
                                        std::span<const int32_t> ids, int d, float scale);
 
+/// out[d] = sum_i w[i] * values[i] over i in [0, n). w: [n], values: [n, d].
+void weighted_value_sum(const float* w, const float* values, int n, int d, float* out);
+
 /// Exact attention over tokens [0, n): writes out [d] and returns lse. `scratch` is resized to n and
 /// left holding the softmax weights a_i (callers use them for mass and top-k).
 double exact_attention(const float* q, const float* keys, const float* values, int n, int d,
