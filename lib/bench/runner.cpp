@@ -328,6 +328,9 @@ RunOutcome run_config(const RunConfig& cfg, const RunnerOptions& opt) {
             if (opt.on_progress) opt.on_progress(prog);
         }
     };
+    manifest["sessions"].back()["threads"] = threads;
+    manifest["sessions"].back()["jobs"] = jobs.size();
+    if (threads > 1) set_blas_threads(1);  // parallelism is over heads; BLAS inside methods stays serial
     std::vector<std::thread> pool;
     for (int i = 0; i < threads; ++i) pool.emplace_back(worker);
     for (auto& th : pool) th.join();

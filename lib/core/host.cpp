@@ -73,6 +73,14 @@ nlohmann::json host_info() {
     return j;
 }
 
+bool set_blas_threads(int n) {
+    using Fn = void (*)(int);
+    static Fn fn = reinterpret_cast<Fn>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
+    if (!fn) return false;
+    fn(n);
+    return true;
+}
+
 std::string utc_now_iso() {
     const auto t = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
     std::tm tm{};

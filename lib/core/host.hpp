@@ -15,6 +15,11 @@ nlohmann::json host_info();
 /// Revision of the source this binary was built from (`git describe --always --dirty`).
 const char* git_revision();
 
+/// Sets the BLAS library's own thread count when it has one (OpenBLAS: openblas_set_num_threads);
+/// returns false when the active BLAS offers no such control. The runner sets 1 while it runs heads
+/// on several threads, so BLAS calls inside methods do not oversubscribe the cores.
+bool set_blas_threads(int n);
+
 /// Current UTC time as ISO 8601 ("2026-11-23T04:05:06Z").
 std::string utc_now_iso();
 
