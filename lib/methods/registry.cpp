@@ -4,6 +4,7 @@
 #include "core/error.hpp"
 #include "methods/basic_methods.hpp"
 #include "methods/params.hpp"
+#include "methods/wave.hpp"
 
 namespace retro {
 
@@ -30,7 +31,7 @@ void check_budgets(const MethodInfo& m, const nlohmann::json& p) {
 const std::vector<MethodInfo>& method_registry() {
     static const std::vector<MethodInfo> r = [] {
         std::vector<MethodInfo> v = {full_method_info(), oracle_topk_method_info(),
-                                     streaming_method_info()};
+                                     streaming_method_info(), wave_method_info()};
         for (auto& m : v) {
             auto inner = m.check;
             const MethodInfo copy = m;

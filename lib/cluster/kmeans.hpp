@@ -1,0 +1,68 @@
+#pragma once
+// Segmented spherical k-means (RetroInfer §4.2 "segmented clustering"; the public code is
+// microsoft/RetrievalAttention cache_hub/kmeans.py::segment_k_means).
+//
+// The rows are (optionally) mean-centered, split into S contiguous segments of about `segment` rows,
+// and each segment is clustered independently into its share of the k clusters:
+//   init    centroid i of a segment of n_s rows and k_s clusters = row floor((i + 1/2) * n_s / k_s)
+//           (evenly spaced rows, as the public code; seed != 0 draws the offset in each stride instead)
+//   iters-1 spherical iterations: assign each row to argmax_j x.c_j over its segment's centroids
+//           (inner product, lowest j on ties), then c_j = normalize(mean of its rows); an empty
+//           cluster keeps its previous centroid
+//   final   one more assignment, against every centroid of every segment (final_global_assign, as
+//           the public code) or only its own segment's, then each centroid becomes the un-normalized
+//           mean of its member rows in the input space (the centering mean added back)
+// so `iters` counts assignment passes. Assignment is a blocked float32 GEMM (cblas_sgemm, X·Cᵀ per block
+// of rows and tile of centroids) followed by a row-wise argmax; the update is a scatter-add.
+// Parallelism: OpenMP over (segment, row block) tasks with BLAS kept serial inside; results do not depend
+// on the thread count.
+#include <cstdint>
+#include <vector>
+
+namespace retro {
+
+struct KMeansParams {
+    int k = 0;                        ///< clusters in total; 0 = max(1, round(n / tokens_per_cluster))
+    double tokens_per_cluster = 16;   ///< used when k == 0 (RetroInfer §5: one centroid per 16 tokens)
+    int segment = 8192;               ///< rows per segment; 0 or >= n = one segment (global k-means)
+    int iters = 10;                   ///< assignment passes, the final (un-normalized) one included; >= 1
+    bool center = true;               ///< subtract the mean row before clustering (added back at the end)
+    bool final_global_assign = true;  ///< final assignment against all segments' centroids (public code)
+    unsigned seed = 0;                ///< 0: stride midpoints (public code); else seeded offsets per stride
+    int threads = 0;                  ///< OpenMP threads; 0 = min(OpenBLAS threads, omp_get_max_threads())
+};
+
+/// How the rows are split: computed from (n, params) alone, before any clustering.
+struct KMeansPlan {
+    int n = 0;
+    int k = 0;                          ///< clusters in total (<= n)
+    std::vector<int32_t> row_begin;     ///< [S + 1] rows of segment s: [row_begin[s], row_begin[s+1])
+    std::vector<int32_t> cluster_begin; ///< [S + 1] clusters of segment s: [cluster_begin[s], ...[s+1])
+    int segments() const { return (int)row_begin.size() - 1; }
+};
+
+/// S = 1 when segment == 0 or segment >= n, else max(1, round(n / segment)), reduced to k when k < S;
+/// segment s holds rows [floor(s n / S), floor((s+1) n / S)) and clusters
+/// [floor(s k / S), floor((s+1) k / S)) (equal shares, as the public code's reshape). Throws ParamError
+/// on n <= 0 or impossible parameters.
+KMeansPlan kmeans_plan(int n, const KMeansParams& p);
+
+struct KMeansResult {
+    int n = 0, d = 0, k = 0;
+    KMeansPlan plan;
+    std::vector<float> centroids;  ///< [k, d] mean of each cluster's rows (input space, not normalized);
+                                   ///< an empty cluster keeps its last spherical centroid (+ mean)
+    std::vector<int32_t> assign;   ///< [n] cluster of each row
+    std::vector<int32_t> sizes;    ///< [k] rows per cluster (0 = empty)
+    std::vector<float> mean;       ///< [d] the mean that was subtracted (zeros when !center)
+};
+
+/// Clusters rows x: [n, d] row-major float32. Deterministic for fixed (x, params) whatever the thread
+/// count. Throws ParamError on bad parameters.
+KMeansResult segmented_kmeans(const float* x, int n, int d, const KMeansParams& p);
+
+/// assign[i] = argmax_{j in [0, k)} x_i · c_j (lowest j on ties) for rows x: [n, d] and centroids
+/// c: [k, d]; blocked sgemm + argmax, serial (the building block of segmented_kmeans).
+void assign_max_inner_product(const float* x, int n, const float* c, int k, int d, int32_t* assign);
+
+}  // namespace retro
