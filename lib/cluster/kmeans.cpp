@@ -234,6 +234,17 @@ KMeansResult segmented_kmeans(const float* x, int n, int d, const KMeansParams& 
         }
     }
 
+    if (p.normalize_init) {  // spherical k-means proper (FAISS does this); the public code does not
+        for (int j = 0; j < K; ++j) {
+            float* cj = cent.data() + (size_t)j * d;
+            double nn = 0;
+            for (int e = 0; e < d; ++e) nn += (double)cj[e] * cj[e];
+            if (!(nn > 0)) continue;
+            const float inv = (float)(1.0 / std::sqrt(nn));
+            for (int e = 0; e < d; ++e) cj[e] *= inv;
+        }
+    }
+
     // ---- spherical iterations within segments ----
     res.assign.assign((size_t)n, 0);
     const auto seg_tasks = make_tasks(plan, false);

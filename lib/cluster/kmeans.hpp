@@ -5,7 +5,8 @@
 // The rows are (optionally) mean-centered, split into S contiguous segments of about `segment` rows,
 // and each segment is clustered independently into its share of the k clusters:
 //   init    centroid i of a segment of n_s rows and k_s clusters = row floor((i + 1/2) * n_s / k_s)
-//           (evenly spaced rows, as the public code; seed != 0 draws the offset in each stride instead)
+//           (evenly spaced rows, as the public code; seed != 0 draws the offset in each stride instead),
+//           not normalized (as the public code) unless normalize_init
 //   iters-1 spherical iterations: assign each row to argmax_j x.c_j over its segment's centroids
 //           (inner product, lowest j on ties), then c_j = normalize(mean of its rows); an empty
 //           cluster keeps its previous centroid
@@ -28,6 +29,8 @@ struct KMeansParams {
     int iters = 10;                   ///< assignment passes, the final (un-normalized) one included; >= 1
     bool center = true;               ///< subtract the mean row before clustering (added back at the end)
     bool final_global_assign = true;  ///< final assignment against all segments' centroids (public code)
+    bool normalize_init = false;      ///< L2-normalize the initial centroids (the public code does not:
+                                      ///< its first assignment scores raw keys; FAISS normalizes)
     unsigned seed = 0;                ///< 0: stride midpoints (public code); else seeded offsets per stride
     int threads = 0;                  ///< OpenMP threads; 0 = min(OpenBLAS threads, omp_get_max_threads())
 };

@@ -29,6 +29,7 @@ struct WaveParams {
     GqaRank gqa = GqaRank::sum;      ///< ranking of clusters for the GQA group
     bool center_keys = true;         ///< k-means on mean-centered keys
     bool final_global_assign = true; ///< k-means final assignment against every segment's centroids
+    bool normalize_init = false;     ///< k-means initial centroids L2-normalized (public code: raw keys)
     int update_segment = 1024;       ///< decode tokens clustered per index update; 0 = no updates
     unsigned seed = 0;               ///< k-means init offsets (0 = stride midpoints, the public code)
 };
@@ -170,6 +171,7 @@ class Wave final : public Method {
         kp.iters = p_.iters;
         kp.center = p_.center_keys;
         kp.final_global_assign = p_.final_global_assign;
+        kp.normalize_init = p_.normalize_init;
         if (p_.seed != 0) {
             unsigned s = p_.seed * 2654435761u;
             s ^= (unsigned)ctx_.layer * 40503u + (unsigned)ctx_.kv_head * 9176u +
@@ -258,6 +260,10 @@ MethodInfo wave_method_info() {
         {"final_global_assign", ParamType::boolean, true,
          "k-means final assignment against the centroids of every segment (false: own segment only)",
          "public code segment_k_means (final pass over all centroids); the paper does not say"},
+        {"normalize_init", ParamType::boolean, false,
+         "k-means: L2-normalize the initial centroids (false: the first assignment scores the raw "
+         "initial keys, as the public code)",
+         "public segment_k_means (false); FAISS spherical k-means normalizes (true)"},
         {"update_segment", ParamType::integer, 1024,
          "decode-time index update: every update_segment tokens beyond the window become new "
          "clusters; 0 = never",
@@ -280,6 +286,7 @@ MethodInfo wave_method_info() {
         p.gqa = g == "max" ? GqaRank::max : g == "mean" ? GqaRank::mean : GqaRank::sum;
         p.center_keys = j.at("center_keys").get<bool>();
         p.final_global_assign = j.at("final_global_assign").get<bool>();
+        p.normalize_init = j.at("normalize_init").get<bool>();
         p.update_segment = j.at("update_segment").get<int>();
         p.seed = (unsigned)j.at("seed").get<long long>();
         return std::make_unique<Wave>(p);

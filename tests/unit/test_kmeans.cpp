@@ -42,7 +42,8 @@ struct Ref {
     std::vector<double> centroids;
     std::vector<int> sizes;
 };
-Ref reference_global(const std::vector<float>& x, int n, int d, int k, int iters, bool center) {
+Ref reference_global(const std::vector<float>& x, int n, int d, int k, int iters, bool center,
+                     bool normalize_init = false) {
     std::vector<double> mean((size_t)d, 0.0), xc((size_t)n * d);
     if (center) {
         for (int i = 0; i < n; ++i)
@@ -54,7 +55,10 @@ Ref reference_global(const std::vector<float>& x, int n, int d, int k, int iters
     std::vector<double> c((size_t)k * d);
     for (int j = 0; j < k; ++j) {
         const int idx = (int)std::floor((j + 0.5) * n / k);
-        for (int e = 0; e < d; ++e) c[(size_t)j * d + e] = xc[(size_t)idx * d + e];
+        double nn = 0;
+        for (int e = 0; e < d; ++e) nn += xc[(size_t)idx * d + e] * xc[(size_t)idx * d + e];
+        const double f = normalize_init ? 1.0 / std::sqrt(nn) : 1.0;
+        for (int e = 0; e < d; ++e) c[(size_t)j * d + e] = xc[(size_t)idx * d + e] * f;
     }
     Ref r;
     r.assign.assign((size_t)n, 0);
@@ -182,6 +186,18 @@ TEST(KMeans, SegmentEqualToInputIsGlobalKMeans) {
                 EXPECT_NEAR(r.centroids[(size_t)j * d + e], ref.centroids[(size_t)j * d + e], 1e-4);
         }
     }
+}
+
+TEST(KMeans, NormalizedInitMatchesReference) {
+    const int n = 1500, d = 16, k = 90;
+    const auto x = blobs(n, d, 30, 11, 0.6f);
+    const Ref ref = reference_global(x, n, d, k, 10, true, true);
+    KMeansParams p;
+    p.k = k;
+    p.segment = 0;
+    p.normalize_init = true;
+    const auto r = segmented_kmeans(x.data(), n, d, p);
+    for (int i = 0; i < n; ++i) ASSERT_EQ(r.assign[(size_t)i], ref.assign[(size_t)i]) << i;
 }
 
 TEST(KMeans, UncenteredMatchesReferenceToo) {

@@ -110,6 +110,7 @@ TEST(Wave, IsRegisteredWithSourcedDefaults) {
     EXPECT_EQ(p.at("gqa").get<std::string>(), "sum");
     EXPECT_TRUE(p.at("center_keys").get<bool>());
     EXPECT_TRUE(p.at("final_global_assign").get<bool>());
+    EXPECT_FALSE(p.at("normalize_init").get<bool>());
     EXPECT_EQ(p.at("update_segment").get<int>(), 1024);
     for (const auto& s : info.params) EXPECT_FALSE(s.source.empty()) << s.name;
 }
