@@ -41,7 +41,7 @@ const CommandRegistrar reg(50, [](CLI::App& app) {
             fmt::print("{}\n  {}\n", m.name, m.description);
             if (m.paper != "-") fmt::print("  paper: {}\n", m.paper);
             for (const auto& s : m.params)
-                fmt::print("    {:<14} {:<7} default {:<10} {:<18} {}  [source: {}]\n", s.name,
+                fmt::print("    {:<19} {:<7} default {:<9} {:<17} {}  [source: {}]\n", s.name,
                            param_type_name(s.type),
                            s.default_value.is_string() ? s.default_value.get<std::string>() : s.default_value.dump(),
                            range_text(s), s.description, s.source);
