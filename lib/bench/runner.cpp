@@ -20,10 +20,7 @@
 #include "metrics/evaluator.hpp"
 #include "metrics/metrics.hpp"
 #include "trace/reader.hpp"
-#if __has_include("trace/synth.hpp")
 #include "trace/synth.hpp"
-#define RETRO_HAVE_SYNTH 1
-#endif
 
 namespace retro {
 
@@ -67,21 +64,20 @@ std::vector<PreparedTrace> prepare_traces(const RunConfig& cfg, bool generate_mi
                 throw TraceError("trace file not found: " + spec.path +
                                  " (give a \"synth\" recipe in the config to generate it, or run "
                                  "`retro-bench synth`)");
-#ifdef RETRO_HAVE_SYNTH
             const SynthParams sp = SynthParams::from_json(spec.synth);
             sp.validate();
             if (generate_missing) {
                 if (note) note("generating synthetic trace " + spec.path);
                 const auto t0 = Clock::now();
+                const fs::path parent = fs::path(spec.path).parent_path();
+                std::error_code ec;
+                if (!parent.empty()) fs::create_directories(parent, ec);
                 synthesize(sp, spec.path);
                 if (note) note("generated " + spec.path + " in " + std::to_string((int)secs_since(t0)) + " s");
             } else {
                 t.needs_synth = true;
                 t.info = synth_trace_info(sp);
             }
-#else
-            throw TraceError("trace file not found: " + spec.path);
-#endif
         }
         if (!t.needs_synth) t.info = TraceReader(spec.path).info();
         const TraceInfo& info = t.info;

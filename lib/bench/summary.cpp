@@ -3,18 +3,41 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <map>
 #include <set>
+
+#include "core/error.hpp"
+#include "methods/params.hpp"
 
 namespace retro {
 
 using json = nlohmann::json;
 
 namespace {
-std::string params_text(const json& p) {
+// Parameters worth a column entry: those that vary between this method's records in the table, and
+// those set away from the method's default. The full set is in runs.jsonl.
+std::string params_text(const json& p, const std::set<std::string>& varying, const std::string& method) {
+    const MethodInfo* info = nullptr;
+    try {
+        info = &find_method(method);
+    } catch (const Error&) {
+    }
     std::string s;
-    for (auto it = p.begin(); it != p.end(); ++it)
-        s += (s.empty() ? "" : " ") + it.key() + "=" + (it->is_string() ? it->get<std::string>() : it->dump());
-    return s.empty() ? "-" : s;
+    for (auto it = p.begin(); it != p.end(); ++it) {
+        bool show = varying.count(it.key()) > 0;
+        if (!show && info) {
+            for (const auto& spec : info->params)
+                if (spec.name == it.key() && spec.default_value != *it &&
+                    !(spec.default_value.is_number() && it->is_number() &&
+                      spec.default_value.get<double>() == it->get<double>()))
+                    show = true;
+        } else if (!info) {
+            show = true;
+        }
+        if (show)
+            s += (s.empty() ? "" : " ") + it.key() + "=" + (it->is_string() ? it->get<std::string>() : it->dump());
+    }
+    return s.empty() ? "defaults" : s;
 }
 std::string stat(const json& rec, const std::string& metric, const char* which, const char* f) {
     if (!rec.contains("metrics") || !rec["metrics"].contains(metric)) return "-";
@@ -38,13 +61,27 @@ std::string summary_table(const std::vector<json>& records) {
     for (const auto& r : records) traces.insert(r.value("trace", ""));
     const bool show_trace = traces.size() > 1;
 
+    // per method: parameter keys whose value differs between its records
+    std::map<std::string, std::set<std::string>> varying;
+    std::map<std::string, json> first;
+    for (const auto& r : records) {
+        const std::string m = r.value("method", "?");
+        const json p = r.value("params", json::object());
+        if (!first.count(m)) {
+            first[m] = p;
+            continue;
+        }
+        for (auto it = p.begin(); it != p.end(); ++it)
+            if (!first[m].contains(it.key()) || first[m][it.key()] != *it) varying[m].insert(it.key());
+    }
+
     std::vector<std::vector<std::string>> rows;
     std::vector<std::string> head = {"method", "params", recall, "mass", "out_err", "out_err p90",
                                      "exact_frac", "h2d KB/step", "select us p50"};
     if (show_trace) head.insert(head.begin(), "trace");
     rows.push_back(head);
     for (const auto& r : records) {
-        std::vector<std::string> row = {r.value("method", "?"), params_text(r.value("params", json::object())),
+        std::vector<std::string> row = {r.value("method", "?"), params_text(r.value("params", json::object()), varying[r.value("method", "?")], r.value("method", "?")),
                                         stat(r, recall, "mean", "{:.4f}"), stat(r, "mass", "mean", "{:.4f}"),
                                         stat(r, "out_err", "mean", "{:.4f}"), stat(r, "out_err", "p90", "{:.4f}"),
                                         stat(r, "exact_frac", "mean", "{:.4f}"),
