@@ -3,6 +3,8 @@
 // algorithm as built, the parameters with their sources, and every deviation.
 #include "methods/wave.hpp"
 
+#include <cblas.h>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -102,23 +104,26 @@ class Wave final : public Method {
             return;
         }
 
-        // Rank clusters for the whole group by centroid scores.
-        scores_.resize((size_t)m);
+        // Rank clusters for the whole group by centroid scores: scores_ [g, m] = scale * Q C^T.
+        scores_.resize((size_t)g * m);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, g, m, d, ctx_.scale, q, d,
+                    index_.centroids().data(), d, 0.0f, scores_.data(), m);
         agg_.assign((size_t)m, p_.gqa == GqaRank::max ? -std::numeric_limits<float>::infinity() : 0.0f);
         for (int h = 0; h < g; ++h) {
-            attention_scores(q + (size_t)h * d, index_.centroids().data(), m, d, ctx_.scale, scores_.data());
+            const float* s = scores_.data() + (size_t)h * m;
             if (p_.gqa == GqaRank::mean) {
-                for (int j : nonempty_) agg_[(size_t)j] += scores_[(size_t)j] / (float)g;
+                for (int j : nonempty_) agg_[(size_t)j] += s[j] / (float)g;
                 continue;
             }
             // softmax over the non-empty clusters (empty ones are masked, as the public code)
             float mx = -std::numeric_limits<float>::infinity();
-            for (int j : nonempty_) mx = std::max(mx, scores_[(size_t)j]);
+            for (int j : nonempty_) mx = std::max(mx, s[j]);
+            w_.resize((size_t)m);
             double sum = 0;
-            for (int j : nonempty_) sum += std::exp((double)scores_[(size_t)j] - mx);
-            const double inv = 1.0 / sum;
+            for (int j : nonempty_) sum += (w_[(size_t)j] = std::exp(s[j] - mx));
+            const float inv = (float)(1.0 / sum);
             for (int j : nonempty_) {
-                const float w = (float)(std::exp((double)scores_[(size_t)j] - mx) * inv);
+                const float w = w_[(size_t)j] * inv;
                 float& a = agg_[(size_t)j];
                 a = p_.gqa == GqaRank::sum ? a + w : std::max(a, w);
             }
@@ -194,7 +199,7 @@ class Wave final : public Method {
     std::vector<int> nonempty_;  ///< clusters with members, ascending
     int idx_end_ = 0;            ///< the index holds tokens [sink, idx_end_)
     int n_ = 0;                  ///< tokens visible after the last build/append/select
-    std::vector<float> scores_, agg_;
+    std::vector<float> scores_, agg_, w_;
     std::vector<int> order_;
 };
 
