@@ -193,7 +193,7 @@ TEST_F(Cli, RunWritesCorrectResultsAndResumes) {
 }
 
 TEST_F(Cli, KilledRunLeavesWholeFilesAndResumes) {
-    make_trace("big.h5", 3000, 16);
+    make_trace("big.h5", 20000, 16);
     json c = tiny_config("big.h5");
     c["name"] = "killed";
     write_config("c.json", c);
@@ -211,6 +211,8 @@ TEST_F(Cli, KilledRunLeavesWholeFilesAndResumes) {
     kill(pid, SIGKILL);
     int st;
     waitpid(pid, &st, 0);
+    // the kill must have landed mid-run for this test to mean anything
+    ASSERT_EQ(json::parse(slurp("results/killed/manifest.json"))["status"], "running");
     for (auto& e : fs::recursive_directory_iterator("results/killed")) {
         if (!e.is_regular_file() || e.path().extension() != ".json") continue;
         EXPECT_NO_THROW(json::parse(slurp(e.path()))) << e.path();
