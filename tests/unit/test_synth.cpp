@@ -1,0 +1,400 @@
+// Synthetic trace generator: determinism, shapes, parameter validation and JSON, RoPE really applied,
+// the written file, and the statistical properties the generator promises (docs/synth.md), measured
+// with the stats functions on small traces.
+#include <gtest/gtest.h>
+#include <omp.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+
+#include "attention/attention.hpp"
+#include "core/error.hpp"
+#include "trace/reader.hpp"
+#include "trace/stats.hpp"
+#include "trace/synth.hpp"
+
+using namespace retro;
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+struct SynthTempDir {
+    std::string path;
+    SynthTempDir() {
+        char tmpl[] = "/tmp/retro-synth-test-XXXXXX";
+        const char* p = mkdtemp(tmpl);
+        if (!p) throw std::runtime_error("mkdtemp failed");
+        path = p;
+    }
+    ~SynthTempDir() {
+        std::error_code ec;
+        fs::remove_all(path, ec);
+    }
+    std::string operator/(const std::string& name) const { return path + "/" + name; }
+};
+
+/// Small SmolLM2-shaped parameters (9 q / 3 kv heads, d = 64).
+SynthParams tiny(uint64_t seed = 7) {
+    SynthParams p = SynthParams::preset("smollm2");
+    p.num_layers = 2;
+    p.prompt_len = 1024;
+    p.decode_steps = 8;
+    p.prefill_queries = 16;
+    p.seed = seed;
+    return p;
+}
+
+/// Llama-3-8B head shape (d = 128, theta 5e5, GQA 4) with 2 KV heads, 4K prompt: the statistics test.
+SynthParams small_llama() {
+    SynthParams p = SynthParams::preset("llama3-8b");
+    p.num_layers = 1;
+    p.num_q_heads = 8;
+    p.num_kv_heads = 2;
+    p.prompt_len = 4096;
+    p.decode_steps = 16;
+    p.prefill_queries = 0;
+    return p;
+}
+
+double cosine(const float* a, const float* b, int d) {
+    double ab = 0, aa = 0, bb = 0;
+    for (int j = 0; j < d; ++j) {
+        ab += (double)a[j] * b[j];
+        aa += (double)a[j] * a[j];
+        bb += (double)b[j] * b[j];
+    }
+    return ab / std::sqrt(aa * bb);
+}
+
+}  // namespace
+
+TEST(Synth, ShapesAndDeterminism) {
+    const SynthParams p = tiny();
+    const SynthLayer a = synthesize_layer(p, 1);
+    const int n = p.n_tokens(), d = p.head_dim;
+    EXPECT_EQ(a.layer, 1);
+    EXPECT_EQ(a.keys.size(), (size_t)p.num_kv_heads * n * d);
+    EXPECT_EQ(a.values.size(), (size_t)p.num_kv_heads * n * d);
+    EXPECT_EQ(a.queries.size(), (size_t)p.num_q_heads * p.decode_steps * d);
+    EXPECT_EQ(a.prefill_queries.size(), (size_t)p.num_q_heads * p.prefill_queries * d);
+    EXPECT_EQ(a.heads.size(), (size_t)p.num_q_heads);
+    for (float x : a.keys) ASSERT_TRUE(std::isfinite(x));
+    for (float x : a.queries) ASSERT_TRUE(std::isfinite(x));
+
+    const SynthLayer b = synthesize_layer(p, 1);  // same seed: bit-identical
+    EXPECT_EQ(a.keys, b.keys);
+    EXPECT_EQ(a.values, b.values);
+    EXPECT_EQ(a.queries, b.queries);
+    EXPECT_EQ(a.prefill_queries, b.prefill_queries);
+
+    const int threads = omp_get_max_threads();  // independent of the thread count
+    omp_set_num_threads(1);
+    const SynthLayer one = synthesize_layer(p, 1);
+    omp_set_num_threads(threads);
+    EXPECT_EQ(a.keys, one.keys);
+    EXPECT_EQ(a.queries, one.queries);
+
+    const SynthLayer c = synthesize_layer(tiny(8), 1);  // other seed: different everywhere
+    EXPECT_NE(a.keys, c.keys);
+    EXPECT_NE(a.values, c.values);
+    EXPECT_NE(a.queries, c.queries);
+    const SynthLayer l0 = synthesize_layer(p, 0);  // other layer: different
+    EXPECT_NE(a.keys, l0.keys);
+
+    const HeadSlice s = synth_head_slice(p, a, 2);
+    EXPECT_EQ(s.kv_head, 2);
+    EXPECT_EQ(s.group, 3);
+    EXPECT_EQ(s.first_q_head, 6);
+    EXPECT_EQ(s.keys.size(), (size_t)n * d);
+    EXPECT_EQ(s.queries.size(), (size_t)3 * p.decode_steps * d);
+    EXPECT_EQ(s.num_prefill, 16);
+    EXPECT_EQ(s.prefill_first_position, p.prompt_len - 16);
+    EXPECT_EQ(s.key(5)[3], a.keys[((size_t)2 * n + 5) * d + 3]);
+    EXPECT_EQ(s.query(1, 4)[0], a.queries[((size_t)7 * p.decode_steps + 4) * d]);
+}
+
+TEST(Synth, TextStructure) {
+    SynthParams p = tiny();
+    p.prompt_len = 8192;
+    const SynthText t = synth_text(p);
+    ASSERT_EQ(t.topic.size(), (size_t)p.n_tokens());
+    ASSERT_EQ(t.needles.size(), (size_t)p.num_needles);
+    for (int x : t.needles) {
+        EXPECT_GE(x, p.sink_tokens);
+        EXPECT_LT(x, p.prompt_len - p.local_window);
+    }
+    // Contiguous runs of mean length ~topic_run, and topics that recur after other topics.
+    int runs = 1, recurring = 0;
+    std::vector<int> seen_runs((size_t)t.num_topics, 0);
+    seen_runs[(size_t)t.topic[0]] = 1;
+    for (size_t i = 1; i < t.topic.size(); ++i)
+        if (t.topic[i] != t.topic[i - 1]) {
+            ++runs;
+            if (seen_runs[(size_t)t.topic[i]]++ > 0) ++recurring;
+        }
+    const double mean_run = (double)t.topic.size() / runs;
+    EXPECT_GT(mean_run, 0.6 * p.topic_run);
+    EXPECT_LT(mean_run, 1.6 * p.topic_run);
+    EXPECT_GT(recurring, runs / 3);  // topic_new_prob = 0.3: most switches go back to a seen topic
+}
+
+TEST(Synth, ValidateNamesParameterAndRange) {
+    const auto expect_param_error = [](SynthParams p, const std::string& needle) {
+        try {
+            p.validate();
+            ADD_FAILURE() << "expected ParamError mentioning " << needle;
+        } catch (const ParamError& e) {
+            EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+        }
+    };
+    EXPECT_NO_THROW(SynthParams{}.validate());
+    EXPECT_NO_THROW(SynthParams::preset("smollm2").validate());
+    SynthParams p;
+    p.num_kv_heads = 5;
+    expect_param_error(p, "num_kv_heads");
+    p = {};
+    p.head_dim = 63;
+    expect_param_error(p, "head_dim");
+    p = {};
+    p.prompt_len = 4;
+    expect_param_error(p, "prompt_len");
+    p = {};
+    p.sink_mass_min = 0.6;
+    expect_param_error(p, "sink_mass_min");
+    p = {};
+    p.dtype = "float64";
+    expect_param_error(p, "dtype");
+    p = {};
+    p.focus_ar = 1.5;
+    expect_param_error(p, "focus_ar");
+    p = {};
+    p.prefill_queries = p.prompt_len + 1;
+    expect_param_error(p, "prefill_queries");
+    p = {};
+    p.decode_steps = 0;
+    expect_param_error(p, "decode_steps");
+    p = {};
+    p.prompt_len = 200;
+    p.num_needles = 150;
+    expect_param_error(p, "num_needles");
+    EXPECT_THROW(SynthParams::preset("gpt5"), ParamError);
+    // Errors say what the valid range is.
+    p = {};
+    p.peaked_fraction = -0.1;
+    try {
+        p.validate();
+        FAIL();
+    } catch (const ParamError& e) {
+        EXPECT_NE(std::string(e.what()).find("[0, 1]"), std::string::npos) << e.what();
+    }
+}
+
+TEST(Synth, JsonPresetOverridesAndUnknownKeys) {
+    const SynthParams p = SynthParams::from_json(json{{"preset", "smollm2"}, {"prompt_len", 2048}, {"seed", 9}});
+    EXPECT_EQ(p.preset_name, "smollm2");
+    EXPECT_EQ(p.num_q_heads, 9);
+    EXPECT_EQ(p.num_kv_heads, 3);
+    EXPECT_EQ(p.head_dim, 64);
+    EXPECT_DOUBLE_EQ(p.rope_theta, 100000.0);
+    EXPECT_EQ(p.prompt_len, 2048);
+    EXPECT_EQ(p.seed, 9u);
+    const SynthParams d = SynthParams::from_json(json::object());
+    EXPECT_EQ(d.preset_name, "llama3-8b");
+    EXPECT_EQ(d.num_q_heads, 32);
+    EXPECT_DOUBLE_EQ(d.rope_theta, 500000.0);
+    EXPECT_EQ(d.num_layers, 2);
+    EXPECT_EQ(d.prompt_len, 16384);
+    EXPECT_EQ(d.decode_steps, 32);
+    EXPECT_EQ(d.prefill_queries, 64);
+    EXPECT_EQ(d.dtype, "float16");
+
+    // Round trip: to_json -> from_json gives the same JSON.
+    SynthParams q = tiny();
+    q.needle_z = 4.5;
+    q.dtype = "bfloat16";
+    EXPECT_EQ(SynthParams::from_json(q.to_json()).to_json(), q.to_json());
+
+    try {
+        SynthParams::from_json(json{{"prompt_len", 100}, {"promt_len", 3}});
+        FAIL() << "unknown key accepted";
+    } catch (const ConfigError& e) {
+        EXPECT_NE(std::string(e.what()).find("promt_len"), std::string::npos) << e.what();
+    }
+    EXPECT_THROW(SynthParams::from_json(json{{"prompt_len", "long"}}), ConfigError);
+    EXPECT_THROW(SynthParams::from_json(json{{"prompt_len", 1.5}}), ConfigError);
+    EXPECT_THROW(SynthParams::from_json(json{{"seed", -1}}), ConfigError);
+    EXPECT_THROW(SynthParams::from_json(json{{"preset", "nope"}}), ConfigError);
+    EXPECT_THROW(SynthParams::from_json(json::array()), ConfigError);
+}
+
+TEST(Synth, RopeIsAppliedHalfSplit) {
+    // Keys share a constant pre-RoPE mean vector. After RoPE its high-frequency pairs rotate with the
+    // position and average out over tokens; undoing the rotation (half_split, theta from the preset)
+    // brings the constant back.
+    SynthParams p = tiny();
+    p.num_layers = 1;
+    const SynthLayer L = synthesize_layer(p, 0);
+    const int d = p.head_dim, P = d / 2, n = p.n_tokens();
+    const float* K = L.keys.data();  // KV head 0
+    double post = 0, pre = 0;
+    for (int j = 0; j < P / 4; ++j) {  // the highest-frequency quarter of the pairs
+        const double w = std::pow(p.rope_theta, -2.0 * j / d);
+        double mx = 0, my = 0, ux = 0, uy = 0;
+        for (int i = p.sink_tokens; i < n; ++i) {
+            const double x = K[(size_t)i * d + j], y = K[(size_t)i * d + j + P];
+            mx += x;
+            my += y;
+            const double c = std::cos(-w * i), s = std::sin(-w * i);
+            ux += x * c - y * s;  // inverse rotation by the token's position
+            uy += y * c + x * s;
+        }
+        const int m = n - p.sink_tokens;
+        post += std::hypot(mx / m, my / m);
+        pre += std::hypot(ux / m, uy / m);
+    }
+    EXPECT_GT(pre, 10 * post) << "pre-RoPE mean norm " << pre << ", post-RoPE " << post;
+    EXPECT_GT(pre / (P / 4), 1.0);  // ~key_mean * sqrt(2) per pair
+
+    // Positional locality: neighbouring keys are more similar than distant ones.
+    double near = 0, far = 0;
+    int cnt = 0;
+    for (int i = 64; i + 1 < n - 512; i += 7) {
+        near += cosine(K + (size_t)i * d, K + (size_t)(i + 1) * d, d);
+        far += cosine(K + (size_t)i * d, K + (size_t)(i + 512) * d, d);
+        ++cnt;
+    }
+    EXPECT_GT(near / cnt, far / cnt + 0.1) << "near " << near / cnt << " far " << far / cnt;
+}
+
+TEST(Synth, WritesReadableTrace) {
+    SynthTempDir dir;
+    SynthParams p = tiny();
+    p.prompt_len = 600;
+    p.decode_steps = 6;
+    const std::string path = dir / "t.h5";
+    synthesize(p, path);
+    TraceReader r(path);
+    const TraceInfo& info = r.info();
+    EXPECT_EQ(info.model, "synthetic-smollm2");
+    EXPECT_EQ(info.source.rfind("synthetic:retro-synth v1 {", 0), 0u) << info.source;
+    EXPECT_EQ(SynthParams::from_json(json::parse(info.source.substr(info.source.find('{')))).to_json(),
+              p.to_json());
+    EXPECT_EQ(info.num_q_heads, 9);
+    EXPECT_EQ(info.num_kv_heads, 3);
+    EXPECT_EQ(info.head_dim, 64);
+    EXPECT_EQ(info.prompt_len, 600);
+    EXPECT_EQ(info.num_decode_steps, 6);
+    EXPECT_TRUE(info.rope_applied);
+    EXPECT_EQ(info.rope_layout, "half_split");
+    EXPECT_DOUBLE_EQ(info.rope_theta, 100000.0);
+    EXPECT_EQ(info.dtype, DType::f16);
+    EXPECT_EQ(info.layers, (std::vector<int>{0, 1}));
+    EXPECT_EQ(info.num_prefill_queries, 16);
+    EXPECT_EQ(info.prefill_first_position, 584);
+    const TraceInfo expect = synth_trace_info(p);
+    EXPECT_EQ(expect.source, info.source);
+    EXPECT_EQ(expect.layers, info.layers);
+
+    const SynthLayer L = synthesize_layer(p, 1);
+    const HeadSlice mem = synth_head_slice(p, L, 1);
+    const HeadSlice file = r.read_head(1, 1);
+    ASSERT_EQ(mem.keys.size(), file.keys.size());
+    ASSERT_EQ(mem.queries.size(), file.queries.size());
+    ASSERT_EQ(mem.prefill_queries.size(), file.prefill_queries.size());
+    for (size_t i = 0; i < mem.keys.size(); ++i)
+        ASSERT_NEAR(mem.keys[i], file.keys[i], 1e-3 * std::abs(mem.keys[i]) + 1e-4);
+    for (size_t i = 0; i < mem.queries.size(); ++i)
+        ASSERT_NEAR(mem.queries[i], file.queries[i], 1e-3 * std::abs(mem.queries[i]) + 1e-4);
+    for (size_t i = 0; i < mem.prefill_queries.size(); ++i)
+        ASSERT_NEAR(mem.prefill_queries[i], file.prefill_queries[i], 1e-3 * std::abs(mem.prefill_queries[i]) + 1e-4);
+}
+
+TEST(Synth, RealisticAttentionStatistics) {
+    const SynthParams p = small_llama();
+    const SynthLayer L = synthesize_layer(p, 0);
+    std::vector<QHeadStats> st;
+    for (int g = 0; g < p.num_kv_heads; ++g) {
+        const auto v = head_stats(synth_head_slice(p, L, g));
+        st.insert(st.end(), v.begin(), v.end());
+    }
+    ASSERT_EQ(st.size(), (size_t)p.num_q_heads);
+    const QHeadStats m = mean_stats(st);
+    // Attention sinks draw a large share (targets 10-50% per head).
+    EXPECT_GT(m.sink_mass, 0.12);
+    EXPECT_LT(m.sink_mass, 0.6);
+    for (const auto& s : st) EXPECT_GT(s.sink_mass, 0.01) << "q head " << s.q_head;
+    // Recency: the last 64 of ~4100 tokens (1.6%) hold clearly more than their share.
+    EXPECT_GT(m.local_mass, 0.04);
+    // Queries are out of distribution for the keys (RetrievalAttention: > 10x at 128 dims).
+    EXPECT_GT(m.ood_ratio, 5.0);
+    for (const auto& s : st) EXPECT_GT(s.ood_ratio, 3.0) << "q head " << s.q_head;
+    // Smooth drift: consecutive top-100 sets overlap strongly but not completely; consecutive queries
+    // are very similar (CTKVR Obs. 1).
+    EXPECT_GT(m.overlap, 0.6);
+    EXPECT_LT(m.overlap, 0.97);
+    EXPECT_GT(m.query_cos, 0.9);
+    // A reused top-1% set loses mass at later steps (RetrievalAttention Fig. 2).
+    EXPECT_LT(m.static_top_frac_mass, m.top_frac_mass - 0.03);
+    // Sparsity: top 1% of tokens hold most of the mass on average.
+    EXPECT_GT(m.top_frac_mass, 0.6);
+    // The sharpest head needs far fewer tokens for 90% of the mass than the most diffuse one.
+    int sharp = 0, diffuse = 0;
+    for (int h = 0; h < p.num_q_heads; ++h) {
+        if (L.heads[(size_t)h].sharpness > L.heads[(size_t)sharp].sharpness) sharp = h;
+        if (L.heads[(size_t)h].sharpness < L.heads[(size_t)diffuse].sharpness) diffuse = h;
+    }
+    EXPECT_GT(L.heads[(size_t)sharp].sharpness, L.heads[(size_t)diffuse].sharpness + 1.0);
+    EXPECT_LT(st[(size_t)sharp].f90 * 5, st[(size_t)diffuse].f90)
+        << "sharp head f90 " << st[(size_t)sharp].f90 << ", diffuse " << st[(size_t)diffuse].f90;
+}
+
+TEST(Synth, HeadMixFollowsPeakedFraction) {
+    // Heads range from diffuse (>= ~5% of tokens for 90% of the mass) to very peaked (< 1%).
+    SynthParams p = small_llama();
+    p.num_q_heads = 16;
+    p.num_kv_heads = 4;
+    p.decode_steps = 4;
+    const SynthLayer L = synthesize_layer(p, 0);
+    int peaked = 0, diffuse = 0;
+    for (int g = 0; g < p.num_kv_heads; ++g)
+        for (const auto& s : head_stats(synth_head_slice(p, L, g))) {
+            if (s.f90 < 0.01) ++peaked;
+            if (s.f90 > 0.05) ++diffuse;
+        }
+    EXPECT_GE(peaked, 3);
+    EXPECT_GE(diffuse, 1);
+
+    p.prompt_len = 512;
+    p.peaked_fraction = 0.0;  // all heads diffuse
+    const SynthLayer D = synthesize_layer(p, 0);
+    for (const auto& h : D.heads) EXPECT_FALSE(h.peaked);
+    p.peaked_fraction = 1.0;
+    const SynthLayer S = synthesize_layer(p, 0);
+    for (const auto& h : S.heads) EXPECT_TRUE(h.peaked);
+}
+
+TEST(Synth, NeedlesAreTargeted) {
+    // Some head at some step puts a large weight on a needle token far from the end.
+    SynthParams p = small_llama();
+    p.needle_rate = 0.3;
+    const SynthLayer L = synthesize_layer(p, 0);
+    const SynthText text = synth_text(p);
+    double best = 0;
+    std::vector<float> w;
+    for (int g = 0; g < p.num_kv_heads; ++g) {
+        const HeadSlice s = synth_head_slice(p, L, g);
+        for (int q = 0; q < s.group; ++q)
+            for (int t = 0; t < s.num_steps; ++t) {
+                const int n = s.visible(t);
+                w.resize((size_t)n);
+                attention_scores(s.query(q, t), s.keys.data(), n, s.head_dim, 1.0f / std::sqrt((float)s.head_dim),
+                                 w.data());
+                softmax_inplace(w.data(), n);
+                for (int x : text.needles) best = std::max(best, (double)w[(size_t)x]);
+            }
+    }
+    EXPECT_GT(best, 0.2);
+}
