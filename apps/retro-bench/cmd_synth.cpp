@@ -80,6 +80,9 @@ const CommandRegistrar reg(20, [](CLI::App& app) {
             fmt::print("{}\n", p.to_json().dump(2));
             return 0;
         }
+        const auto parent = std::filesystem::path(a->out).parent_path();
+        std::error_code mk;
+        if (!parent.empty()) std::filesystem::create_directories(parent, mk);
         const auto t0 = std::chrono::steady_clock::now();
         synthesize(p, a->out);
         const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -46,6 +46,8 @@ void for_each_field(P& p, F&& f) {
     f("topic_run", p.topic_run);
     f("topic_new_prob", p.topic_new_prob);
     f("topic_share", p.topic_share);
+    f("vocab_size", p.vocab_size);
+    f("word_share", p.word_share);
     f("key_salience_sigma", p.key_salience_sigma);
     f("focus_ar", p.focus_ar);
     f("gqa_shared", p.gqa_shared);
@@ -248,6 +250,11 @@ void SynthParams::validate() const {
     rrange("topic_run", topic_run, 1.0, 1e9);
     rrange("topic_new_prob", topic_new_prob, 0.0, 1.0);
     rrange("topic_share", topic_share, 0.0, 1.0);
+    irange("vocab_size", vocab_size, 1, 1 << 24);
+    rrange("word_share", word_share, 0.0, 1.0);
+    if (topic_share + word_share > 1.0 + 1e-12)
+        throw ParamError("synth parameters topic_share = " + fmt_num(topic_share) + " and word_share = " +
+                         fmt_num(word_share) + ": expected topic_share + word_share <= 1");
     rrange("key_salience_sigma", key_salience_sigma, 0.0, 2.0);
     rrange("focus_ar", focus_ar, 0.0, 1.0);
     rrange("gqa_shared", gqa_shared, 0.0, 1.0);
@@ -293,6 +300,7 @@ inline uint64_t mix64(uint64_t z) {
 enum Tag : uint64_t {
     kText = 1, kNeedlePos, kHeadParam, kKeyMean, kSinkDir, kTopicKey, kNeedleKey, kKeyTok, kValMean,
     kTopicVal, kNeedleVal, kValTok, kFocusGroup, kFocusHead, kNeedleSched, kQueryOffset, kQueryNoise,
+    kWord, kWordKey,
 };
 
 /// Independent stream keyed by (seed, tag, a, b, c): splitmix64 + Marsaglia polar normals.
@@ -431,6 +439,10 @@ SynthText synth_text(const SynthParams& p) {
         }
         t.topic[(size_t)i] = cur;
     }
+    // Word types: uniform over the vocabulary (repeated words recur all over the context).
+    t.word.resize((size_t)n);
+    Rng rw(p.seed, kWord);
+    for (int i = 0; i < n; ++i) t.word[(size_t)i] = rw.below(p.vocab_size);
     // Needles: distinct positions in [sink_tokens, prompt_len - local_window).
     Rng rn(p.seed, kNeedlePos);
     const int lo = p.sink_tokens, hi = p.prompt_len - p.local_window;
@@ -480,6 +492,7 @@ SynthLayer synthesize_layer(const SynthParams& p, int layer) {
     struct KvConst {
         std::vector<float> mu_k, e_s, mu_v;  // [d]
         std::vector<float> topic_k;          // [T, d] (semantic pairs only)
+        std::vector<float> word_k;           // [V, d] (semantic pairs only)
         std::vector<float> topic_v;          // [T, d]
         std::vector<float> needle_k, needle_v;  // [NN, d]
     };
@@ -524,6 +537,11 @@ SynthLayer synthesize_layer(const SynthParams& p, int layer) {
             Rng rv(p.seed, kTopicVal, (uint64_t)layer, (uint64_t)g, (uint64_t)t);
             for (int i = 0; i < d; ++i) c.topic_v[(size_t)t * d + i] = (float)(p.value_topic * rv.normal());
         }
+        c.word_k.assign((size_t)p.vocab_size * d, 0.0f);
+        for (int w = 0; w < p.vocab_size; ++w) {
+            Rng rk(p.seed, kWordKey, (uint64_t)layer, (uint64_t)g, (uint64_t)w);
+            fill_pairs(rk, c.word_k.data() + (size_t)w * d, P, B.s_begin, B.s_end, 1.0);
+        }
         c.needle_k.assign((size_t)NN * d, 0.0f);
         c.needle_v.assign((size_t)NN * d, 0.0f);
         for (int k = 0; k < NN; ++k) {
@@ -535,7 +553,8 @@ SynthLayer synthesize_layer(const SynthParams& p, int layer) {
     }
 
     // ---- keys and values --------------------------------------------------------------------------------
-    const double ts = std::sqrt(p.topic_share), es = std::sqrt(1.0 - p.topic_share);
+    const double ts = std::sqrt(p.topic_share), ws = std::sqrt(p.word_share);
+    const double es = std::sqrt(std::max(0.0, 1.0 - p.topic_share - p.word_share));
     const double sal = p.key_salience_sigma;
     const long long total = (long long)G * n;
 #pragma omp parallel for schedule(static, 256)
@@ -547,12 +566,13 @@ SynthLayer synthesize_layer(const SynthParams& p, int layer) {
         Rng r(p.seed, kKeyTok, (uint64_t)layer, (uint64_t)g, (uint64_t)i);
         const int z = text.topic[(size_t)i];
         const float* tk = c.topic_k.data() + (size_t)z * d;
+        const float* wk = c.word_k.data() + (size_t)text.word[(size_t)i] * d;
         // Salience (lognormal, mean 1); sink tokens carry no semantic content (a stable sink logit).
         const double ri = i < p.sink_tokens ? 0.0 : std::exp(sal * r.normal() - 0.5 * sal * sal);
         for (int j = 0; j < d; ++j) k[j] = c.mu_k[(size_t)j] + (float)(p.key_noise * r.normal());
         for (int j = B.s_begin; j < B.s_end; ++j) {
-            k[j] += (float)(ri * (ts * tk[j] + es * r.normal()));
-            k[j + P] += (float)(ri * (ts * tk[j + P] + es * r.normal()));
+            k[j] += (float)(ri * (ts * tk[j] + ws * wk[j] + es * r.normal()));
+            k[j + P] += (float)(ri * (ts * tk[j + P] + ws * wk[j + P] + es * r.normal()));
         }
         const int nd = needle_at[(size_t)i];
         if (nd >= 0) {

@@ -54,7 +54,10 @@ struct SynthParams {
     double topic_run = 128.0;       ///< mean length in tokens of a contiguous run of one topic
     double topic_new_prob = 0.3;    ///< at a topic switch: probability of a new topic (else a
                                     ///< previously seen one, uniformly: topics recur)
-    double topic_share = 0.5;       ///< share of the key's semantic variance that is topic-level
+    double topic_share = 0.4;       ///< share of the key's semantic variance that is topic-level
+    int vocab_size = 4096;          ///< word types; each token draws one uniformly (repeated words)
+    double word_share = 0.4;        ///< share of the key's semantic variance given by its word type
+                                    ///< (the rest, 1 - topic_share - word_share, is token-specific)
     double key_salience_sigma = 0.3;  ///< lognormal spread of per-token key content scale
 
     // ---- queries -------------------------------------------------------------------------------------
@@ -116,6 +119,7 @@ struct SynthLayer {
 /// Structure of the synthetic text shared by all layers and heads.
 struct SynthText {
     std::vector<int> topic;    ///< [n_tokens] topic id of each token
+    std::vector<int> word;     ///< [n_tokens] word type of each token (0 .. vocab_size-1)
     std::vector<int> needles;  ///< positions of the needle tokens, ascending
     int num_topics = 0;        ///< distinct topic ids used (ids are 0..num_topics-1)
 };
