@@ -201,7 +201,8 @@ KMeansResult segmented_kmeans(const float* x, int n, int d, const KMeansParams& 
 
     int threads = p.threads;
     if (threads <= 0) threads = std::max(1, std::min(openblas_get_num_threads(), omp_get_max_threads()));
-    threads = std::min(threads, (int)make_tasks(plan, false).size());
+    const auto seg_tasks = make_tasks(plan, false);
+    threads = std::min(threads, (int)seg_tasks.size());
     SerialBlas serial_blas(threads > 1);
 
     // ---- centering ----
@@ -247,7 +248,6 @@ KMeansResult segmented_kmeans(const float* x, int n, int d, const KMeansParams& 
 
     // ---- spherical iterations within segments ----
     res.assign.assign((size_t)n, 0);
-    const auto seg_tasks = make_tasks(plan, false);
     for (int it = 0; it + 1 < p.iters; ++it) {
         run_assign(xc, cent.data(), d, seg_tasks, threads, res.assign.data());
         run_update(xc, plan, d, res.assign.data(), threads, cent.data());
