@@ -61,7 +61,7 @@ struct SynthParams {
     double key_salience_sigma = 0.3;  ///< lognormal spread of per-token key content scale
 
     // ---- queries -------------------------------------------------------------------------------------
-    double focus_ar = 0.99;     ///< AR(1) coefficient of the query focus per position (drift)
+    double focus_ar = 0.98;     ///< AR(1) coefficient of the query focus per position (drift)
     double gqa_shared = 0.6;    ///< share of the focus variance common to a GQA group
     double query_offset = 9.0;  ///< norm of each query head's mean offset in the low-variance key band
 
