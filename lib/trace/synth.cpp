@@ -379,6 +379,7 @@ constexpr double kNeedleKeySd = 3.0;  ///< per-dim std of a needle's key directi
 constexpr double kSinkFirst = 1.0, kSinkOther = 0.8;  ///< relative sink key offsets (token 0 strongest)
 constexpr int kCalibSteps = 4;  ///< decode steps (spread evenly) the per-head calibration averages over
 constexpr int kCalibTokens = 4096;  ///< far tokens sampled per calibration step
+constexpr double kMaxLogit = 40.0;  ///< cap on the fitted recency peak and sink logits
 
 /// Draws of one query head (stream kHeadParam(layer, q_head)).
 SynthHeadInfo draw_head(const SynthParams& p, int layer, int qh) {
@@ -395,15 +396,23 @@ SynthHeadInfo draw_head(const SynthParams& p, int layer, int qh) {
     return h;
 }
 
-/// Finds c >= 0 with f(c) ~= target for f increasing in c (bisection on [0, hi], hi doubled until
-/// f(hi) >= target or a cap). Returns 0 if f(0) >= target.
-double solve_increasing(const std::function<double(double)>& f, double target) {
+/// Finds c in [0, cap] with f(c) ~= target for f (nearly) increasing in c: doubles hi from 1 until
+/// f(hi) >= target, then bisects. Returns 0 if f(0) >= target; if the target is out of reach below
+/// `cap`, returns the point of the doubling grid (capped) where f was largest.
+double solve_increasing(const std::function<double(double)>& f, double target, double cap) {
     if (f(0.0) >= target) return 0.0;
-    double lo = 0.0, hi = 1.0;
-    int guard = 0;
-    while (f(hi) < target && guard++ < 40) {
+    double lo = 0.0, hi = std::min(1.0, cap);
+    double best_c = 0.0, best_f = f(0.0);
+    for (;;) {
+        const double v = f(hi);
+        if (v >= target) break;
+        if (v > best_f) {
+            best_f = v;
+            best_c = hi;
+        }
+        if (hi >= cap) return best_c;  // unreachable: best effort
         lo = hi;
-        hi *= 2.0;
+        hi = std::min(2.0 * hi, cap);
     }
     for (int it = 0; it < 40; ++it) {
         const double mid = 0.5 * (lo + hi);
@@ -781,6 +790,15 @@ SynthLayer synthesize_layer(const SynthParams& p, int layer) {
             }
             return acc / (double)R.size();
         };
+        // Caps keep the fitted coefficients physical when a target is out of reach (tiny heads): the
+        // recency peak and the sink logit stay below kMaxLogit.
+        double loc_max = 0, snk_max = 0;
+        for (const Ref& f : R) {
+            for (float v : f.loc) loc_max = std::max(loc_max, (double)v);
+            for (int i = 0; i < f.ns; ++i) snk_max = std::max(snk_max, (double)f.snk[(size_t)i]);
+        }
+        const double lambda_cap = loc_max > 0 ? kMaxLogit / loc_max : 0.0;
+        const double sink_cap = snk_max > 0 ? kMaxLogit / snk_max : 0.0;
         info.lambda = 0;
         for (int round = 0; round < 3; ++round) {
             // beta^2 va + 2 beta lambda cab + lambda^2 vb = sig2; keep at least a quarter of the
@@ -790,7 +808,7 @@ SynthLayer synthesize_layer(const SynthParams& p, int layer) {
             double beta = va > 0 && disc > 0 ? (-lam * cab + std::sqrt(disc)) / va : 0.0;
             if (va > 0) beta = std::max(beta, 0.25 * info.sharpness / std::sqrt(va));
             info.beta = beta;
-            info.lambda = solve_increasing(local_share, info.local_target);
+            info.lambda = solve_increasing(local_share, info.local_target, lambda_cap);
         }
         // b: mean share of the mass on the sink tokens = sink_target.
         const auto sink_share = [&](double b) {
@@ -803,7 +821,7 @@ SynthLayer synthesize_layer(const SynthParams& p, int layer) {
             }
             return acc / (double)R.size();
         };
-        info.sink_coef = s0 > 0 ? solve_increasing(sink_share, info.sink_target) : 0.0;
+        info.sink_coef = s0 > 0 ? solve_increasing(sink_share, info.sink_target, sink_cap) : 0.0;
 
         // ---- assemble the queries of every position ----
         for (int t = 0; t < nq; ++t) {

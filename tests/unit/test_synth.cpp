@@ -398,3 +398,26 @@ TEST(Synth, NeedlesAreTargeted) {
     }
     EXPECT_GT(best, 0.2);
 }
+
+TEST(Synth, SmallHeadsStayPhysical) {
+    // head_dim 16 leaves few RoPE pairs for the recency carrier: unreachable targets must not blow up the
+    // fitted coefficients (they are capped), and the trace must stay storable in float16.
+    SynthParams p = SynthParams::preset("llama3-8b");
+    p.num_layers = 1;
+    p.num_q_heads = 4;
+    p.num_kv_heads = 2;
+    p.head_dim = 16;
+    p.prompt_len = 2000;
+    p.decode_steps = 3;
+    p.local_mass_min = 0.9;
+    p.local_mass_max = 0.95;
+    const SynthLayer L = synthesize_layer(p, 0);
+    for (const auto& h : L.heads) {
+        EXPECT_LT(h.lambda, 1e3);
+        EXPECT_LT(h.sink_coef, 1e3);
+    }
+    for (float x : L.queries) ASSERT_LT(std::abs(x), 6e4f);
+    for (float x : L.keys) ASSERT_LT(std::abs(x), 6e4f);
+    const auto st = head_stats(synth_head_slice(p, L, 0));
+    for (const auto& s : st) EXPECT_LT(s.ood_ratio, 1e3);
+}
