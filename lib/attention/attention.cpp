@@ -101,11 +101,14 @@ void merge(PartialAttention& p, const PartialAttention& q) {
 }
 
 PartialAttention partial_attention_ids(const float* q, const float* keys, const float* values,
-                                       std::span<const int32_t> ids, int d, float scale) {
+                                       std::span<const int32_t> ids, int d, float scale,
+                                       const float* log_w) {
     PartialAttention p(d);
     if (ids.empty()) return p;
     std::vector<float> s(ids.size());
     attention_scores_ids(q, keys, ids, d, scale, s.data());
+    if (log_w)
+        for (size_t j = 0; j < ids.size(); ++j) s[j] += log_w[j];
     const float m = *std::max_element(s.begin(), s.end());
     p.m = m;
     for (size_t j = 0; j < ids.size(); ++j) {

@@ -46,8 +46,11 @@ void add_estimated_cluster(PartialAttention& p, double s, double size, const flo
 void merge(PartialAttention& p, const PartialAttention& q);
 
 /// Partial attention of q over the listed tokens (ids need not be sorted). keys/values: [n, d].
+/// log_w (optional, [ids.size()]): per-token log weights added to the scores, i.e. token j counts
+/// exp(log_w[j]) times in numerator and denominator (importance-sampling corrections, MagicPIG).
 PartialAttention partial_attention_ids(const float* q, const float* keys, const float* values,
-                                       std::span<const int32_t> ids, int d, float scale);
+                                       std::span<const int32_t> ids, int d, float scale,
+                                       const float* log_w = nullptr);
 
 /// out[d] = sum_i w[i] * values[i] over i in [0, n). w: [n], values: [n, d].
 void weighted_value_sum(const float* w, const float* values, int n, int d, float* out);

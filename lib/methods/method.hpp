@@ -52,6 +52,10 @@ struct Selection {
     /// Token ids attended exactly: either one list shared by the whole group (size 1) or one list per
     /// query head (size group). Ids must be in [0, n_visible) and unique within a list.
     std::vector<std::vector<int32_t>> exact;
+    /// Optional per-token log weights, parallel to `exact` (same number of lists, same lengths): token
+    /// exact[l][j] counts exp(exact_log_weight[l][j]) times in the softmax numerator and denominator
+    /// (sampling methods' importance weights, e.g. MagicPIG's 1/collision probability). Empty = all 1.
+    std::vector<std::vector<float>> exact_log_weight;
     /// Clusters estimated for the whole group (disjoint from the exact tokens by construction).
     std::vector<EstimatedCluster> estimated;
     double scan_ops = 0;   ///< inner products (or equivalent) the selection itself performed
@@ -60,6 +64,7 @@ struct Selection {
 
     void clear() {
         exact.clear();
+        exact_log_weight.clear();
         estimated.clear();
         scan_ops = h2d_bytes = d2h_bytes = 0;
     }
@@ -68,6 +73,12 @@ struct Selection {
         if (exact.empty()) return {};
         return exact.size() == 1 ? std::span<const int32_t>(exact[0])
                                  : std::span<const int32_t>(exact[(size_t)g]);
+    }
+    /// Log weights of group member g's list, or nullptr when unweighted.
+    const float* log_weight_for(int g) const {
+        if (exact_log_weight.empty()) return nullptr;
+        return exact_log_weight.size() == 1 ? exact_log_weight[0].data()
+                                            : exact_log_weight[(size_t)g].data();
     }
     /// A single shared list, for methods that select for the whole group.
     std::vector<int32_t>& shared() {

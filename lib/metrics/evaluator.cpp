@@ -49,6 +49,17 @@ double Evaluator::evaluate(const Selection& sel, const std::string& method,
         throw Error("method '" + method + "' returned " + std::to_string(sel.exact.size()) +
                     " exact lists; expected 1 (shared) or " + std::to_string(g_count) +
                     " (one per query head)");
+    if (!sel.exact_log_weight.empty()) {
+        bool ok = sel.exact_log_weight.size() == sel.exact.size();
+        for (size_t l = 0; ok && l < sel.exact.size(); ++l)
+            ok = sel.exact_log_weight[l].size() == sel.exact[l].size();
+        if (!ok)
+            throw Error("method '" + method + "' returned exact_log_weight lists that do not match its exact lists");
+        for (const auto& l : sel.exact_log_weight)
+            for (float w : l)
+                if (!std::isfinite(w))
+                    throw Error("method '" + method + "' returned a non-finite log weight at step " + std::to_string(t_));
+    }
     // Validate every list: ids in [0, n) and unique (a method cannot inflate recall with duplicates).
     if (stamp_.size() < (size_t)n_) stamp_.assign((size_t)n_, 0);
     for (size_t l = 0; l < sel.exact.size(); ++l) {
@@ -79,7 +90,8 @@ double Evaluator::evaluate(const Selection& sel, const std::string& method,
         auto ids = sel.exact_for(g);
 
         const auto t0 = std::chrono::steady_clock::now();
-        PartialAttention p = partial_attention_ids(q, s_.keys.data(), s_.values.data(), ids, d, scale_);
+        PartialAttention p = partial_attention_ids(q, s_.keys.data(), s_.values.data(), ids, d, scale_,
+                                                     sel.log_weight_for(g));
         for (const auto& c : sel.estimated) {
             float s = 0;
             for (int j = 0; j < d; ++j) s += q[j] * c.centroid[j];

@@ -164,3 +164,28 @@ TEST(Metrics, RegistryHasDescriptionsAndDirections) {
     EXPECT_EQ(find_metric(r, "recall@1000"), nullptr);
     for (const auto& m : r) EXPECT_FALSE(m.description.empty()) << m.name;
 }
+
+TEST(Evaluator, LogWeightsActAsRepeatedTokens) {
+    // Token 2 with log weight log(3) equals token 2 present three times (importance weights).
+    HeadSlice h = tiny_head({0.5f, -1.0f, 2.0f, 0.0f, 1.0f}, 4);
+    HeadSlice rep = tiny_head({0.5f, -1.0f, 2.0f, 2.0f, 2.0f, 0.0f, 1.0f}, 6);
+    for (int j = 0; j < 4; ++j) {  // copy token 2's value into the two repeats
+        rep.values[3 * 4 + j] = h.values[2 * 4 + j];
+        rep.values[4 * 4 + j] = h.values[2 * 4 + j];
+    }
+    Evaluator ev(h, {1}), er(rep, {1});
+    ev.prepare_step(0);
+    er.prepare_step(0);
+    Selection s = sel_of({0, 2});
+    s.exact_log_weight = {{0.0f, std::log(3.0f)}};
+    std::vector<QueryMetrics> m, mr;
+    ev.evaluate(s, "w", m);
+    er.evaluate(sel_of({0, 2, 3, 4}), "rep", mr);
+    // both approximations are the softmax over {s0, s2, s2, s2}: the same lse_hat
+    const double lse_hat = std::log(std::exp(0.5) + 3 * std::exp(2.0));
+    EXPECT_NEAR(std::abs(lse_hat - ev.reference(0).lse), m[0].lse_err, 1e-5);
+    EXPECT_NEAR(std::abs(lse_hat - er.reference(0).lse), mr[0].lse_err, 1e-5);
+    // mismatched weight lists are rejected
+    s.exact_log_weight = {{0.0f}};
+    EXPECT_THROW(ev.evaluate(s, "bad", m), Error);
+}
