@@ -7,6 +7,8 @@
 #include "core/error.hpp"
 #include "core/fs.hpp"
 #include "methods/params.hpp"
+#include "system/cost_model.hpp"
+#include "system/system_params.hpp"
 
 namespace retro {
 
@@ -34,7 +36,14 @@ std::string MethodRun::label() const {
         s += (first ? "" : ",") + it.key() + "=" + (it->is_string() ? it->get<std::string>() : it->dump());
         first = false;
     }
-    return s + ")";
+    s += ")";
+    if (!system.is_null()) {  // the system point, when the config sweeps or sets one
+        std::string sys;
+        for (auto it = system.begin(); it != system.end(); ++it)
+            sys += (sys.empty() ? "" : ",") + it.key() + "=" + (it->is_string() ? it->get<std::string>() : it->dump());
+        s += "@system(" + sys + ")";
+    }
+    return s;
 }
 
 namespace {
@@ -92,7 +101,7 @@ RunConfig parse_config(const json& j, const std::string& origin) {
     const std::string w = origin.empty() ? "config" : origin;
     if (!j.is_object()) throw ConfigError(w + ": expected a JSON object at top level");
     check_keys(j, {"name", "description", "traces", "layers", "kv_heads", "steps", "metrics", "hardware",
-                   "kv_dtype", "threads", "methods", "figure"},
+                   "kv_dtype", "threads", "methods", "figure", "system"},
                w);
     RunConfig c;
     c.source = j;
@@ -167,6 +176,34 @@ RunConfig parse_config(const json& j, const std::string& origin) {
     }
     if (j.contains("threads")) c.threads = get_int(j["threads"], w + ": threads", 0, 4096);
 
+    // "system": GPU cache / cost-model settings; list values are sweep axes (lib/system).
+    std::vector<json> system_points = {json()};
+    if (j.contains("system")) {
+        const json& sj = j["system"];
+        const std::string sw = w + ": system";
+        if (!sj.is_object()) throw ConfigError(sw + ": expected an object");
+        c.system = sj;
+        json axes = json::object();
+        for (auto it = sj.begin(); it != sj.end(); ++it) {
+            if (it.key() == "throughput") continue;
+            if (it->is_array() && it->empty()) throw ConfigError(sw + "." + it.key() + ": empty list of values");
+            axes[it.key()] = *it;
+        }
+        system_points.clear();
+        for (const json& point : expand_grid(axes))
+            system_points.push_back(SystemParams::from_json(point, sw).to_json());
+        if (sj.contains("throughput"))
+        {
+            const ThroughputParams tp = ThroughputParams::from_json(sj["throughput"], sw + ".throughput");
+            try {
+                find_model_shape(tp.model);
+            } catch (const ConfigError& e) {
+                throw ConfigError(sw + ".throughput.model: " + e.what());
+            }
+            c.throughput = tp.to_json();
+        }
+    }
+
     if (!j.contains("methods") || !j["methods"].is_array() || j["methods"].empty())
         throw ConfigError(w + ": missing \"methods\" (a non-empty list of {name, params})");
     std::set<std::string> seen;
@@ -187,17 +224,19 @@ RunConfig parse_config(const json& j, const std::string& origin) {
         for (auto it = params.begin(); it != params.end(); ++it)
             if (it->is_array() && it->empty())
                 throw ConfigError(mw + ".params." + it.key() + ": empty list of values");
-        for (const json& point : expand_grid(params)) {
-            MethodRun r;
-            r.method = info->name;
-            try {
-                r.params = resolve_params(*info, point);
-            } catch (const ConfigError& e) {
-                throw ConfigError(mw + ": " + e.what());
+        for (const json& point : expand_grid(params))
+            for (const json& sys : system_points) {
+                MethodRun r;
+                r.method = info->name;
+                r.system = sys;
+                try {
+                    r.params = resolve_params(*info, point);
+                } catch (const ConfigError& e) {
+                    throw ConfigError(mw + ": " + e.what());
+                }
+                if (!seen.insert(r.label()).second) continue;  // the same point listed twice runs once
+                c.runs.push_back(std::move(r));
             }
-            if (!seen.insert(r.label()).second) continue;  // the same point listed twice runs once
-            c.runs.push_back(std::move(r));
-        }
     }
     return c;
 }
@@ -231,7 +270,13 @@ json RunConfig::resolved() const {
     j["kv_dtype"] = kv_dtype;
     j["threads"] = threads;
     j["runs"] = json::array();
-    for (const auto& r : runs) j["runs"].push_back({{"method", r.method}, {"params", r.params}});
+    if (!system.is_null()) j["system"] = system;
+    if (!throughput.is_null()) j["throughput"] = throughput;
+    for (const auto& r : runs) {
+        json rj = {{"method", r.method}, {"params", r.params}};
+        if (!r.system.is_null()) rj["system"] = r.system;
+        j["runs"].push_back(rj);
+    }
     return j;
 }
 

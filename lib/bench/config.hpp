@@ -27,6 +27,9 @@ struct StepSelection {
 struct MethodRun {
     std::string method;
     nlohmann::json params;  ///< every parameter, defaults filled in
+    /// The resolved "system" point (GPU cache, cost model; lib/system/system_params.hpp), or null when
+    /// the config has no "system" key (then the defaults apply and the run id is unchanged).
+    nlohmann::json system;
     std::string label() const;  ///< "oracle_topk(k=100,gqa=per_head)"
 };
 
@@ -41,7 +44,9 @@ struct RunConfig {
     std::string hardware = "a100-80gb-pcie4";  ///< hardware profile name (recorded; configs/hardware/)
     std::string kv_dtype = "trace";  ///< dtype for byte accounting: "trace" | float16 | bfloat16 | float32
     int threads = 0;                 ///< worker threads over heads; 0 = all cores
-    std::vector<MethodRun> runs;     ///< the expanded sweep
+    std::vector<MethodRun> runs;     ///< the expanded sweep (methods x "system" points)
+    nlohmann::json system;           ///< the "system" section as given (null when absent)
+    nlohmann::json throughput;       ///< resolved system.throughput (null = no throughput table)
     nlohmann::json source;           ///< the config as given
 
     /// The configuration with every default filled in and the sweep expanded (for manifests).

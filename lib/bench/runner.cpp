@@ -19,6 +19,7 @@
 #include "methods/params.hpp"
 #include "metrics/evaluator.hpp"
 #include "metrics/metrics.hpp"
+#include "system/head_system.hpp"
 #include "trace/reader.hpp"
 #include "trace/synth.hpp"
 
@@ -45,6 +46,11 @@ std::vector<int> iota_vec(int n) {
     std::vector<int> v((size_t)n);
     for (int i = 0; i < n; ++i) v[(size_t)i] = i;
     return v;
+}
+double mean_of_steps(const std::vector<int>& s) {
+    double sum = 0;
+    for (int x : s) sum += x;
+    return s.empty() ? 0.0 : sum / (double)s.size();
 }
 double secs_since(Clock::time_point t0) {
     return std::chrono::duration<double>(Clock::now() - t0).count();
@@ -102,6 +108,7 @@ std::vector<PreparedTrace> prepare_traces(const RunConfig& cfg, bool generate_mi
 std::string run_id_for(const PreparedTrace& t, const MethodRun& r, const RunConfig& cfg) {
     json key = {{"trace", t.trace_id}, {"method", r.method}, {"params", r.params},
                 {"recall_k", cfg.recall_k}, {"steps", t.steps}, {"kv_dtype", cfg.kv_dtype}};
+    if (!r.system.is_null()) key["system"] = r.system;  // only configs with a "system" key
     return r.method + "-" + short_hash(key.dump());
 }
 
@@ -116,7 +123,7 @@ struct Job {
 // One (trace, layer, KV head): builds every pending method, replays the steps, writes one part per run.
 void run_head(const RunConfig& cfg, const PreparedTrace& tr, const TraceReader& reader, const Job& job,
               const std::vector<std::string>& run_ids, const std::vector<MetricInfo>& reg,
-              const ResultsDir& rd) {
+              const ResultsDir& rd, const HardwareProfile& hw) {
     const int last_step = tr.steps.back();
     ReadOptions ro;
     ro.max_steps = last_step + 1;
@@ -138,6 +145,7 @@ void run_head(const RunConfig& cfg, const PreparedTrace& tr, const TraceReader& 
         std::unique_ptr<Method> m;
         HeadPart part;
         Selection sel;
+        std::unique_ptr<HeadSystem> sys;  // system model: GPU block cache, traffic, model_us
     };
     std::vector<Instance> inst;
     const KVView prompt{slice.keys.data(), slice.values.data(), slice.prompt_len, d};
@@ -152,6 +160,18 @@ void run_head(const RunConfig& cfg, const PreparedTrace& tr, const TraceReader& 
         const auto t0 = Clock::now();
         I.m->build(c, prompt);
         I.part.build_ms = secs_since(t0) * 1e3;
+        {  // system model per (run, head): lib/system/head_system.hpp
+            HeadSystemContext sc;
+            sc.method = mr.method;
+            sc.params = mr.params;
+            sc.head_dim = d;
+            sc.group = g;
+            sc.elem_bytes = (double)dtype_bytes(ctx.storage);
+            sc.prompt_len = slice.prompt_len;
+            sc.num_kv_heads = tr.info.num_kv_heads;
+            const SystemParams sp = mr.system.is_null() ? SystemParams{} : SystemParams::from_json(mr.system, "system");
+            I.sys = std::make_unique<HeadSystem>(sp, hw, sc);
+        }
         I.part.run_id = run_ids[r];
         I.part.layer = job.layer;
         I.part.kv_head = job.kv_head;
@@ -195,15 +215,16 @@ void run_head(const RunConfig& cfg, const PreparedTrace& tr, const TraceReader& 
             }
             const Footprint fp = I.m->footprint();
             I.part.kv_metrics["scan_ops"].push_back(I.sel.scan_ops / kv.n);
-            I.part.kv_metrics["h2d_bytes"].push_back(I.sel.h2d_bytes);
-            I.part.kv_metrics["d2h_bytes"].push_back(I.sel.d2h_bytes);
-            I.part.kv_metrics["gpu_bytes"].push_back(fp.gpu_bytes);
+            I.sys->record(I.sel, kv.n, fp);  // h2d/d2h/gpu_bytes, cache_hit, model_us: at the end
             I.part.kv_metrics["select_us"].push_back(select_us);
             I.part.kv_metrics["attend_us"].push_back(attend_us);
         }
         if (next_sel == tr.steps.size()) break;
     }
-    for (auto& I : inst) rd.write_part(I.part);
+    for (auto& I : inst) {
+        I.sys->finish(I.part.kv_metrics);  // replays the GPU cache over the steps (Belady needs all)
+        rd.write_part(I.part);
+    }
 }
 
 json read_manifest(const std::string& path) {
@@ -235,6 +256,7 @@ RunOutcome run_config(const RunConfig& cfg, const RunnerOptions& opt) {
         readers.push_back(reader_store.back().get());
     }
     const auto reg = metric_registry(cfg.recall_k);
+    const HardwareProfile hw = load_hardware_profile(cfg.hardware);  // configs/hardware/<name>.json
     // run ids per trace
     std::vector<std::vector<std::string>> ids(traces.size());
     for (size_t ti = 0; ti < traces.size(); ++ti)
@@ -310,7 +332,7 @@ RunOutcome run_config(const RunConfig& cfg, const RunnerOptions& opt) {
             const size_t i = next.fetch_add(1);
             if (i >= jobs.size()) return;
             try {
-                run_head(cfg, traces[jobs[i].trace], *readers[jobs[i].trace], jobs[i], ids[jobs[i].trace], reg, rd);
+                run_head(cfg, traces[jobs[i].trace], *readers[jobs[i].trace], jobs[i], ids[jobs[i].trace], reg, rd, hw);
             } catch (...) {
                 std::lock_guard<std::mutex> lk(mu);
                 if (!first_error) first_error = std::current_exception();
@@ -379,6 +401,12 @@ RunOutcome run_config(const RunConfig& cfg, const RunnerOptions& opt) {
             const json agg = aggregate_parts(parts, reg);
             rec["metrics"] = agg["metrics"];
             rec["per_layer"] = agg["per_layer"];
+            if (!cfg.throughput.is_null())  // decode throughput vs batch (lib/system/cost_model.hpp)
+                rec["throughput"] = record_throughput(
+                    rec["metrics"], t.info.prompt_len + 1.0 + mean_of_steps(t.steps), t.info.head_dim,
+                    t.info.group_size(),
+                    (double)(cfg.kv_dtype == "trace" ? dtype_bytes(t.info.dtype) : dtype_bytes(parse_dtype(cfg.kv_dtype))),
+                    mr.method, mr.params, mr.system, cfg.throughput, hw);
             // A record is immutable once written; rewrite only if it covers different heads.
             bool write = true;
             if (file_exists(rd.run_path(ids[ti][r]))) {

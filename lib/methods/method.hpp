@@ -62,11 +62,24 @@ struct Selection {
     double h2d_bytes = 0;  ///< host->device bytes this step (KV fetched, codes, index data)
     double d2h_bytes = 0;  ///< device->host bytes this step (e.g. queries sent to a CPU index)
 
+    /// What this step needs from CPU memory (offloaded KV), for the GPU block cache of the system model
+    /// (lib/system, docs/system-model.md), most important first. Either units the method defines
+    /// (wave: cluster ids, with fetch_unit_tokens their sizes in tokens), or token ids (fetch_tokens)
+    /// that the system groups into blocks of consecutive positions. Both empty: nothing goes through
+    /// the cache and h2d_bytes is taken as reported. h2d_bytes stays the method's no-cache figure; the
+    /// harness records the post-cache value.
+    std::vector<int64_t> fetch_units;
+    std::vector<int32_t> fetch_unit_tokens;  ///< tokens of each fetch_units entry
+    std::vector<int32_t> fetch_tokens;
+
     void clear() {
         exact.clear();
         exact_log_weight.clear();
         estimated.clear();
         scan_ops = h2d_bytes = d2h_bytes = 0;
+        fetch_units.clear();
+        fetch_unit_tokens.clear();
+        fetch_tokens.clear();
     }
     /// Exact list of group member g.
     std::span<const int32_t> exact_for(int g) const {

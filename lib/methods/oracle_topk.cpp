@@ -62,6 +62,15 @@ class OracleTopK final : public Method {
             fetched = u.size();
         }
         out.h2d_bytes = (double)fetched * ctx_.kv_token_bytes();
+        // transfer units for the system model's GPU block cache: the selected tokens (first list first)
+        if (out.exact.size() == 1) {
+            out.fetch_tokens = out.exact[0];
+        } else {
+            std::unordered_set<int32_t> u;
+            for (auto& l : out.exact)
+                for (int32_t x : l)
+                    if (u.insert(x).second) out.fetch_tokens.push_back(x);
+        }
     }
 
   private:

@@ -135,6 +135,8 @@ class Wave final : public Method {
         if (r + e < ne) std::nth_element(order_.begin(), order_.begin() + (r + e), order_.end(), better);
         if (r > 0 && r < r + e)
             std::nth_element(order_.begin(), order_.begin() + r, order_.begin() + (r + e), better);
+        // retrieval zone in rank order: the GPU block cache admits misses in this order
+        std::sort(order_.begin(), order_.begin() + r, better);
 
         // Retrieval zone: every token of the top r clusters, exact.
         size_t retrieved = 0;
@@ -152,6 +154,11 @@ class Wave final : public Method {
         // Retrieval-zone KV comes from CPU memory (no GPU block cache yet); the cluster ids go the
         // other way to the CPU buffer manager (int64 each, as the public code's pinned copy).
         out.h2d_bytes = (double)retrieved * ctx_.kv_token_bytes();
+        // transfer units for the system model's GPU block cache: the retrieval clusters, rank order
+        for (int i = 0; i < r; ++i) {
+            out.fetch_units.push_back(order_[(size_t)i]);
+            out.fetch_unit_tokens.push_back(index_.size(order_[(size_t)i]));
+        }
         out.d2h_bytes = (double)r * 8.0;
     }
 

@@ -30,8 +30,19 @@ std::vector<MetricInfo> metric_registry(const std::vector<int>& recall_k) {
                  D::neutral, L::q_step, 0.0});
     r.push_back({"scan_ops", "inner products (or equivalent) the selection performed, / n", "",
                  D::lower_better, L::kv_step, 1.0});
-    r.push_back({"h2d_bytes", "bytes host-to-device over PCIe this step, per KV head", "B",
+    r.push_back({"h2d_bytes", "bytes host-to-device over PCIe this step, per KV head, after the GPU block cache",
+                 "B", D::lower_better, L::kv_step, 0.0});
+    // system model (lib/system, docs/system-model.md)
+    r.push_back({"fetch_bytes", "bytes host-to-device the method asks for this step without a GPU cache, per KV head",
+                 "B", D::lower_better, L::kv_step, 0.0});
+    r.push_back({"cache_hit", "fraction of the needed CPU-side blocks served from the GPU block cache (steps "
+                 "that need any)", "", D::higher_better, L::kv_step, 0.0});
+    r.push_back({"fetch_units", "transfer units (clusters, token blocks) needed from CPU memory this step", "",
                  D::lower_better, L::kv_step, 0.0});
+    r.push_back({"gpu_read_bytes", "GPU memory bytes read this step by exact attention and selection, per KV head",
+                 "B", D::lower_better, L::kv_step, 0.0});
+    r.push_back({"model_us", "modeled attention time of one layer step at batch 1 on the hardware profile, all KV "
+                 "heads like this one", "us", D::lower_better, L::kv_step, 0.0});
     r.push_back({"d2h_bytes", "bytes device-to-host over PCIe this step, per KV head", "B",
                  D::lower_better, L::kv_step, 0.0});
     r.push_back({"gpu_bytes", "GPU-resident bytes for this KV head (KV kept on GPU, index, cache)", "B",
