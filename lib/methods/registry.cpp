@@ -2,6 +2,7 @@
 #include <cmath>
 
 #include "core/error.hpp"
+#include "methods/baselines2.hpp"
 #include "methods/basic_methods.hpp"
 #include "methods/params.hpp"
 #include "methods/wave.hpp"
@@ -32,6 +33,7 @@ const std::vector<MethodInfo>& method_registry() {
     static const std::vector<MethodInfo> r = [] {
         std::vector<MethodInfo> v = {full_method_info(), oracle_topk_method_info(),
                                      streaming_method_info(), wave_method_info()};
+        v.push_back(retrieval_attention_method_info());
         for (auto& m : v) {
             auto inner = m.check;
             const MethodInfo copy = m;
