@@ -4,7 +4,9 @@
 #include "core/error.hpp"
 #include "methods/baselines2.hpp"
 #include "methods/basic_methods.hpp"
+#include "methods/faiss_methods.hpp"
 #include "methods/params.hpp"
+#include "methods/quest.hpp"
 #include "methods/wave.hpp"
 
 namespace retro {
@@ -34,6 +36,10 @@ const std::vector<MethodInfo>& method_registry() {
         std::vector<MethodInfo> v = {full_method_info(), oracle_topk_method_info(),
                                      streaming_method_info(), wave_method_info()};
         v.push_back(retrieval_attention_method_info());
+        v.push_back(ctkvr_method_info());
+        v.push_back(magicpig_method_info());
+        for (auto f : {faiss_flat_method_info, faiss_ivf_method_info, faiss_hnsw_method_info, quest_method_info})
+            v.push_back(f());
         for (auto& m : v) {
             auto inner = m.check;
             const MethodInfo copy = m;

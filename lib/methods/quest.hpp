@@ -1,0 +1,16 @@
+#pragma once
+// `quest`: Quest's query-aware page selection (Tang et al., ICML 2024; public code mit-han-lab/Quest).
+// Pages of `page_size` consecutive tokens keep per-channel min and max keys; a page's score is the upper
+// bound sum_e max(q_e * max_e, q_e * min_e) of q.k over its tokens; the top pages under a token budget
+// are attended, the last (partial) page always. docs/methods/quest.md.
+#include "methods/params.hpp"
+
+namespace retro {
+
+/// Quest's page score: sum over channels e of max(q[e] * mx[e], q[e] * mn[e]); q, mn, mx: [d].
+/// An upper bound of q.k for every key k with mn <= k <= mx channel-wise.
+float quest_page_bound(const float* q, const float* mn, const float* mx, int d);
+
+MethodInfo quest_method_info();
+
+}  // namespace retro
