@@ -109,7 +109,8 @@ json throughput_table(const PerTokenWork& w, Overlap overlap, double lookup_ns, 
         lw.resident_bytes = w.resident_kv * N * tok * H;
         const double per_seq = lw.resident_bytes * s.layers;
         const long bmax = avail <= 0 ? 0 : per_seq <= 0 ? 1L << 30 : (long)std::floor(avail / per_seq);
-        max_batch[std::to_string(N)] = bmax;
+        // null: no GPU-memory limit (nothing per sequence stays on the GPU)
+        max_batch[std::to_string(N)] = per_seq <= 0 && avail > 0 ? json(nullptr) : json(bmax);
         json b_best;
         for (int B : batches) {
             json row = {{"context", N}, {"batch", B}};
