@@ -376,3 +376,37 @@ TEST(Wave, DeterministicWithFixedSeed) {
         }
     }
 }
+
+TEST(Wave, GqaRankingModes) {
+    // Three one-token clusters A, B, C (orthogonal keys) and two query heads with chosen logits; one
+    // retrieved cluster. sum = Σ softmax, max = max softmax, mean = mean of the logits.
+    auto pick = [](const std::vector<float>& l0, const std::vector<float>& l1, const char* gqa) {
+        const int d = 4;  // scale 1/2: q[X] = 2 * logit for key e_X
+        HeadSlice h;
+        h.head_dim = d;
+        h.group = 2;
+        h.prompt_len = 3;
+        h.num_steps = 1;
+        h.keys = {1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0};
+        h.values.assign(16, 1.0f);
+        h.queries = {2 * l0[0], 2 * l0[1], 2 * l0[2], 0, 2 * l1[0], 2 * l1[1], 2 * l1[2], 0};
+        const auto r = replay(h, {{"tokens_per_cluster", 1}, {"segment", 0}, {"retrieval", 1},
+                                  {"estimation", 0}, {"sink", 0}, {"window", 0}, {"update_segment", 0},
+                                  {"gqa", gqa}});
+        const auto& ids = r.sels[0].exact[0];
+        EXPECT_EQ(ids.size(), 2u);  // the decode token + the retrieved cluster's token
+        for (int t : ids)
+            if (t < 3) return t;
+        return -1;
+    };
+    // head 0: A 0.73, B 0.27; head 1: B 0.5, C 0.5 -> sum: B (0.77), max: A (0.73), mean logits: B
+    const std::vector<float> a0 = {10, 9, 0}, a1 = {-30, 0, 0};
+    EXPECT_EQ(pick(a0, a1, "sum"), 1);
+    EXPECT_EQ(pick(a0, a1, "max"), 0);
+    EXPECT_EQ(pick(a0, a1, "mean"), 1);
+    // head 1 now prefers C strongly: sum and max pick C (0.95), the mean of logits still B (4.5)
+    const std::vector<float> b1 = {-30, 0, 3};
+    EXPECT_EQ(pick(a0, b1, "sum"), 2);
+    EXPECT_EQ(pick(a0, b1, "max"), 2);
+    EXPECT_EQ(pick(a0, b1, "mean"), 1);
+}
