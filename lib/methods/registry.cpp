@@ -36,6 +36,8 @@ const std::vector<MethodInfo>& method_registry() {
         std::vector<MethodInfo> v = {full_method_info(), oracle_topk_method_info(),
                                      streaming_method_info(), wave_method_info()};
         v.push_back(retrieval_attention_method_info());
+        v.push_back(ctkvr_method_info());
+        v.push_back(magicpig_method_info());
         for (auto f : {faiss_flat_method_info, faiss_ivf_method_info, faiss_hnsw_method_info, quest_method_info})
             v.push_back(f());
         for (auto& m : v) {
