@@ -9,7 +9,7 @@ PKGS=(
   build-essential cmake ninja-build ccache pkg-config
   libhdf5-dev libfaiss-dev libopenblas-dev liblapack-dev libcli11-dev nlohmann-json3-dev libfmt-dev
   libgtest-dev libgmock-dev libbenchmark-dev libomp-dev
-  python3-numpy python3-h5py python3-matplotlib
+  python3-numpy python3-h5py python3-matplotlib chromium
 )
 
 missing=()

@@ -1,0 +1,274 @@
+"""Loading a retro-bench results directory (docs/results.md) into plain Python structures.
+
+Nothing here imports matplotlib or numpy: the figure data extraction and the tests run on this alone.
+"""
+import csv
+import glob
+import json
+import math
+import os
+
+
+class ResultsError(Exception):
+    """A results directory is missing, unreadable or holds no run records."""
+
+
+def _read_json(path):
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, ValueError) as e:
+        raise ResultsError(f"cannot read {path}: {e}") from e
+
+
+def _num(s):
+    if s is None or s == "":
+        return None
+    try:
+        x = float(s)
+    except ValueError:
+        return s
+    return x
+
+
+def _canon(v):
+    """A hashable, order-independent key for a parameter value."""
+    return json.dumps(v, sort_keys=True)
+
+
+def classify_extra(path, obj):
+    """Which kind of extra JSON a file in the results directory is: 'inspect' (retro-bench inspect
+    --json), 'ood_recall' (retro-bench ood-recall), 'centroid_rank', or None."""
+    if not isinstance(obj, dict):
+        return None
+    base = os.path.basename(path).lower().replace("_", "-")
+    kind = str(obj.get("kind", obj.get("type", ""))).lower().replace("_", "-")
+    if "info" in obj and "heads" in obj and "trace" in obj:
+        return "inspect"
+    if kind.startswith("ood-recall") or base.startswith("ood-recall") or base.startswith("ood"):
+        return "ood_recall"
+    if kind.startswith("centroid-rank") or base.startswith("centroid-rank"):
+        return "centroid_rank"
+    if base.startswith("inspect"):
+        return "inspect"
+    return None
+
+
+class Results:
+    """One results directory: manifest, run records, per-head means, optional extra JSON files."""
+
+    def __init__(self, path, extra_files=()):
+        self.path = os.path.abspath(path)
+        if not os.path.isdir(self.path):
+            raise ResultsError(f"results directory {path} does not exist (run `retro-bench run CONFIG` first)")
+        mpath = os.path.join(self.path, "manifest.json")
+        self.manifest = _read_json(mpath) if os.path.exists(mpath) else {}
+        self.runs = self._load_runs()
+        self.per_head = self._load_per_head()
+        self.extras = {"inspect": [], "ood_recall": [], "centroid_rank": []}
+        files = sorted(glob.glob(os.path.join(self.path, "*.json")))
+        files = [f for f in files if os.path.basename(f) != "manifest.json"] + list(extra_files)
+        for f in files:
+            obj = _read_json(f)
+            kind = classify_extra(f, obj)
+            if kind is None and f in extra_files:
+                raise ResultsError(f"{f}: not an inspect, ood-recall or centroid-rank JSON file")
+            if kind:
+                obj = dict(obj)
+                obj["_file"] = f
+                self.extras[kind].append(obj)
+        if not self.runs and not any(self.extras.values()):
+            raise ResultsError(f"{path} holds no run records (runs.jsonl or runs/*.json) and no extra JSON")
+        self._parts_cache = {}
+
+    # ---- loading ----
+    def _load_runs(self):
+        runs = []
+        jl = os.path.join(self.path, "runs.jsonl")
+        if os.path.exists(jl):
+            with open(jl, encoding="utf-8") as f:
+                for i, line in enumerate(f):
+                    line = line.strip()
+                    if not line:
+                        continue
+                    try:
+                        runs.append(json.loads(line))
+                    except ValueError as e:
+                        raise ResultsError(f"{jl}:{i + 1}: bad JSON: {e}") from e
+        else:
+            for p in sorted(glob.glob(os.path.join(self.path, "runs", "*.json"))):
+                runs.append(_read_json(p))
+            runs.sort(key=lambda r: r.get("index", 0))
+        for r in runs:
+            r.setdefault("params", {})
+            r.setdefault("metrics", {})
+        return runs
+
+    def _load_per_head(self):
+        p = os.path.join(self.path, "per_head.csv")
+        if not os.path.exists(p):
+            return []
+        rows = []
+        with open(p, newline="", encoding="utf-8") as f:
+            for row in csv.DictReader(f):
+                out = {}
+                for k, v in row.items():
+                    if k in ("run_id", "method", "trace"):
+                        out[k] = v
+                    elif k == "params":
+                        out[k] = json.loads(v) if v else {}
+                    elif k in ("layer", "kv_head", "q_head"):
+                        out[k] = int(v)
+                    else:
+                        out[k] = _num(v)
+                rows.append(out)
+        return rows
+
+    # ---- manifest ----
+    @property
+    def name(self):
+        return self.manifest.get("name") or os.path.basename(self.path.rstrip("/"))
+
+    @property
+    def config_source(self):
+        return self.manifest.get("config_source") or {}
+
+    @property
+    def figure_note(self):
+        return self.config_source.get("figure") or self.manifest.get("config", {}).get("figure")
+
+    @property
+    def description(self):
+        return self.config_source.get("description") or self.manifest.get("config", {}).get("description", "")
+
+    def metric_info(self, name):
+        for m in self.manifest.get("metrics", []):
+            if m.get("name") == name:
+                return m
+        return None
+
+    # ---- runs ----
+    def methods(self):
+        """Method names in order of first appearance."""
+        seen = []
+        for r in self.runs:
+            if r.get("method") not in seen:
+                seen.append(r.get("method"))
+        return seen
+
+    def runs_of(self, method):
+        return [r for r in self.runs if r.get("method") == method]
+
+    def has_metric(self, name):
+        return any(metric(r, name) is not None for r in self.runs)
+
+    def recall_metric(self, prefer=100):
+        """The recall@k metric to plot: recall@`prefer` if present, else the k closest to it."""
+        ks = set()
+        for r in self.runs:
+            for m in r.get("metrics", {}):
+                if m.startswith("recall@"):
+                    try:
+                        ks.add(int(m.split("@", 1)[1]))
+                    except ValueError:
+                        pass
+        if not ks:
+            return None
+        k = min(ks, key=lambda x: (abs(math.log(x / prefer)), x))
+        return f"recall@{k}"
+
+    def varying_params(self, method):
+        """Parameter names whose value differs between this method's runs, in key order."""
+        runs = self.runs_of(method)
+        names = []
+        for r in runs:
+            for k in r.get("params", {}):
+                if k not in names:
+                    names.append(k)
+        out = []
+        for k in names:
+            vals = {_canon(r.get("params", {}).get(k)) for r in runs}
+            if len(vals) > 1:
+                out.append(k)
+        return out
+
+    def short_label(self, run, with_method=True):
+        """'oracle_topk k=64': the method and the parameters that vary between its runs here."""
+        p = run.get("params", {})
+        parts = [f"{k}={fmt_value(p.get(k))}" for k in self.varying_params(run.get("method"))]
+        if len(self.traces()) > 1:
+            parts.append(os.path.basename(run.get("trace", "")))
+        s = " ".join(parts)
+        if not with_method:
+            return s or "defaults"
+        return f"{run.get('method')} {s}".strip()
+
+    def traces(self):
+        seen = []
+        for r in self.runs:
+            if r.get("trace") not in seen:
+                seen.append(r.get("trace"))
+        return seen
+
+    def prompt_len(self):
+        for r in self.runs:
+            if r.get("prompt_len"):
+                return int(r["prompt_len"])
+        for t in self.manifest.get("traces", []):
+            if t.get("prompt_len"):
+                return int(t["prompt_len"])
+        return None
+
+    # ---- parts (per step samples) ----
+    def parts(self, run_id):
+        """The part files of one run: list of dicts (layer, kv_head, q_heads, steps, q_metrics, kv_metrics)."""
+        if run_id not in self._parts_cache:
+            files = sorted(glob.glob(os.path.join(self.path, "parts", run_id, "L*_H*.json")))
+            self._parts_cache[run_id] = [_read_json(f) for f in files]
+        return self._parts_cache[run_id]
+
+    def per_step(self, run_id, name):
+        """Mean of one metric per decode step over every (layer, head) of the run: {step: mean}, from
+        parts/. Empty when the run has no part files."""
+        sums, counts = {}, {}
+        for part in self.parts(run_id):
+            steps = part.get("steps", [])
+            if name in part.get("q_metrics", {}):
+                rows = part["q_metrics"][name]
+            elif name in part.get("kv_metrics", {}):
+                rows = [part["kv_metrics"][name]]
+            else:
+                continue
+            for row in rows:
+                for s, v in zip(steps, row):
+                    if v is None or (isinstance(v, float) and not math.isfinite(v)):
+                        continue
+                    sums[s] = sums.get(s, 0.0) + v
+                    counts[s] = counts.get(s, 0) + 1
+        return {s: sums[s] / counts[s] for s in sorted(sums)}
+
+
+def metric(run, name, stat="mean"):
+    """A run's aggregate of one metric (None when absent or not finite)."""
+    m = run.get("metrics", {}).get(name)
+    if not isinstance(m, dict):
+        return None
+    v = m.get(stat)
+    if v is None:
+        return None
+    v = float(v)
+    return v if math.isfinite(v) else None
+
+
+def fmt_value(v):
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, float):
+        return f"{v:g}"
+    if isinstance(v, (dict, list)):
+        return json.dumps(v, sort_keys=True)
+    return str(v)
+
+
+def load(path, extra_files=()):
+    return Results(path, extra_files)

@@ -1,0 +1,407 @@
+#!/usr/bin/python3
+"""The data behind each figure (which series, which points), from committed fixture results. No pixels."""
+import csv
+import json
+import math
+import os
+import shutil
+import unittest
+
+import plot_test_util as U
+from retroplot import figures as F
+from retroplot import results as R
+
+ALL = ("quickstart", "wave-zones", "wave-estimation", "wave-segments", "wave-updates")
+
+
+def load(name, extra=()):
+    return R.load(U.fixture(name), extra)
+
+
+def data(fig, res):
+    return F.FIGURES[fig].data(res)
+
+
+class RegistryTest(unittest.TestCase):
+    def test_every_figure_has_data_and_draw(self):
+        for name, f in F.FIGURES.items():
+            self.assertEqual(f.name, name)
+            self.assertTrue(callable(f.data), name)
+            self.assertTrue(callable(f.draw), f"{name} has no draw function")
+            self.assertTrue(f.needs and f.title, name)
+
+    def test_applicability_per_fixture(self):
+        expected = {
+            "quickstart": {"accuracy_budget", "estimation", "head_heatmap"},
+            "wave-zones": {"zone_sweeps", "estimation", "head_heatmap"},
+            "wave-estimation": {"accuracy_budget", "estimation", "head_heatmap"},
+            "wave-segments": {"segments", "head_heatmap"},
+            "wave-updates": {"updates", "head_heatmap"},
+        }
+        for name in ALL:
+            res = load(name)
+            got = {n for n, f in F.FIGURES.items() if f.applies(res)}
+            self.assertEqual(got, expected[name], name)
+
+    def test_series_are_json(self):
+        for name in ALL:
+            res = load(name)
+            for n, f in F.FIGURES.items():
+                s = f.data(res)
+                if s is not None:
+                    json.dumps(s)  # the plot command writes it next to the figure
+
+
+class ParetoTest(unittest.TestCase):
+    def test_front_lower_cost_and_ties(self):
+        pts = [{"x": 0.1, "y": 0.5}, {"x": 0.2, "y": 0.4}, {"x": 0.2, "y": 0.7}, {"x": 0.3, "y": 0.7},
+               {"x": 0.4, "y": 0.9}, {"x": 0.05, "y": 0.2}]
+        front, dom = F.pareto_front(pts, higher_better=True)
+        self.assertEqual([(p["x"], p["y"]) for p in front], [(0.05, 0.2), (0.1, 0.5), (0.2, 0.7), (0.4, 0.9)])
+        self.assertEqual(sorted((p["x"], p["y"]) for p in dom), [(0.2, 0.4), (0.3, 0.7)])
+
+    def test_front_lower_better(self):
+        pts = [{"x": 1, "y": 0.3}, {"x": 2, "y": 0.35}, {"x": 3, "y": 0.1}]
+        front, dom = F.pareto_front(pts, higher_better=False)
+        self.assertEqual([p["x"] for p in front], [1, 3])
+        self.assertEqual([p["x"] for p in dom], [2])
+
+
+class AccuracyBudgetTest(unittest.TestCase):
+    def setUp(self):
+        self.res = load("quickstart")
+        self.s = data("accuracy_budget", self.res)
+        self.runs = U.runs_by_id("quickstart")
+
+    def panel(self, metric):
+        return next(p for p in self.s["panels"] if p["metric"] == metric)
+
+    def series(self, metric, method):
+        return next(s for s in self.panel(metric)["series"] if s["method"] == method)
+
+    def test_panels_and_methods(self):
+        self.assertEqual(self.s["x_metric"], "exact_frac")
+        self.assertEqual([p["metric"] for p in self.s["panels"]], ["recall@100", "mass", "out_err"])
+        for p in self.s["panels"]:
+            self.assertEqual([s["method"] for s in p["series"]], ["oracle_topk", "streaming", "wave"])
+
+    def test_points_are_the_runs_means(self):
+        for p in self.s["panels"]:
+            for s in p["series"]:
+                for q in s["points"] + s["dominated"]:
+                    r = self.runs[q["run_id"]]
+                    self.assertAlmostEqual(q["x"], r["metrics"]["exact_frac"]["mean"])
+                    self.assertAlmostEqual(q["y"], r["metrics"][p["metric"]]["mean"])
+                # every run of the method is either on the front or dominated
+                n = sum(1 for r in self.runs.values() if r["method"] == s["method"])
+                self.assertEqual(len(s["points"]) + len(s["dominated"]), n)
+
+    def test_pareto_fronts(self):
+        # recall@100 saturates at k=256: k=1024 and k=4096 add cost without recall
+        rec = self.series("recall@100", "oracle_topk")
+        self.assertEqual([q["label"] for q in rec["points"]], ["k=64", "k=256"])
+        self.assertEqual(sorted(q["label"] for q in rec["dominated"]), ["k=1024", "k=4096"])
+        # out_err keeps falling with k: every oracle point is on the front, by increasing budget
+        err = self.series("out_err", "oracle_topk")
+        self.assertEqual([q["label"] for q in err["points"]], ["k=64", "k=256", "k=1024", "k=4096"])
+        # wave with and without estimation attend the same exact tokens; estimation lowers out_err
+        w = self.series("out_err", "wave")
+        self.assertEqual([q["label"] for q in w["points"]], ["estimation=0.232"])
+        self.assertEqual([q["label"] for q in w["dominated"]], ["estimation=0"])
+        for p in self.s["panels"]:
+            hb = p["metric"] != "out_err"
+            for s in p["series"]:
+                xs = [q["x"] for q in s["points"]]
+                ys = [q["y"] for q in s["points"]]
+                self.assertEqual(xs, sorted(xs))
+                for a, b in zip(ys, ys[1:]):
+                    self.assertTrue(b > a if hb else b < a)
+
+    def test_full_reference(self):
+        ref = self.s["reference"]
+        self.assertTrue(ref["run_id"].startswith("full-"))
+        self.assertEqual(ref["x"], 1.0)
+        self.assertEqual(ref["y"]["recall@100"], 1.0)
+
+    def test_needs_two_methods(self):
+        for name in ("wave-zones", "wave-segments", "wave-updates"):
+            self.assertIsNone(data("accuracy_budget", load(name)), name)
+        s = data("accuracy_budget", load("wave-estimation"))
+        self.assertEqual([x["method"] for x in s["panels"][0]["series"]], ["wave", "oracle_topk", "streaming"])
+        self.assertIsNone(s["reference"])
+
+
+class ZoneSweepsTest(unittest.TestCase):
+    def setUp(self):
+        self.s = data("zone_sweeps", load("wave-zones"))
+        self.runs = U.runs_by_id("wave-zones")
+
+    def test_axes_and_points(self):
+        self.assertEqual([p["axis"] for p in self.s["panels"]], ["retrieval", "estimation", "steady"])
+        xs = {p["axis"]: [q["x"] for q in p["points"]] for p in self.s["panels"]}
+        self.assertEqual(xs["retrieval"], [0.0025, 0.005, 0.01, 0.018, 0.036, 0.072])
+        self.assertEqual(xs["estimation"], [0, 0.05, 0.1, 0.232, 0.4, 0.6])
+        self.assertEqual(xs["steady"], ["4+0", "0+64", "4+64", "16+256", "64+1024"])
+        self.assertEqual(self.s["metrics"], ["recall@100", "mass", "out_err"])
+
+    def test_centre_is_the_default_point_in_every_panel(self):
+        self.assertEqual(self.s["centre"]["retrieval"], "0.018")
+        self.assertEqual(self.s["centre"]["estimation"], "0.232")
+        self.assertEqual((self.s["centre"]["sink"], self.s["centre"]["window"]), ("4", "64"))
+        ids = set()
+        for p in self.s["panels"]:
+            c = [q for q in p["points"] if q["is_centre"]]
+            self.assertEqual(len(c), 1, p["axis"])
+            ids.add(c[0]["run_id"])
+        self.assertEqual(len(ids), 1)  # the same run (it ran once)
+
+    def test_values(self):
+        for p in self.s["panels"]:
+            for q in p["points"]:
+                r = self.runs[q["run_id"]]
+                for m in self.s["metrics"]:
+                    self.assertAlmostEqual(q["y"][m], r["metrics"][m]["mean"])
+                for k, v in q["params"].items():
+                    self.assertEqual(r["params"][k], v)
+                others = {k: v for k, v in r["params"].items() if k not in q["params"]}
+                self.assertEqual({k: str(v) for k, v in others.items() if k in ("retrieval", "estimation")},
+                                 {k: self.s["centre"][k] for k in others if k in ("retrieval", "estimation")})
+
+    def test_not_for_grids_or_other_sweeps(self):
+        for name in ("quickstart", "wave-estimation", "wave-segments", "wave-updates"):
+            self.assertIsNone(data("zone_sweeps", load(name)), name)
+
+
+class EstimationTest(unittest.TestCase):
+    def test_wave_estimation_config(self):
+        s = data("estimation", load("wave-estimation"))
+        runs = U.runs_by_id("wave-estimation")
+        self.assertEqual(s["retrieval"], [0.009, 0.018, 0.036])
+        self.assertEqual([v["estimation"] for v in s["variants"]], [0, 0.232])
+        self.assertEqual([v["label"] for v in s["variants"]], ["w/o estimation", "w/ estimation (23.2%)"])
+        for v in s["variants"]:
+            for i, rid in enumerate(v["run_ids"]):
+                r = runs[rid]
+                self.assertEqual(r["params"]["retrieval"], s["retrieval"][i])
+                self.assertEqual(r["params"]["estimation"], v["estimation"])
+                for m in s["metrics"]:
+                    self.assertAlmostEqual(v["y"][m][i], r["metrics"][m]["mean"])
+        # references at wave's exact-token count (about 660 tokens of a 32K context)
+        self.assertEqual([r["method"] for r in s["references"]], ["oracle_topk", "streaming"])
+        self.assertEqual(s["references"][1]["label"], "sink=4 window=656")
+        for r in s["references"]:
+            self.assertLess(abs(math.log(r["exact_frac"] / s["target_exact_frac"])), math.log(1.5))
+
+    def test_quickstart_single_budget(self):
+        s = data("estimation", load("quickstart"))
+        self.assertEqual(s["retrieval"], [0.018])
+        self.assertEqual([v["estimation"] for v in s["variants"]], [0, 0.232])
+        # streaming's runs attend 0.4%, 3.9%, 6.3% vs. wave's 2.2%: none within a factor 1.5
+        self.assertEqual([(r["method"], r["label"]) for r in s["references"]], [("oracle_topk", "k=256")])
+
+    def test_needs_paired_runs(self):
+        self.assertIsNone(data("estimation", load("wave-segments")))
+        self.assertIsNone(data("estimation", load("wave-updates")))
+
+
+class SegmentsTest(unittest.TestCase):
+    def test_points(self):
+        s = data("segments", load("wave-segments"))
+        runs = U.runs_by_id("wave-segments")
+        self.assertEqual(s["recall_metric"], "recall@100")
+        self.assertEqual(s["prompt_len"], 32768)
+        self.assertEqual([v["final_global_assign"] for v in s["variants"]], [True, False])
+        for v in s["variants"]:
+            self.assertEqual([p["segment_label"] for p in v["points"]], ["global", "16K", "8K", "4K", "2K", "1K"])
+            self.assertEqual([p["segment"] for p in v["points"]], [0, 16384, 8192, 4096, 2048, 1024])
+            for p in v["points"]:
+                r = runs[p["run_id"]]
+                self.assertEqual(r["params"]["segment"], p["segment"])
+                self.assertEqual(r["params"]["final_global_assign"], v["final_global_assign"])
+                self.assertAlmostEqual(p["build_ms"], r["metrics"]["build_ms"]["mean"])
+                self.assertAlmostEqual(p["recall"], r["metrics"]["recall@100"]["mean"])
+
+    def test_not_without_segment_sweep(self):
+        for name in ("quickstart", "wave-zones", "wave-estimation", "wave-updates"):
+            self.assertIsNone(data("segments", load(name)), name)
+
+
+class UpdatesTest(U.TempDirMixin, unittest.TestCase):
+    def test_per_step_from_parts(self):
+        res = load("wave-updates")
+        s = data("updates", res)
+        self.assertEqual(s["metrics"], ["recall@100", "out_err", "gpu_bytes"])
+        self.assertEqual([v["update_segment"] for v in s["variants"]], [1024, 512, 0, None])
+        self.assertEqual(s["variants"][-1]["method"], "full")
+        steps = list(range(127, 3200, 128))
+        for v in s["variants"]:
+            self.assertEqual(v["steps"], steps)
+        # recompute one step by hand from the part files: mean over (KV head, query head)
+        v = s["variants"][0]
+        d = os.path.join(U.fixture("wave-updates"), "parts", v["run_id"])
+        vals = []
+        for f in sorted(os.listdir(d)):
+            with open(os.path.join(d, f)) as fh:
+                part = json.load(fh)
+            i = part["steps"].index(1023)
+            vals += [row[i] for row in part["q_metrics"]["out_err"]]
+        self.assertAlmostEqual(v["y"]["out_err"][steps.index(1023)], sum(vals) / len(vals))
+        # full attention keeps every token on the GPU: 128 tokens (K+V, fp16, d=128) per evaluated step
+        g = s["variants"][-1]["y"]["gpu_bytes"]
+        self.assertAlmostEqual(g[1] - g[0], 128 * 2 * 2 * 128, delta=0.01 * 65536)  # parts rounded to 4 digits
+
+    def test_needs_parts(self):
+        d = U.copy_fixture("wave-updates", self.tmp)
+        shutil.rmtree(os.path.join(d, "parts"))
+        self.assertIsNone(data("updates", R.load(d)))
+
+
+class HeadHeatmapTest(unittest.TestCase):
+    def per_head(self, name):
+        with open(os.path.join(U.fixture(name), "per_head.csv"), newline="") as f:
+            return list(csv.DictReader(f))
+
+    def test_one_run_per_method_near_median_budget(self):
+        res = load("quickstart")
+        s = data("head_heatmap", res)
+        self.assertEqual(s["metric"], "out_err")
+        self.assertEqual([p["method"] for p in s["panels"]], ["oracle_topk", "streaming", "wave"])
+        self.assertEqual([p["label"] for p in s["panels"]], ["k=256", "sink=128 window=512", "estimation=0.232"])
+        rows = self.per_head("quickstart")
+        for p in s["panels"]:
+            self.assertEqual(p["layers"], [0, 1])
+            self.assertEqual(p["q_heads"], list(range(8)))
+            for li, l in enumerate(p["layers"]):
+                for hi, h in enumerate(p["q_heads"]):
+                    row = next(r for r in rows if r["run_id"] == p["run_id"] and int(r["layer"]) == l
+                               and int(r["q_head"]) == h)
+                    self.assertAlmostEqual(p["values"][li][hi], float(row["out_err"]))
+
+    def test_chosen_run(self):
+        res = load("quickstart")
+        res.options = {"heatmap_runs": ["streaming-9a3dac06a82c"]}
+        s = data("head_heatmap", res)
+        self.assertEqual([p["run_id"] for p in s["panels"]], ["streaming-9a3dac06a82c"])
+        self.assertEqual(s["panels"][0]["label"], "sink=4 window=64")
+
+    def test_full_only_has_none(self):
+        res = load("quickstart")
+        res.per_head = [r for r in res.per_head if r["method"] == "full"]
+        self.assertIsNone(data("head_heatmap", res))
+
+
+class SparsityHeatmapTest(unittest.TestCase):
+    def test_from_inspect_json(self):
+        self.assertIsNone(data("sparsity_heatmap", load("quickstart")))
+        s = data("sparsity_heatmap", load("quickstart", [U.INSPECT]))
+        with open(U.INSPECT) as f:
+            insp = json.load(f)
+        self.assertEqual(s["layers"], [0, 1])
+        self.assertEqual(s["q_heads"], list(range(8)))
+        self.assertEqual(s["n_tokens"], insp["info"]["n_tokens"])
+        for h in insp["heads"]:
+            self.assertEqual(s["values"][s["layers"].index(h["layer"])][s["q_heads"].index(h["q_head"])], h["n90"])
+
+    def test_picked_up_from_results_dir(self):
+        import tempfile
+        with tempfile.TemporaryDirectory() as t:
+            d = U.copy_fixture("wave-segments", t)
+            shutil.copy(U.INSPECT, os.path.join(d, "inspect.json"))
+            self.assertIsNotNone(data("sparsity_heatmap", R.load(d)))
+
+
+class OodRecallTest(U.TempDirMixin, unittest.TestCase):
+    def test_fixture(self):
+        s = data("ood_recall", load("ood"))
+        self.assertEqual(s["k"], 100)
+        self.assertEqual([p["queries"] for p in s["panels"]], ["decode", "keys"])
+        dec, keys = s["panels"]
+        self.assertEqual([x["index"] for x in dec["series"]], ["ivf", "hnsw"])
+        self.assertEqual(dec["series"][0]["points"], [[0.01, 0.31], [0.05, 0.55], [0.2, 0.83], [0.4, 0.95]])
+        # sorted by scanned fraction; parallel-array form accepted
+        self.assertEqual(keys["series"][0]["points"], [[0.01, 0.88], [0.05, 0.97]])
+        self.assertEqual(keys["series"][1]["points"], [[0.005, 0.93], [0.02, 0.99]])
+
+    def test_flat_records(self):
+        d = os.path.join(self.tmp, "r")
+        os.makedirs(d)
+        with open(os.path.join(d, "ood_recall.json"), "w") as f:
+            json.dump({"kind": "ood_recall", "recall_k": [100], "records": [
+                {"method": "faiss_ivf", "query": "k_to_k", "scanned_frac": 0.02, "recall@100": 0.9},
+                {"method": "faiss_ivf", "query": "q_to_k", "scanned_frac": 0.02, "recall@100": 0.3},
+                {"method": "faiss_ivf", "query": "q_to_k", "scanned_frac": 0.01, "recall@100": 0.2}]}, f)
+        s = data("ood_recall", R.load(d))
+        self.assertEqual(s["k"], 100)
+        self.assertEqual(s["panels"][0]["series"][0]["points"], [[0.01, 0.2], [0.02, 0.3]])
+        self.assertEqual(s["panels"][1]["series"][0]["points"], [[0.02, 0.9]])
+
+    def test_absent(self):
+        for name in ALL:
+            self.assertIsNone(data("ood_recall", load(name)))
+
+
+class FutureFiguresTest(U.TempDirMixin, unittest.TestCase):
+    """Figures whose data retro-bench does not produce yet: skipped now, drawn once the data appears."""
+
+    def write_runs(self, runs):
+        d = os.path.join(self.tmp, "future")
+        os.makedirs(d, exist_ok=True)
+        with open(os.path.join(d, "runs.jsonl"), "w") as f:
+            for i, r in enumerate(runs):
+                f.write(json.dumps(dict(r, index=i, run_id=f"{r['method']}-{i}", trace="t.h5")) + "\n")
+        return d
+
+    def test_absent_everywhere(self):
+        for name in ALL:
+            res = load(name)
+            for n in ("cache_hit_ratio", "throughput_batch", "centroid_rank"):
+                self.assertIsNone(data(n, res), (name, n))
+
+    def test_cache_and_throughput(self):
+        runs = [{"method": "wave", "params": {"cache_frac": c, "batch": b},
+                 "metrics": {"cache_hit_ratio": {"mean": h}, "throughput": {"mean": t}}}
+                for c, b, h, t in ((0.05, 1, 0.8, 10.0), (0.01, 4, 0.6, 35.0), (0.1, 16, 0.9, 100.0))]
+        res = R.load(self.write_runs(runs))
+        s = data("cache_hit_ratio", res)
+        self.assertEqual(s["metric"], "cache_hit_ratio")
+        self.assertEqual(s["series"][0]["param"], "cache_frac")
+        self.assertEqual(s["series"][0]["points"], [[0.01, 0.6], [0.05, 0.8], [0.1, 0.9]])
+        t = data("throughput_batch", res)
+        self.assertEqual(t["series"][0]["points"], [[1, 10.0], [4, 35.0], [16, 100.0]])
+
+    def test_centroid_rank(self):
+        d = self.write_runs([{"method": "wave", "params": {}, "metrics": {}}])
+        with open(os.path.join(d, "centroid-rank.json"), "w") as f:
+            json.dump({"kind": "centroid-rank", "series": [
+                {"label": "layer 0", "rank": [1, 2, 4], "cum_attention": [0.3, 0.5, 0.7]}]}, f)
+        s = data("centroid_rank", R.load(d))
+        self.assertEqual(s["series"][0]["points"], [[1, 0.3], [2, 0.5], [4, 0.7]])
+
+
+class ResultsLoaderTest(U.TempDirMixin, unittest.TestCase):
+    def test_errors(self):
+        with self.assertRaises(R.ResultsError):
+            R.load(os.path.join(self.tmp, "missing"))
+        with self.assertRaises(R.ResultsError):
+            R.load(self.tmp)  # empty directory: no runs
+
+    def test_runs_dir_fallback(self):
+        d = U.copy_fixture("wave-segments", self.tmp)
+        runs = list(U.runs_by_id("wave-segments").values())
+        os.remove(os.path.join(d, "runs.jsonl"))
+        os.makedirs(os.path.join(d, "runs"))
+        for r in runs:
+            with open(os.path.join(d, "runs", r["run_id"] + ".json"), "w") as f:
+                json.dump(r, f)
+        res = R.load(d)
+        self.assertEqual([r["run_id"] for r in res.runs], [r["run_id"] for r in runs])
+
+    def test_short_labels(self):
+        res = load("quickstart")
+        labels = [res.short_label(r) for r in res.runs]
+        self.assertEqual(labels[:3], ["full", "oracle_topk k=64", "oracle_topk k=256"])
+        self.assertEqual(res.varying_params("streaming"), ["sink", "window"])
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)

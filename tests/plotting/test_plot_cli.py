@@ -1,0 +1,215 @@
+#!/usr/bin/python3
+"""`retro-bench plot` and `retro-bench report` end to end on fixture results (RETRO_BIN: the binary)."""
+import base64
+import glob
+import json
+import os
+import re
+import stat
+import sys
+import unittest
+from html.parser import HTMLParser
+
+import plot_test_util as U
+from retroplot import figures as F
+from retroplot import results as R
+
+BIN = U.retro_bin()
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+class DomSummary(HTMLParser):
+    """imgs (attrs), tables (id -> number of body rows), ids."""
+
+    def __init__(self):
+        super().__init__()
+        self.imgs, self.tables, self.ids = [], {}, set()
+        self._table, self._in_tbody = None, False
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if "id" in a:
+            self.ids.add(a["id"])
+        if tag == "img":
+            self.imgs.append(a)
+        elif tag == "table":
+            self._table = a.get("id", f"table{len(self.tables)}")
+            self.tables[self._table] = 0
+        elif tag == "tbody":
+            self._in_tbody = True
+        elif tag == "tr" and self._in_tbody and self._table:
+            self.tables[self._table] += 1
+
+    def handle_endtag(self, tag):
+        if tag == "tbody":
+            self._in_tbody = False
+        elif tag == "table":
+            self._table = None
+
+
+def summarize(html):
+    p = DomSummary()
+    p.feed(html)
+    return p
+
+
+def applicable(name, extra=()):
+    res = R.load(U.fixture(name), extra)
+    return [n for n, f in F.FIGURES.items() if f.applies(res)]
+
+
+@unittest.skipIf(BIN is None, "RETRO_BIN not set and no build/retro-bench")
+class PlotCommandTest(U.TempDirMixin, unittest.TestCase):
+    def plot(self, *args, env=None):
+        return U.run([BIN, "plot", *args], env=env)
+
+    def test_writes_png_and_pdf_for_applicable_figures(self):
+        for name in ("quickstart", "wave-zones", "wave-estimation", "wave-segments", "wave-updates"):
+            d = U.copy_fixture(name, self.tmp)
+            r = self.plot(d)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            figs = os.path.join(d, "figures")
+            want = applicable(name)
+            for n in F.FIGURES:
+                for ext in ("png", "pdf"):
+                    p = os.path.join(figs, f"{n}.{ext}")
+                    self.assertEqual(os.path.exists(p), n in want, (name, p))
+                if n in want:
+                    with open(os.path.join(figs, f"{n}.png"), "rb") as f:
+                        self.assertEqual(f.read(8), PNG)
+                    with open(os.path.join(figs, f"{n}.pdf"), "rb") as f:
+                        self.assertEqual(f.read(5), b"%PDF-")
+                    self.assertGreater(os.path.getsize(os.path.join(figs, f"{n}.png")), 5000)
+                    with open(os.path.join(figs, f"{n}.json")) as f:
+                        self.assertEqual(json.load(f)["series"], json.loads(json.dumps(
+                            F.FIGURES[n].data(R.load(U.fixture(name))))))
+                else:
+                    self.assertIn(f"skip {n}: needs", r.stderr)
+            with open(os.path.join(figs, "index.json")) as f:
+                idx = json.load(f)
+            self.assertEqual([m["name"] for m in idx["made"]], want)
+            self.assertEqual(len(idx["made"]) + len(idx["skipped"]), len(F.FIGURES))
+            self.assertEqual(glob.glob(os.path.join(figs, "*.tmp-*")) + glob.glob(os.path.join(figs, ".*")), [])
+
+    def test_out_format_inspect_only(self):
+        d = U.copy_fixture("quickstart", self.tmp)
+        out = os.path.join(self.tmp, "figs")
+        r = self.plot(d, "--out", out, "--format", "svg", "--inspect", U.INSPECT,
+                      "--only", "sparsity_heatmap,zone_sweeps")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(sorted(os.listdir(out)), ["index.json", "sparsity_heatmap.json", "sparsity_heatmap.svg"])
+        self.assertIn("skip zone_sweeps", r.stderr)
+        self.assertFalse(os.path.exists(os.path.join(d, "figures")))
+
+    def test_ood_only_directory(self):
+        d = U.copy_fixture("ood", self.tmp)
+        r = self.plot(d, "--format", "png")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertTrue(os.path.exists(os.path.join(d, "figures", "ood_recall.png")))
+
+    def test_bad_input(self):
+        d = U.copy_fixture("quickstart", self.tmp)
+        cases = [
+            ([os.path.join(self.tmp, "nope")], {}, "does not exist"),
+            ([d, "--format", "png,gif"], {}, "--format"),
+            ([d, "--only", "nonsense"], {}, "unknown figure"),
+            ([d, "--inspect", os.path.join(self.tmp, "none.json")], {}, "no such file"),
+            ([d], {"RETRO_PYTHON": "/nonexistent/python3"}, "RETRO_PYTHON"),
+            ([d], {"RETRO_PLOT_SCRIPT": "/nonexistent/retro_plot.py"}, "RETRO_PLOT_SCRIPT"),
+        ]
+        for args, env, msg in cases:
+            r = self.plot(*args, env=env)
+            self.assertEqual(r.returncode, 2, (args, env, r.stderr))
+            self.assertIn(msg, r.stderr)
+            self.assertIn("error", r.stderr)
+        self.assertFalse(os.path.exists(os.path.join(d, "figures", "accuracy_budget.png")))
+
+    def test_missing_matplotlib_is_a_clear_error(self):
+        fake = os.path.join(self.tmp, "python-without-site")
+        with open(fake, "w") as f:  # -S: no site-packages, so no Debian matplotlib
+            f.write(f"#!/bin/sh\nexec {sys.executable} -S \"$@\"\n")
+        os.chmod(fake, os.stat(fake).st_mode | stat.S_IEXEC)
+        d = U.copy_fixture("quickstart", self.tmp)
+        r = self.plot(d, env={"RETRO_PYTHON": fake})
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("matplotlib is not available", r.stderr)
+        self.assertIn("scripts/setup.sh", r.stderr)
+
+    def test_script_override(self):
+        d = U.copy_fixture("wave-segments", self.tmp)
+        r = self.plot(d, "--only", "segments", env={"RETRO_PLOT_SCRIPT": U.SCRIPT})
+        self.assertEqual(r.returncode, 0, r.stderr)
+
+
+@unittest.skipIf(BIN is None, "RETRO_BIN not set and no build/retro-bench")
+class ReportCommandTest(U.TempDirMixin, unittest.TestCase):
+    def report(self, name, *args):
+        d = U.copy_fixture(name, self.tmp)
+        r = U.run([BIN, "report", d, *args])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        out = args[args.index("--out") + 1] if "--out" in args else os.path.join(d, "report.html")
+        with open(out, encoding="utf-8") as f:
+            return f.read(), d
+
+    def test_quickstart_report(self):
+        html, d = self.report("quickstart", "--inspect", U.INSPECT)
+        dom = summarize(html)
+        want = applicable("quickstart", [U.INSPECT])
+        self.assertIn("sparsity_heatmap", want)
+        # every applicable figure embedded as a decodable PNG
+        figs = [i for i in dom.imgs if i.get("class") == "fig"]
+        self.assertEqual(len(figs), len(want))
+        for n in want:
+            self.assertIn(f"fig-{n}", dom.ids)
+        for img in figs:
+            src = img["src"]
+            self.assertTrue(src.startswith("data:image/png;base64,"))
+            png = base64.b64decode(src.split(",", 1)[1])
+            self.assertEqual(png[:8], PNG)
+            self.assertGreater(len(png), 5000)
+        # tables: one row per run, best per budget, manifest
+        self.assertEqual(dom.tables["runs-table"], 10)
+        self.assertGreater(dom.tables["best-table"], 5)
+        self.assertGreater(dom.tables["manifest-table"], 8)
+        self.assertGreater(dom.tables["metrics-table"], 10)
+        with open(os.path.join(d, "manifest.json")) as f:
+            man = json.load(f)
+        self.assertIn(html_escape(man["host"]["blas"]), html)
+        self.assertIn(man["host"]["git_revision"], html)
+        self.assertIn('id="config-source"', html)
+        self.assertNotIn("http://", re.sub(r'xmlns="http://[^"]*"', "", html))  # self-contained
+        self.assertNotIn("https://", html)
+
+    def test_best_per_budget(self):
+        from retroplot.report import best_per_budget
+        res = R.load(U.fixture("quickstart"))
+        best, rk = best_per_budget(res)
+        self.assertEqual(rk, "recall@100")
+        by = {(b["bin"], b["method"]): b for b in best}
+        # oracle k=256 (1.56%) is alone in the 1-2% bin; wave's two runs (2.2%) share the 2-5% bin
+        b = by[((0.01, 0.02), "oracle_topk")]
+        self.assertEqual(b["by_err"]["params"]["k"], 256)
+        w = by[((0.02, 0.05), "wave")]
+        self.assertEqual(w["n"], 2)
+        self.assertEqual(w["by_err"]["params"]["estimation"], 0.232)  # lower out_err
+        for b in best:
+            lo, hi = b["bin"]
+            for r in (b["by_err"], b["by_recall"]):
+                self.assertTrue(lo < r["metrics"]["exact_frac"]["mean"] <= hi)
+
+    def test_every_fixture_and_out(self):
+        for name in ("wave-zones", "wave-estimation", "wave-segments", "wave-updates"):
+            out = os.path.join(self.tmp, f"{name}.html")
+            html, _ = self.report(name, "--out", out)
+            dom = summarize(html)
+            self.assertEqual(len([i for i in dom.imgs if i.get("class") == "fig"]), len(applicable(name)))
+            self.assertEqual(dom.tables["runs-table"], len(U.runs_by_id(name)))
+
+
+def html_escape(s):
+    import html
+    return html.escape(s, quote=True)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
