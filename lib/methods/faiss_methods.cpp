@@ -145,8 +145,11 @@ void AnnIndex::build(const float* keys, const int32_t* ids, int n) {
         for (int i = 0; i < n; ++i) m.transform_key(keys + (size_t)i * d, d, aug.data() + (size_t)i * D);
         x = aug.data();
     }
+    // Small builds run serially: OpenMP's barriers cost more than they save there (and spin badly when the
+    // cores are shared).
     const int threads = m.p.threads > 0 ? m.p.threads
-                                        : std::max(1, std::min(openblas_get_num_threads(), omp_get_max_threads()));
+                        : n < 16384   ? 1
+                                      : std::max(1, std::min(openblas_get_num_threads(), omp_get_max_threads()));
     OmpThreads omp_guard(threads);
     faiss_call("build", [&] {
         switch (m.p.kind) {
@@ -290,7 +293,7 @@ struct FaissParams {
     int sink = 128;        ///< static pattern: initial tokens
     int window = 512;      ///< static pattern: most recent tokens, the current one included
     double nprobe = 150;   ///< IVF: >= 1 lists, (0,1) fraction of nlist
-    int ef_search = 16;    ///< HNSW search beam (FAISS uses max(ef_search, k))
+    int ef_search = 16;    ///< HNSW search beam; the method searches with max(ef_search, k)
     FaissGqa gqa = FaissGqa::per_head;
     Placement placement = Placement::gpu_fetch;
     DecodeTokens decode = DecodeTokens::index;
@@ -337,7 +340,9 @@ class FaissMethod final : public Method {
         const int nl = index_.nlist();
         s.nprobe = p_.nprobe >= 1 ? (int)std::lround(p_.nprobe)
                                   : std::max(1, (int)std::lround(p_.nprobe * nl));
-        s.ef_search = p_.ef_search;
+        // FAISS 1.7.3 stops an HNSW search once ef_search visited candidates beat the current one, so a
+        // beam below k returns fewer than k results: the beam is at least k (as ef >= k is meant to be).
+        s.ef_search = std::max(p_.ef_search, k);
         double scanned = 0;
         found_.resize((size_t)g);
         for (int h = 0; h < g; ++h) {
@@ -504,7 +509,9 @@ MethodInfo faiss_hnsw_method_info() {
                         "FAISS IndexHNSWFlat default", 2, 1024});
     m.params.push_back({"ef_construction", ParamType::integer, 40, "HNSW build beam width",
                         "FAISS HNSW default efConstruction", 1, 1e6});
-    m.params.push_back({"ef_search", ParamType::integer, 16, "HNSW search beam width; FAISS uses max(ef_search, k)",
+    m.params.push_back({"ef_search", ParamType::integer, 16,
+                        "HNSW search beam width; the search uses max(ef_search, k) (FAISS stops after ef_search "
+                        "closer candidates)",
                         "FAISS HNSW default efSearch", 1, 1e7});
     m.make = [](const nlohmann::json& j) {
         FaissParams p = common_from(j, AnnKind::hnsw);

@@ -41,7 +41,8 @@ struct AnnParams {
 /// Search-time knobs (ignored by index kinds they do not apply to).
 struct AnnSearch {
     int nprobe = 1;     ///< IVF lists probed (clamped to nlist)
-    int ef_search = 16; ///< HNSW beam; FAISS uses max(ef_search, k)
+    int ef_search = 16; ///< HNSW beam (FAISS 1.7.3: the candidate queue holds max(ef_search, k), but the
+                        ///< search stops after ef_search closer candidates, so ef_search < k returns fewer)
 };
 
 /// A FAISS index over keys [n, d] with caller-chosen int32 ids. Not thread-safe; one per head.

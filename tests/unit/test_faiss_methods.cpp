@@ -221,6 +221,12 @@ TEST(FaissMethods, StaticPatternIsAlwaysAttended) {
             }
 }
 
+TEST(FaissMethods, HnswReturnsKTokensWhenKExceedsTheBeam) {
+    const HeadSlice h = make_head(1200, 1, 32, 2, 9);
+    const Replay r = replay(h, "faiss_hnsw", {{"k", 300}, {"ef_search", 16}, {"sink", 4}, {"window", 16}});
+    for (const auto& l : r.sels[0].exact) EXPECT_EQ(l.size(), 4u + 16u + 300u);
+}
+
 TEST(FaissMethods, TrafficAndScanAccounting) {
     const HeadSlice h = make_head(1000, 2, 32, 4, 4);
     const double kvb = 2.0 * 32 * 2;  // f16 K+V per token
