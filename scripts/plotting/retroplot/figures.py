@@ -61,8 +61,18 @@ def _key(params, drop=()):
 
 
 def _first_trace_runs(res, method):
+    """The method's runs on the first trace at its most common system-model point (a config sweeping
+    the GPU cache repeats identical method parameters once per cache setting)."""
     traces = res.traces()
-    return [r for r in res.runs_of(method) if not traces or r.get("trace") == traces[0]]
+    runs = [r for r in res.runs_of(method) if not traces or r.get("trace") == traces[0]]
+    counts = OrderedDict()
+    for r in runs:
+        k = _key(r.get("system", {}))
+        counts[k] = counts.get(k, 0) + 1
+    if len(counts) > 1:
+        top = max(counts, key=counts.get)
+        runs = [r for r in runs if _key(r.get("system", {})) == top]
+    return runs
 
 
 def _accuracy_metrics(res):
@@ -179,12 +189,29 @@ def _ood_y_key(d, k):
     return None
 
 
+def _ood_index_name(obj):
+    name = str(obj.get("index", "index"))
+    if obj.get("mips") and obj.get("mips") != "ip":
+        name += f" ({obj['mips']})"
+    return name
+
+
 def _ood_records(obj):
-    """Flattens one ood-recall JSON into (name, query_kind, x, y) records and k."""
+    """Flattens one ood-recall JSON into (name, query_kind, x, y) records and k. Accepts the output of
+    `retro-bench ood-recall TRACE --json FILE` (one index per file: 'mean' rows with scanned_decode /
+    recall_decode / scanned_keys / recall_keys per search setting) and a generic form (docs/plots.md)."""
     k = obj.get("k") or obj.get("recall_k")
     if isinstance(k, list):
         k = k[0] if k else None
     out = []
+    mean = obj.get("mean")
+    if isinstance(mean, list) and mean and isinstance(mean[0], dict) and "recall_decode" in mean[0]:
+        name = _ood_index_name(obj)
+        for p in mean:
+            for qk, xk, yk in (("decode", "scanned_decode", "recall_decode"), ("keys", "scanned_keys", "recall_keys")):
+                if p.get(xk) is not None and p.get(yk) is not None:
+                    out.append((name, qk, float(p[xk]), float(p[yk])))
+        return k, out
     lists = None
     for key in ("series", "curves", "results", "records", "points"):
         if isinstance(obj.get(key), list):
@@ -282,7 +309,7 @@ def zone_sweeps(res):
             pts.sort(key=lambda p: (p["params"]["sink"] + p["params"]["window"], p["params"]["window"]))
         else:
             pts.sort(key=lambda p: p["x"])
-        if len(pts) >= 3:
+        if len({fmt_value(q["x"]) for q in pts}) >= 3:
             panels.append({"axis": axis, "xlabel": xlabel, "points": pts})
     if len(panels) < 2:
         return None
@@ -398,8 +425,8 @@ def updates(res):
     for r in runs:
         if "update_segment" in r["params"]:
             groups.setdefault(_key(r["params"], ("update_segment",)), []).append(r)
-    best = max(groups.values(), key=len, default=None)
-    if not best or len(best) < 2:
+    best = max(groups.values(), key=lambda g: len({r["params"]["update_segment"] for r in g}), default=None)
+    if not best or len({r["params"]["update_segment"] for r in best}) < 2:
         return None
     rk = res.recall_metric(100)
     metrics = [m for m in (rk, "out_err", "gpu_bytes") if m]
@@ -492,41 +519,123 @@ def sparsity_heatmap(res, field="n90"):
 
 
 # ----------------------------------------------------------------------------------------------------
-# 9-11. figures whose data retro-bench does not produce yet: each applies once its data appears.
+# 9. recall vs. scanned keys from run records (RetrievalAttention Fig. 6, Q to K side)
 
-def _metric_vs_param(res, metric_names, param_pred):
-    for mname in metric_names:
-        if not res.has_metric(mname):
+SEARCH_PARAMS = ("search_L", "nprobe", "ef_search", "ef", "n_probe", "efSearch")
+
+
+@figure("recall_scanned", "Recall vs. scanned keys as the search effort grows (decode queries)",
+        needs="runs of an index method sweeping its search effort (search_L / nprobe / ef_search) with scan_ops",
+        size=(style.COLUMN_W, 1.9), paper="RetrievalAttention Fig. 6 (Q to K)")
+def recall_scanned(res):
+    rk = res.recall_metric(100)
+    if not rk:
+        return None
+    series = []
+    for m in res.methods():
+        knobs = [p for p in res.varying_params(m) if p in SEARCH_PARAMS]
+        if not knobs:
             continue
-        series = []
-        for m in res.methods():
-            varying = [p for p in res.varying_params(m) if param_pred(p)]
-            if not varying:
+        knob = knobs[0]
+        groups = OrderedDict()   # runs that differ only in the search knob
+        for r in res.runs_of(m):
+            if knob in r["params"] and metric(r, "scan_ops") is not None and metric(r, rk) is not None:
+                groups.setdefault(_key(r["params"], (knob,)), []).append(r)
+        for g in groups.values():
+            if len(g) < 2:
                 continue
-            p = varying[0]
-            pts = sorted((r["params"][p], metric(r, mname)) for r in res.runs_of(m)
-                         if metric(r, mname) is not None and isinstance(r["params"].get(p), (int, float)))
-            if len(pts) >= 2:
-                series.append({"method": m, "param": p, "points": [list(x) for x in pts]})
-        if series:
-            return {"metric": mname, "series": series}
-    return None
+            g.sort(key=lambda r: r["params"][knob])
+            series.append({"method": m, "param": knob,
+                           "label": res.short_label(g[0], False).replace(f"{knob}={fmt_value(g[0]['params'][knob])}", "").strip(),
+                           "points": [{"x": metric(r, "scan_ops"), "y": metric(r, rk), "setting": r["params"][knob],
+                                       "run_id": r["run_id"]} for r in g]})
+    if not series:
+        return None
+    return {"recall_metric": rk, "series": series}
 
 
-@figure("cache_hit_ratio", "GPU cache hit ratio vs. cache size",
-        needs="runs with a cache hit-ratio metric (hit_ratio / cache_hit_ratio) and a swept cache-size parameter",
-        size=(style.COLUMN_W, 1.8), paper="RetroInfer Fig. 14/15")
-def cache_hit_ratio(res):
-    return _metric_vs_param(res, ("cache_hit_ratio", "hit_ratio"), lambda p: "cache" in p)
+# ----------------------------------------------------------------------------------------------------
+# 10. index build time per method (CTKVR Fig. 8 / Table 9, RetroInfer §5)
+
+@figure("build_time", "Index build time per method",
+        needs="runs of at least two methods that build an index (build_ms > 0.1 ms)",
+        size=(style.COLUMN_W, 1.7), paper="CTKVR Fig. 8 / Table 9 style")
+def build_time(res):
+    rows = []
+    for m in res.methods():
+        vals = [(metric(r, "build_ms"), r) for r in res.runs_of(m) if (metric(r, "build_ms") or 0) > 0.1]
+        if not vals:
+            continue
+        vals.sort(key=lambda v: v[0])
+        med = vals[len(vals) // 2]
+        rows.append({"method": m, "median_ms": med[0], "min_ms": vals[0][0], "max_ms": vals[-1][0],
+                     "runs": len(vals), "median_run": med[1]["run_id"]})
+    if len(rows) < 2:
+        return None
+    return {"methods": rows}
 
 
-@figure("throughput_batch", "Decode throughput vs. batch size",
-        needs="runs with a throughput metric (throughput / tokens_per_s) and a swept batch parameter",
-        size=(style.COLUMN_W, 1.8), paper="RetroInfer Fig. 11 / 15")
-def throughput_batch(res):
-    return _metric_vs_param(res, ("throughput", "tokens_per_s", "decode_tokens_per_s"),
-                            lambda p: p in ("batch", "batch_size", "bs"))
+# ----------------------------------------------------------------------------------------------------
+# 11. GPU block cache (RetroInfer §4.3 / Fig. 15)
 
+@figure("cache", "GPU block cache: hit ratio and PCIe traffic vs. cache size and policy",
+        needs="runs with the cache_hit metric at two or more cache sizes (a config whose \"system\" sweeps \"cache\")",
+        size=(style.COLUMN_W, 1.75), paper="RetroInfer §4.3 / Fig. 15")
+def cache(res):
+    groups = OrderedDict()
+    for r in res.runs:
+        sy = r.get("system", {})
+        if "cache" not in sy or r["method"] == "full":
+            continue
+        key = (r["method"], _key(r["params"]), str(sy.get("policy", "lru")))
+        groups.setdefault(key, []).append(r)
+    series = []
+    for (m, _, policy), g in groups.items():
+        if len({r["system"]["cache"] for r in g}) < 2 or not any(metric(r, "cache_hit") is not None for r in g):
+            continue
+        g.sort(key=lambda r: r["system"]["cache"])
+        series.append({"method": m, "policy": policy,
+                       "points": [{"cache": r["system"]["cache"], "hit": metric(r, "cache_hit"),
+                                   "h2d": metric(r, "h2d_bytes"), "fetch": metric(r, "fetch_bytes"),
+                                   "run_id": r["run_id"]} for r in g]})
+    if not series:
+        return None
+    full = [metric(r, "h2d_bytes") for r in res.runs_of("full")
+            if r["params"].get("offloaded") and (metric(r, "h2d_bytes") or 0) > 0]
+    return {"series": series, "full_h2d": full[0] if full else None,
+            "methods": sorted({s["method"] for s in series})}
+
+
+# ----------------------------------------------------------------------------------------------------
+# 12. decode throughput vs. batch size from the cost model (RetroInfer Fig. 12)
+
+@figure("throughput", "Modeled decode throughput vs. batch size per context length",
+        needs="run records with a throughput table (a config with \"system\": {\"throughput\": {...}})",
+        size=(style.WIDE_W, 1.85), paper="RetroInfer Fig. 12 (a-c)")
+def throughput(res):
+    runs = [r for r in res.runs if isinstance(r.get("throughput"), dict) and r["throughput"].get("rows")]
+    if not runs:
+        return None
+    contexts = sorted({row["context"] for r in runs for row in r["throughput"]["rows"]})
+    series, seen = [], {}
+    for r in runs:
+        t = r["throughput"]
+        m = r["method"]
+        by = {}
+        for N in contexts:
+            pts = sorted([row["batch"], row["tokens_per_s"]] for row in t["rows"]
+                         if row["context"] == N and not row.get("oom") and row.get("tokens_per_s") is not None)
+            by[str(N)] = pts
+        series.append({"method": m, "variant": seen.get(m, 0), "label": res.short_label(r, False),
+                       "run_id": r["run_id"], "by_context": by, "max_batch": t.get("max_batch", {}),
+                       "best": t.get("best", {})})
+        seen[m] = seen.get(m, 0) + 1
+    return {"model": runs[0]["throughput"].get("model"), "hardware": runs[0]["throughput"].get("hardware"),
+            "contexts": contexts, "series": series}
+
+
+# ----------------------------------------------------------------------------------------------------
+# 13. a figure whose data retro-bench does not produce yet: drawn once the data appears.
 
 @figure("centroid_rank", "Cumulative attention captured vs. centroid rank",
         needs="a centroid-rank JSON file ({'kind': 'centroid-rank', 'series': [{label, rank: [...], "
@@ -546,13 +655,23 @@ def centroid_rank(res):
 # ====================================================================================================
 # drawing (matplotlib imported by the caller; nothing here reads results)
 
+def _mantissa(v):
+    return round(v / 10 ** math.floor(math.log10(v) + 1e-9)) if v > 0 else 0
+
+
 def _pct_axis(ax, axis="x", log=True):
+    """Plain-number tick labels (0.1, 1, 10); on a log axis spanning less than two decades the 2 and 5
+    minor ticks are labelled too. Call after plotting (reads the data limits)."""
     from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
     a = ax.xaxis if axis == "x" else ax.yaxis
     if log:
         (ax.set_xscale if axis == "x" else ax.set_yscale)("log")
         a.set_major_locator(LogLocator(base=10, numticks=12))
-        a.set_minor_formatter(NullFormatter())
+        lo, hi = ax.get_xlim() if axis == "x" else ax.get_ylim()
+        if lo > 0 and hi / lo < 100:
+            a.set_minor_formatter(FuncFormatter(lambda v, _: f"{v:g}" if _mantissa(v) in (2, 5) else ""))
+        else:
+            a.set_minor_formatter(NullFormatter())
     a.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
 
 
@@ -630,11 +749,14 @@ def _draw_ood_recall(s, fig):
     handles = OrderedDict()
     for ax, p in zip(axes, s["panels"]):
         for ser in p["series"]:
-            st = style.method_style(ser["index"])
+            base, _, suffix = ser["index"].partition(" (")
+            st = style.method_style(base)
+            label = st["name"] + (f" ({suffix}" if suffix else "")
             xs = [100 * x for x, _ in ser["points"]]
             ys = [y for _, y in ser["points"]]
-            h = ax.plot(xs, ys, "-", color=st["color"], marker=st["marker"], ms=3, label=st["name"])[0]
-            handles.setdefault(st["name"], h)
+            h = ax.plot(xs, ys, "--" if suffix else "-", color=st["color"], marker=st["marker"], ms=3,
+                        mfc="white" if suffix else st["color"], label=label)[0]
+            handles.setdefault(label, h)
         _pct_axis(ax, "x")
         ax.set_title(p["title"])
         ax.set_xlabel("Scanned keys (%)")
@@ -749,8 +871,7 @@ def _draw_segments(s, fig):
     ax.set_xscale("log")
     from matplotlib.ticker import FuncFormatter
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-    ax.xaxis.set_minor_formatter(FuncFormatter(
-        lambda v, _: f"{v:g}" if v > 0 and round(v / 10 ** math.floor(math.log10(v) + 1e-9)) in (2, 5) else ""))
+    ax.xaxis.set_minor_formatter(FuncFormatter(lambda v, _: f"{v:g}" if _mantissa(v) in (2, 5) else ""))
     ax.set_xlabel("Index build time (s per KV head, this CPU)")
     ax.set_ylabel(style.metric_label(s["recall_metric"]))
     fig.tight_layout(pad=0.3)
@@ -863,16 +984,118 @@ def _draw_xy(s, fig, xlabel, ylabel, logx=False):
     _legend_above(fig, h, l)
 
 
-@drawer("cache_hit_ratio")
-def _draw_cache_hit_ratio(s, fig):
-    p = s["series"][0]["param"]
-    _draw_xy(s, fig, f"GPU cache size ({p})", "Cache hit ratio")
-    fig.axes[0].set_ylim(0, 1.02)
+@drawer("recall_scanned")
+def _draw_recall_scanned(s, fig):
+    ax = fig.subplots(1, 1)
+    seen = {}
+    for ser in s["series"]:
+        st = style.method_style(ser["method"])
+        v = seen.get(ser["method"], 0)
+        seen[ser["method"]] = v + 1
+        lab = st["name"] + f" ({ser['param']})" + (f" {ser['label']}" if ser["label"] and v else "")
+        xs = [100 * p["x"] for p in ser["points"]]
+        _method_line(ax, xs, [p["y"] for p in ser["points"]], ser["method"], label=lab, variant=v, ms=3.5)
+    _pct_axis(ax, "x")
+    ax.set_xlabel("Scanned keys (% of context)")
+    ax.set_ylabel(style.metric_label(s["recall_metric"]))
+    ax.set_ylim(0, 1.02)
+    fig.tight_layout(pad=0.3)
+    h, l = ax.get_legend_handles_labels()
+    _legend_above(fig, h, l, ncol=2)
 
 
-@drawer("throughput_batch")
-def _draw_throughput_batch(s, fig):
-    _draw_xy(s, fig, "Batch size", "Decode throughput (tokens/s)", logx=True)
+@drawer("build_time")
+def _draw_build_time(s, fig):
+    ax = fig.subplots(1, 1)
+    rows = s["methods"]
+    ys = list(range(len(rows)))[::-1]
+    for y, r in zip(ys, rows):
+        st = style.method_style(r["method"])
+        ax.barh(y, r["median_ms"] / 1000.0, color=st["color"], height=0.65)
+        if r["max_ms"] > r["min_ms"]:
+            ax.plot([r["min_ms"] / 1000.0, r["max_ms"] / 1000.0], [y, y], color="black", lw=0.8)
+    ax.set_yticks(ys)
+    ax.set_yticklabels([style.method_style(r["method"])["name"] for r in rows])
+    ax.set_xscale("log")
+    ax.set_xlabel("Index build time (s per KV head)")
+    ax.grid(axis="y", visible=False)
+    fig.tight_layout(pad=0.3)
+
+
+_POLICY = {"lru": ("o", "-", 1.0), "lfu": ("s", "--", 0.75), "fifo": ("^", ":", 0.55), "clock": ("v", "-.", 0.4),
+           "belady": ("*", (0, (4, 1.5)), None)}
+
+
+def _policy_style(method, policy):
+    import matplotlib.colors as mc
+    st = style.method_style(method)
+    marker, ls, shade = _POLICY.get(policy, ("D", "-", 0.7))
+    if shade is None:
+        color = "#333333"  # Belady: the offline optimum, a reference
+    else:
+        base = mc.to_rgb(st["color"])
+        color = tuple(1 - (1 - c) * (0.35 + 0.65 * shade) for c in base)
+    return color, marker, ls
+
+
+@drawer("cache")
+def _draw_cache(s, fig):
+    ax1, ax2 = fig.subplots(1, 2)
+    handles = OrderedDict()
+    multi = len(s["methods"]) > 1
+    for ser in s["series"]:
+        color, marker, ls = _policy_style(ser["method"], ser["policy"])
+        pol = "Belady (offline opt.)" if ser["policy"] == "belady" else ser["policy"].upper()
+        lab = (style.method_style(ser["method"])["name"] + " " if multi else "") + pol
+        pts = ser["points"]
+        hp = [p for p in pts if p["hit"] is not None]
+        h = ax1.plot([100 * p["cache"] for p in hp], [p["hit"] for p in hp], linestyle=ls, color=color,
+                     marker=marker, ms=3.2, label=lab)[0]
+        handles.setdefault(lab, h)
+        if s["full_h2d"]:
+            ys = [100 * p["h2d"] / s["full_h2d"] for p in pts]
+        else:
+            ys = [p["h2d"] / 1024 for p in pts]
+        ax2.plot([100 * p["cache"] for p in pts], ys, linestyle=ls, color=color, marker=marker, ms=3.2)
+    ax1.set_xlabel("GPU cache (% of KV)")
+    ax1.set_ylabel("Cache hit ratio")
+    ax1.set_ylim(0, 1.02)
+    ax2.set_xlabel("GPU cache (% of KV)")
+    ax2.set_ylabel("PCIe traffic (% of full KV)" if s["full_h2d"] else "Host→GPU (KiB/step/KV head)")
+    fig.tight_layout(pad=0.3, w_pad=1.0)
+    _legend_above(fig, list(handles.values()), list(handles.keys()), ncol=3)
+
+
+@drawer("throughput")
+def _draw_throughput(s, fig):
+    ctx = s["contexts"]
+    axes = fig.subplots(1, len(ctx), squeeze=False, sharey=True)[0]
+    handles = OrderedDict()
+    for ax, N in zip(axes, ctx):
+        for ser in s["series"]:
+            pts = ser["by_context"].get(str(N), [])
+            if not pts:
+                continue
+            st = style.method_style(ser["method"])
+            lab = st["name"] + (f" ({ser['label']})" if ser["label"] and ser["label"] != "defaults" else "")
+            h = _method_line(ax, [p[0] for p in pts], [p[1] for p in pts], ser["method"], label=lab,
+                             variant=ser["variant"], ms=3)
+            handles.setdefault(lab, h)
+            mb = ser["max_batch"].get(str(N))
+            if mb is not None and pts and pts[-1][0] <= mb < 2 * pts[-1][0]:
+                ax.plot([pts[-1][0]], [pts[-1][1]], ls="none", marker="x", color=st["color"], ms=5, mew=1.0)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        from matplotlib.ticker import FuncFormatter
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.set_xlabel("Batch size")
+        ax.set_title(f"{style.tokens_label(N) if N % 1024 == 0 else f'{N // 1000}K'} context")
+    axes[0].set_ylabel("Decode throughput (tokens/s)")
+    from matplotlib.lines import Line2D
+    handles["largest batch that fits in GPU memory"] = Line2D([], [], ls="none", marker="x", color="#444444",
+                                                              ms=5, mew=1.0)
+    fig.tight_layout(pad=0.3, w_pad=0.8)
+    _legend_above(fig, list(handles.values()), list(handles.keys()), ncol=min(len(handles), 3))
 
 
 @drawer("centroid_rank")

@@ -45,6 +45,9 @@ def classify_extra(path, obj):
     kind = str(obj.get("kind", obj.get("type", ""))).lower().replace("_", "-")
     if "info" in obj and "heads" in obj and "trace" in obj:
         return "inspect"
+    mean = obj.get("mean")
+    if isinstance(mean, list) and mean and isinstance(mean[0], dict) and "recall_decode" in mean[0]:
+        return "ood_recall"  # retro-bench ood-recall TRACE --json FILE
     if kind.startswith("ood-recall") or base.startswith("ood-recall") or base.startswith("ood"):
         return "ood_recall"
     if kind.startswith("centroid-rank") or base.startswith("centroid-rank"):
@@ -99,10 +102,38 @@ class Results:
             for p in sorted(glob.glob(os.path.join(self.path, "runs", "*.json"))):
                 runs.append(_read_json(p))
             runs.sort(key=lambda r: r.get("index", 0))
+        cfg_runs = (self.manifest.get("config") or {}).get("runs") or []
         for r in runs:
             r.setdefault("params", {})
             r.setdefault("metrics", {})
+            if not isinstance(r.get("system"), dict):
+                r["system"] = self._system_point(r, cfg_runs)
         return runs
+
+    @staticmethod
+    def _system_point(r, cfg_runs):
+        """The run's system-model point ("system": cache, policy, ...): from the resolved config in the
+        manifest (records are in config order: index = trace * runs + run), else from the label's
+        '@system(k=v,...)' suffix; {} when the config has no "system" key."""
+        i = r.get("index")
+        if cfg_runs and isinstance(i, int):
+            c = cfg_runs[i % len(cfg_runs)]
+            if c.get("method") == r.get("method") and c.get("params") == r.get("params"):
+                return dict(c.get("system") or {})
+        label = r.get("label", "")
+        j = label.find("@system(")
+        if j < 0:
+            return {}
+        body = label[j + len("@system("):]
+        body = body[:-1] if body.endswith(")") else body
+        out = {}
+        for kv in body.split(","):
+            k, _, v = kv.partition("=")
+            try:
+                out[k] = json.loads(v)
+            except ValueError:
+                out[k] = v
+        return out
 
     def _load_per_head(self):
         p = os.path.join(self.path, "per_head.csv")
@@ -192,10 +223,23 @@ class Results:
                 out.append(k)
         return out
 
+    def varying_system(self, method):
+        """System-model keys (cache, policy, ...) whose value differs between this method's runs."""
+        runs = self.runs_of(method)
+        names = []
+        for r in runs:
+            for k in r.get("system", {}):
+                if k not in names:
+                    names.append(k)
+        return [k for k in names if len({_canon(r.get("system", {}).get(k)) for r in runs}) > 1]
+
     def short_label(self, run, with_method=True):
-        """'oracle_topk k=64': the method and the parameters that vary between its runs here."""
+        """'oracle_topk k=64': the method and the parameters (and system-model settings) that vary
+        between its runs here."""
         p = run.get("params", {})
         parts = [f"{k}={fmt_value(p.get(k))}" for k in self.varying_params(run.get("method"))]
+        sy = run.get("system", {})
+        parts += [f"{k}={fmt_value(sy.get(k))}" for k in self.varying_system(run.get("method"))]
         if len(self.traces()) > 1:
             parts.append(os.path.basename(run.get("trace", "")))
         s = " ".join(parts)
