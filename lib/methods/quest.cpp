@@ -195,8 +195,8 @@ MethodInfo quest_method_info() {
         {"k", ParamType::number, 2048,
          "token budget: >= 1 tokens, in (0,1) a fraction of visible tokens; pages = floor(budget / page_size), "
          "the last page included",
-         "Quest §5 / README: 2048-token budget at 32K (budgets 512-4096 in scripts/); page_budget = "
-         "token_budget // page_size (quest/models/llama.py)",
+         "Quest README headline: 2048-token budget at 32K (anchors.md §4; 512-4096 in scripts/passkey.sh); "
+         "page_budget = token_budget // page_size (quest/models/llama.py)",
          1e-9, 1e9},
         {"page_size", ParamType::integer, 16, "tokens per page (the selection and transfer unit)",
          "Quest: --chunk_size 16 / page_size 16", 1, 1e6},
