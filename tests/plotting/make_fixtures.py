@@ -2,13 +2,17 @@
 """Regenerates tests/plotting/fixtures/ from real result directories, trimmed to stay small.
 
     build/retro-bench run configs/quickstart.json --results /tmp/fx
-    for c in configs/paper/wave-*.json; do build/retro-bench run $c --results /tmp/fx; done
+    for c in wave-zones wave-estimation wave-segments wave-updates wave-cache throughput baselines2; do
+        build/retro-bench run configs/paper/$c.json --results /tmp/fx; done
     build/retro-bench inspect datasets/generated/synth-llama3-16k.h5 --step-stride 8 --json /tmp/fx/inspect16k.json
+    T=datasets/generated/synth-llama3-32k-l1.h5; mkdir -p /tmp/fx/trace-figures
+    for i in ivf hnsw; do build/retro-bench ood-recall $T --index $i --kv-heads 0,1 --json /tmp/fx/trace-figures/ood-recall-$i.json; done
     /usr/bin/python3 tests/plotting/make_fixtures.py /tmp/fx
 
 Trimming: numbers rounded to 6 significant digits (per_head.csv 5, parts 4); per_head.csv keeps query heads < 8 (quickstart: layers 0
-and 1) or < 4; parts/ kept only for wave-updates (the per-step figure needs them); the inspect JSON keeps
-query heads < 8. The ood-recall fixture is hand-written (fixtures/ood/), not produced here.
+and 1) or < 4; parts/ kept only for wave-updates (the per-step figure needs them); wave-cache (without its FIFO and CLOCK runs),
+throughput and baselines2 keep only the metrics the figures read; the inspect JSON keeps query heads < 8; the ood-recall JSONs
+(RESULTS/trace-figures/ood-recall-{ivf,hnsw}.json from scripts/paper-figures.sh) drop their per-head curves. The ood-recall fixture is hand-written (fixtures/ood/), not produced here.
 """
 import csv
 import glob
@@ -39,9 +43,12 @@ def rnd_cell(c):
     return c if c.lstrip("-").isdigit() else f"{v:.5g}"
 
 
-def dump(obj, path, lines=False):
+def dump(obj, path, lines=False, compact=False):
     with open(path, "w", encoding="utf-8") as f:
-        if lines:
+        if compact:
+            json.dump(rnd(obj), f, separators=(",", ":"), sort_keys=True)
+            f.write("\n")
+        elif lines:
             for o in obj:
                 f.write(json.dumps(rnd(o), separators=(",", ":"), sort_keys=True) + "\n")
         else:
@@ -49,15 +56,34 @@ def dump(obj, path, lines=False):
             f.write("\n")
 
 
-def trim(src, name, max_qhead, parts=False):
+KEEP_METRICS = ("recall@100", "mass", "out_err", "exact_frac", "scan_ops", "h2d_bytes", "fetch_bytes", "cache_hit",
+                "gpu_bytes", "build_ms")
+
+
+def slim(run):
+    """Only the metrics the figures read, no per-layer means (large sweeps)."""
+    run = dict(run)
+    run["metrics"] = {k: {s: x for s, x in v.items() if s in ("mean", "p50", "p90", "count")}
+                      for k, v in run["metrics"].items() if k in KEEP_METRICS}
+    run.pop("per_layer", None)
+    return run
+
+
+def trim(src, name, max_qhead, parts=False, slim_runs=False, keep=None):
     s, d = os.path.join(src, name), os.path.join(OUT, name)
     if os.path.isdir(d):
         shutil.rmtree(d)
     os.makedirs(d)
     with open(os.path.join(s, "manifest.json"), encoding="utf-8") as f:
-        dump(json.load(f), os.path.join(d, "manifest.json"))
+        dump(json.load(f), os.path.join(d, "manifest.json"), compact=slim_runs)
     with open(os.path.join(s, "runs.jsonl"), encoding="utf-8") as f:
-        dump([json.loads(l) for l in f if l.strip()], os.path.join(d, "runs.jsonl"), lines=True)
+        runs = [json.loads(l) for l in f if l.strip()]
+    if keep:
+        runs = [r for r in runs if keep(r)]
+    if slim_runs:
+        runs = [slim(r) for r in runs]
+    kept = {r["run_id"] for r in runs}
+    dump(runs, os.path.join(d, "runs.jsonl"), lines=True)
     with open(os.path.join(s, "per_head.csv"), newline="", encoding="utf-8") as f, \
             open(os.path.join(d, "per_head.csv"), "w", newline="", encoding="utf-8") as g:
         r = csv.reader(f)
@@ -66,7 +92,7 @@ def trim(src, name, max_qhead, parts=False):
         w.writerow(head)
         qi = head.index("q_head")
         for row in r:
-            if int(row[qi]) < max_qhead:
+            if int(row[qi]) < max_qhead and row[0] in kept:
                 w.writerow([rnd_cell(c) for c in row])
     if parts:
         for p in sorted(glob.glob(os.path.join(s, "parts", "*", "*.json"))):
@@ -83,6 +109,17 @@ def main(src):
     for n in ("wave-zones", "wave-estimation", "wave-segments"):
         trim(src, n, 4)
     trim(src, "wave-updates", 4, parts=True)
+    trim(src, "wave-cache", 1, slim_runs=True, keep=lambda r: "policy=fifo" not in r["label"]
+         and "policy=clock" not in r["label"])
+    trim(src, "throughput", 2, slim_runs=True)
+    trim(src, "baselines2", 2, slim_runs=True)
+    tf = os.path.join(OUT, "trace-figures")
+    os.makedirs(tf, exist_ok=True)
+    for idx in ("ivf", "hnsw"):
+        with open(os.path.join(src, "trace-figures", f"ood-recall-{idx}.json"), encoding="utf-8") as f:
+            obj = json.load(f)
+        obj.pop("heads", None)  # per-head curves: the figure uses the means
+        dump(obj, os.path.join(tf, f"ood-recall-{idx}.json"))
     insp = os.path.join(src, "inspect16k.json")
     if os.path.exists(insp):
         with open(insp, encoding="utf-8") as f:

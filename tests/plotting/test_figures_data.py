@@ -11,7 +11,8 @@ import plot_test_util as U
 from retroplot import figures as F
 from retroplot import results as R
 
-ALL = ("quickstart", "wave-zones", "wave-estimation", "wave-segments", "wave-updates")
+ALL = ("quickstart", "wave-zones", "wave-estimation", "wave-segments", "wave-updates", "wave-cache", "throughput",
+       "baselines2", "trace-figures")
 
 
 def load(name, extra=()):
@@ -37,6 +38,10 @@ class RegistryTest(unittest.TestCase):
             "wave-estimation": {"accuracy_budget", "estimation", "head_heatmap"},
             "wave-segments": {"segments", "head_heatmap"},
             "wave-updates": {"updates", "head_heatmap"},
+            "wave-cache": {"cache", "head_heatmap"},
+            "throughput": {"throughput", "accuracy_budget", "head_heatmap"},
+            "baselines2": {"recall_scanned", "build_time", "accuracy_budget", "head_heatmap"},
+            "trace-figures": {"ood_recall"},
         }
         for name in ALL:
             res = load(name)
@@ -124,7 +129,7 @@ class AccuracyBudgetTest(unittest.TestCase):
         self.assertEqual(ref["y"]["recall@100"], 1.0)
 
     def test_needs_two_methods(self):
-        for name in ("wave-zones", "wave-segments", "wave-updates"):
+        for name in ("wave-zones", "wave-segments", "wave-updates", "wave-cache"):
             self.assertIsNone(data("accuracy_budget", load(name)), name)
         s = data("accuracy_budget", load("wave-estimation"))
         self.assertEqual([x["method"] for x in s["panels"][0]["series"]], ["wave", "oracle_topk", "streaming"])
@@ -168,7 +173,8 @@ class ZoneSweepsTest(unittest.TestCase):
                                  {k: self.s["centre"][k] for k in others if k in ("retrieval", "estimation")})
 
     def test_not_for_grids_or_other_sweeps(self):
-        for name in ("quickstart", "wave-estimation", "wave-segments", "wave-updates"):
+        # wave-cache repeats wave's default parameters once per cache setting: not a zone sweep
+        for name in ("quickstart", "wave-estimation", "wave-segments", "wave-updates", "wave-cache"):
             self.assertIsNone(data("zone_sweeps", load(name)), name)
 
 
@@ -335,9 +341,122 @@ class OodRecallTest(U.TempDirMixin, unittest.TestCase):
         self.assertEqual(s["panels"][0]["series"][0]["points"], [[0.01, 0.2], [0.02, 0.3]])
         self.assertEqual(s["panels"][1]["series"][0]["points"], [[0.02, 0.9]])
 
+    def test_retro_bench_ood_recall_json(self):
+        # RESULTS/trace-figures/ood-recall-{ivf,hnsw}.json as `retro-bench ood-recall --json` writes them
+        s = data("ood_recall", load("trace-figures"))
+        self.assertEqual(s["k"], 100)
+        self.assertEqual([p["queries"] for p in s["panels"]], ["decode", "keys"])
+        for p in s["panels"]:
+            self.assertEqual([x["index"] for x in p["series"]], ["hnsw", "ivf"])
+        with open(os.path.join(U.fixture("trace-figures"), "ood-recall-ivf.json")) as f:
+            ivf = json.load(f)
+        dec = s["panels"][0]["series"][1]["points"]
+        want = sorted([m["scanned_decode"], m["recall_decode"]] for m in ivf["mean"])
+        self.assertEqual(dec, want)
+        keys = s["panels"][1]["series"][1]["points"]
+        self.assertEqual(keys, sorted([m["scanned_keys"], m["recall_keys"]] for m in ivf["mean"]))
+        # the out-of-distribution gap: at equal search effort keys find their neighbours, queries do not
+        by_setting = {m["setting"]: m for m in ivf["mean"]}
+        self.assertGreater(by_setting["nprobe=8"]["recall_keys"], by_setting["nprobe=8"]["recall_decode"])
+
     def test_absent(self):
         for name in ALL:
-            self.assertIsNone(data("ood_recall", load(name)))
+            if name != "trace-figures":
+                self.assertIsNone(data("ood_recall", load(name)))
+
+
+class CacheTest(unittest.TestCase):
+    def test_series_per_policy(self):
+        res = load("wave-cache")
+        s = data("cache", res)
+        runs = U.runs_by_id("wave-cache")
+        self.assertEqual(s["methods"], ["wave"])
+        self.assertEqual([x["policy"] for x in s["series"]], ["lru", "lfu", "belady"])  # fixture drops fifo/clock
+        for ser in s["series"]:
+            self.assertEqual([p["cache"] for p in ser["points"]], [0, 0.01, 0.02, 0.05, 0.1, 0.2])
+            for p in ser["points"]:
+                r = runs[p["run_id"]]
+                sy = next(x for x in res.runs if x["run_id"] == p["run_id"])["system"]
+                self.assertEqual((sy["cache"], sy["policy"]), (p["cache"], ser["policy"]))
+                self.assertAlmostEqual(p["hit"], r["metrics"]["cache_hit"]["mean"])
+                self.assertAlmostEqual(p["h2d"], r["metrics"]["h2d_bytes"]["mean"])
+            # without a cache every fetched byte crosses PCIe; the fetch itself does not depend on the cache
+            self.assertEqual(ser["points"][0]["h2d"], ser["points"][0]["fetch"])
+            self.assertEqual(len({p["fetch"] for p in ser["points"]}), 1)
+        full = next(r for r in runs.values() if r["method"] == "full")
+        self.assertEqual(s["full_h2d"], full["metrics"]["h2d_bytes"]["mean"])
+
+    def test_system_point_from_manifest_and_label(self):
+        res = load("wave-cache")
+        for r in res.runs:
+            self.assertIn("cache", r["system"])
+            self.assertEqual(R.Results._system_point(r, []), r["system"])  # the label says the same
+        self.assertEqual(res.varying_system("wave"), ["cache", "policy"])
+
+
+class ThroughputTest(unittest.TestCase):
+    def test_series(self):
+        s = data("throughput", load("throughput"))
+        runs = U.runs_by_id("throughput")
+        self.assertEqual(s["contexts"], [30000, 60000, 120000])
+        self.assertEqual(s["model"], "llama3-8b")
+        self.assertEqual([(x["method"], x["variant"]) for x in s["series"]],
+                         [("full", 0), ("full", 1), ("streaming", 0), ("oracle_topk", 0), ("wave", 0)])
+        for x in s["series"]:
+            t = runs[x["run_id"]]["throughput"]
+            for N in s["contexts"]:
+                pts = x["by_context"][str(N)]
+                want = sorted([row["batch"], row["tokens_per_s"]] for row in t["rows"]
+                              if row["context"] == N and not row["oom"])
+                self.assertEqual(pts, want)
+                mb = t["max_batch"][str(N)]
+                if mb is not None:  # OOM batches are left out
+                    self.assertTrue(all(b <= mb for b, _ in pts))
+        # full attention on the GPU runs out of memory first; offloaded full attention never does
+        full_gpu, full_off = s["series"][0], s["series"][1]
+        self.assertLess(len(full_gpu["by_context"]["120000"]), len(full_off["by_context"]["120000"]))
+        self.assertIsNone(full_off["max_batch"]["30000"])
+
+
+class RecallScannedTest(unittest.TestCase):
+    def test_search_effort_sweeps(self):
+        s = data("recall_scanned", load("baselines2"))
+        runs = U.runs_by_id("baselines2")
+        self.assertEqual(s["recall_metric"], "recall@100")
+        self.assertEqual([(x["method"], x["param"]) for x in s["series"]],
+                         [("retrieval_attention", "search_L"), ("faiss_ivf", "nprobe"), ("faiss_hnsw", "ef_search")])
+        self.assertEqual([p["setting"] for p in s["series"][0]["points"]], [100, 150, 200, 300, 500, 1000])
+        self.assertEqual([p["setting"] for p in s["series"][1]["points"]], [4, 8, 16, 32, 64, 150])
+        for x in s["series"]:
+            for p in x["points"]:
+                r = runs[p["run_id"]]
+                self.assertEqual(r["params"][x["param"]], p["setting"])
+                self.assertAlmostEqual(p["x"], r["metrics"]["scan_ops"]["mean"])
+                self.assertAlmostEqual(p["y"], r["metrics"]["recall@100"]["mean"])
+            # more search effort scans more keys
+            xs = [p["x"] for p in x["points"]]
+            self.assertEqual(xs, sorted(xs))
+
+    def test_absent_without_search_sweeps(self):
+        for name in ALL:
+            if name != "baselines2":
+                self.assertIsNone(data("recall_scanned", load(name)), name)
+
+
+class BuildTimeTest(unittest.TestCase):
+    def test_methods_with_an_index(self):
+        s = data("build_time", load("baselines2"))
+        runs = U.runs_by_id("baselines2")
+        self.assertEqual([m["method"] for m in s["methods"]],
+                         ["retrieval_attention", "faiss_ivf", "faiss_hnsw", "ctkvr", "magicpig"])
+        for m in s["methods"]:
+            vals = sorted(r["metrics"]["build_ms"]["mean"] for r in runs.values() if r["method"] == m["method"])
+            self.assertEqual(m["runs"], len(vals))
+            self.assertEqual((m["min_ms"], m["max_ms"]), (vals[0], vals[-1]))
+            self.assertEqual(m["median_ms"], vals[len(vals) // 2])
+        # oracle_topk and streaming build nothing; wave alone is one method
+        for name in ("quickstart", "wave-zones", "wave-updates"):
+            self.assertIsNone(data("build_time", load(name)), name)
 
 
 class FutureFiguresTest(U.TempDirMixin, unittest.TestCase):

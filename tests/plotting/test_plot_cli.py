@@ -64,7 +64,8 @@ class PlotCommandTest(U.TempDirMixin, unittest.TestCase):
         return U.run([BIN, "plot", *args], env=env)
 
     def test_writes_png_and_pdf_for_applicable_figures(self):
-        for name in ("quickstart", "wave-zones", "wave-estimation", "wave-segments", "wave-updates"):
+        for name in ("quickstart", "wave-zones", "wave-estimation", "wave-segments", "wave-updates", "wave-cache",
+                     "throughput", "baselines2", "trace-figures"):
             d = U.copy_fixture(name, self.tmp)
             r = self.plot(d)
             self.assertEqual(r.returncode, 0, r.stderr)
@@ -198,12 +199,18 @@ class ReportCommandTest(U.TempDirMixin, unittest.TestCase):
                 self.assertTrue(lo < r["metrics"]["exact_frac"]["mean"] <= hi)
 
     def test_every_fixture_and_out(self):
-        for name in ("wave-zones", "wave-estimation", "wave-segments", "wave-updates"):
+        for name in ("wave-zones", "wave-estimation", "wave-segments", "wave-updates", "wave-cache", "throughput",
+                     "baselines2"):
             out = os.path.join(self.tmp, f"{name}.html")
             html, _ = self.report(name, "--out", out)
             dom = summarize(html)
             self.assertEqual(len([i for i in dom.imgs if i.get("class") == "fig"]), len(applicable(name)))
             self.assertEqual(dom.tables["runs-table"], len(U.runs_by_id(name)))
+        # a directory with only trace-level JSON (no runs, no manifest) still reports
+        html, _ = self.report("trace-figures")
+        dom = summarize(html)
+        self.assertEqual(len([i for i in dom.imgs if i.get("class") == "fig"]), 1)
+        self.assertIn("No manifest.json", html)
 
 
 def html_escape(s):
