@@ -11,68 +11,25 @@
 #include "core/error.hpp"
 #include "methods/params.hpp"
 #include "metrics/evaluator.hpp"
+#include "method_harness.hpp"
 
 using namespace retro;
+using namespace retro::method_test;
 
 namespace {
 
+// i.i.d. Gaussian keys and values, decode and prefill queries 2·N(0, I).
 HeadSlice ck_head(int prompt, int steps, int d, int group, int npf, unsigned seed) {
-    std::mt19937 rng(seed);
-    std::normal_distribution<float> N(0.0f, 1.0f);
-    HeadSlice h;
-    h.head_dim = d;
-    h.group = group;
-    h.prompt_len = prompt;
-    h.num_steps = steps;
-    const int n = prompt + steps;
-    h.keys.resize((size_t)n * d);
-    h.values.resize((size_t)n * d);
-    for (auto& v : h.keys) v = N(rng);
-    for (auto& v : h.values) v = N(rng);
-    h.queries.resize((size_t)group * steps * d);
-    for (auto& v : h.queries) v = 2.0f * N(rng);
-    h.num_prefill = npf;
-    h.prefill_first_position = prompt - npf;
-    h.prefill_queries.resize((size_t)group * npf * d);
-    for (auto& v : h.prefill_queries) v = 2.0f * N(rng);
-    return h;
+    return blob_head({.prompt_len = prompt, .steps = steps, .d = d, .group = group, .seed = seed,
+                      .centers = 0, .query_scale = 2.0f, .prefill = npf});
 }
 
-MethodContext ck_ctx(const HeadSlice& h) {
-    MethodContext ctx;
-    ctx.head_dim = h.head_dim;
-    ctx.group = h.group;
-    ctx.prompt_len = h.prompt_len;
-    ctx.scale = 1.0f / std::sqrt((float)h.head_dim);
-    ctx.slice = &h;
-    return ctx;
-}
+MethodContext ck_ctx(const HeadSlice& h) { return context_of(h); }
 
-std::unique_ptr<Method> make_ck(const nlohmann::json& params) {
-    const MethodInfo& info = find_method("ctkvr");
-    return info.make(resolve_params(info, params));
-}
+std::unique_ptr<Method> make_ck(const nlohmann::json& params) { return make_method("ctkvr", params); }
 
 // Replays every step; checks validity; returns the selections.
-std::vector<Selection> ck_replay(Method& m, const HeadSlice& h) {
-    const int d = h.head_dim;
-    m.build(ck_ctx(h), KVView{h.keys.data(), h.values.data(), h.prompt_len, d});
-    Evaluator ev(h, {10});
-    std::vector<Selection> out;
-    for (int t = 0; t < h.num_steps; ++t) {
-        const int n = h.prompt_len + t + 1;
-        m.append(KVView{h.keys.data(), h.values.data(), n, d}, h.prompt_len + t);
-        std::vector<float> q((size_t)h.group * d);
-        for (int g = 0; g < h.group; ++g) std::copy(h.query(g, t), h.query(g, t) + d, q.begin() + g * d);
-        Selection sel;
-        m.select(q.data(), t, KVView{h.keys.data(), h.values.data(), n, d}, sel);
-        ev.prepare_step(t);
-        std::vector<QueryMetrics> qm;
-        ev.evaluate(sel, "ctkvr", qm);  // throws on duplicates / out of range
-        out.push_back(std::move(sel));
-    }
-    return out;
-}
+std::vector<Selection> ck_replay(Method& m, const HeadSlice& h) { return replay(m, h, "ctkvr", {10}).sels; }
 
 }  // namespace
 

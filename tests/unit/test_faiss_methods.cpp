@@ -14,94 +14,16 @@
 #include "methods/ood_recall.hpp"
 #include "methods/params.hpp"
 #include "metrics/evaluator.hpp"
+#include "method_harness.hpp"
 
 using namespace retro;
+using namespace retro::method_test;
 
 namespace {
 
 // Keys in blobs around a shared offset, random values, queries near blobs (scaled up so attention is peaked).
 HeadSlice make_head(int prompt_len, int steps, int d, int group, unsigned seed) {
-    std::mt19937 rng(seed);
-    std::normal_distribution<float> N(0.0f, 1.0f);
-    const int centers = 24;
-    std::vector<float> c((size_t)centers * d), off((size_t)d);
-    for (auto& v : c) v = N(rng);
-    for (auto& v : off) v = 0.5f * N(rng);
-    HeadSlice h;
-    h.head_dim = d;
-    h.group = group;
-    h.prompt_len = prompt_len;
-    h.num_steps = steps;
-    const int n = prompt_len + steps;
-    h.keys.resize((size_t)n * d);
-    h.values.resize((size_t)n * d);
-    for (int i = 0; i < n; ++i) {
-        const int b = (int)(rng() % centers);
-        for (int e = 0; e < d; ++e) {
-            h.keys[(size_t)i * d + e] = off[e] + c[(size_t)b * d + e] + 0.4f * N(rng);
-            h.values[(size_t)i * d + e] = N(rng);
-        }
-    }
-    h.queries.resize((size_t)group * steps * d);
-    for (int g = 0; g < group; ++g)
-        for (int t = 0; t < steps; ++t) {
-            const int b = (int)(rng() % centers);
-            for (int e = 0; e < d; ++e)
-                h.queries[((size_t)g * steps + t) * d + e] = 2.0f * c[(size_t)b * d + e] + 0.5f * N(rng);
-        }
-    return h;
-}
-
-MethodContext context_of(const HeadSlice& h) {
-    MethodContext ctx;
-    ctx.head_dim = h.head_dim;
-    ctx.group = h.group;
-    ctx.prompt_len = h.prompt_len;
-    ctx.scale = 1.0f / std::sqrt((float)h.head_dim);
-    ctx.storage = DType::f16;
-    ctx.slice = &h;
-    return ctx;
-}
-
-std::unique_ptr<Method> make(const std::string& name, const nlohmann::json& params) {
-    const MethodInfo& info = find_method(name);
-    return info.make(resolve_params(info, params));
-}
-
-struct Replay {
-    std::vector<Selection> sels;
-    std::vector<std::vector<QueryMetrics>> metrics;  // [step][group]
-    std::vector<Footprint> fps;
-};
-
-// Builds, appends and selects every step like the runner; the evaluator throws on duplicates or bad ids.
-Replay replay(const HeadSlice& h, const std::string& name, const nlohmann::json& params) {
-    auto m = make(name, params);
-    const int d = h.head_dim;
-    m->build(context_of(h), KVView{h.keys.data(), h.values.data(), h.prompt_len, d});
-    Evaluator ev(h, {10, 50});
-    Replay r;
-    std::vector<float> q((size_t)h.group * d);
-    for (int t = 0; t < h.num_steps; ++t) {
-        const KVView kv{h.keys.data(), h.values.data(), h.visible(t), d};
-        m->append(kv, h.prompt_len + t);
-        for (int g = 0; g < h.group; ++g) std::copy(h.query(g, t), h.query(g, t) + d, q.begin() + (size_t)g * d);
-        Selection s;
-        m->select(q.data(), t, kv, s);
-        ev.prepare_step(t);
-        std::vector<QueryMetrics> qm;
-        ev.evaluate(s, name, qm);
-        r.metrics.push_back(qm);
-        r.fps.push_back(m->footprint());
-        r.sels.push_back(std::move(s));
-    }
-    return r;
-}
-
-float dot(const float* a, const float* b, int d) {
-    float s = 0;
-    for (int e = 0; e < d; ++e) s += a[e] * b[e];
-    return s;
+    return blob_head({.prompt_len = prompt_len, .steps = steps, .d = d, .group = group, .seed = seed});
 }
 
 const char* kMethods[] = {"faiss_flat", "faiss_ivf", "faiss_hnsw"};

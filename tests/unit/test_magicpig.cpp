@@ -11,8 +11,10 @@
 #include "core/error.hpp"
 #include "methods/params.hpp"
 #include "metrics/evaluator.hpp"
+#include "method_harness.hpp"
 
 using namespace retro;
+using namespace retro::method_test;
 
 namespace {
 
@@ -40,20 +42,12 @@ HeadSlice mp_head(int prompt, int steps, int d, int group, unsigned seed, float 
 }
 
 MethodContext mp_ctx(const HeadSlice& h, unsigned seed) {
-    MethodContext ctx;
-    ctx.head_dim = h.head_dim;
-    ctx.group = h.group;
-    ctx.prompt_len = h.prompt_len;
-    ctx.scale = 1.0f / std::sqrt((float)h.head_dim);
-    ctx.slice = &h;
+    MethodContext ctx = context_of(h);
     ctx.seed = seed;
     return ctx;
 }
 
-std::unique_ptr<Method> make_mp(const nlohmann::json& params) {
-    const MethodInfo& info = find_method("magicpig");
-    return info.make(resolve_params(info, params));
-}
+std::unique_ptr<Method> make_mp(const nlohmann::json& params) { return make_method("magicpig", params); }
 
 Selection select_step0(Method& m, const HeadSlice& h) {
     const int d = h.head_dim, n = h.prompt_len + 1;

@@ -12,75 +12,21 @@
 #include "methods/params.hpp"
 #include "methods/quest.hpp"
 #include "metrics/evaluator.hpp"
+#include "method_harness.hpp"
 
 using namespace retro;
+using namespace retro::method_test;
 
 namespace {
 
+// i.i.d. Gaussian keys and values, queries 1.5·N(0, I).
 HeadSlice make_head(int prompt_len, int steps, int d, int group, unsigned seed) {
-    std::mt19937 rng(seed);
-    std::normal_distribution<float> N(0.0f, 1.0f);
-    HeadSlice h;
-    h.head_dim = d;
-    h.group = group;
-    h.prompt_len = prompt_len;
-    h.num_steps = steps;
-    const int n = prompt_len + steps;
-    h.keys.resize((size_t)n * d);
-    h.values.resize((size_t)n * d);
-    for (auto& v : h.keys) v = N(rng);
-    for (auto& v : h.values) v = N(rng);
-    h.queries.resize((size_t)group * steps * d);
-    for (auto& v : h.queries) v = 1.5f * N(rng);
-    return h;
+    return blob_head({.prompt_len = prompt_len, .steps = steps, .d = d, .group = group, .seed = seed,
+                      .centers = 0, .query_scale = 1.5f});
 }
-
-MethodContext context_of(const HeadSlice& h, int layer = 0) {
-    MethodContext ctx;
-    ctx.layer = layer;
-    ctx.head_dim = h.head_dim;
-    ctx.group = h.group;
-    ctx.prompt_len = h.prompt_len;
-    ctx.scale = 1.0f / std::sqrt((float)h.head_dim);
-    ctx.storage = DType::f16;
-    ctx.slice = &h;
-    return ctx;
-}
-
-struct Replay {
-    std::vector<Selection> sels;
-    std::vector<std::vector<QueryMetrics>> metrics;
-    std::vector<Footprint> fps;
-};
 
 Replay replay(const HeadSlice& h, const nlohmann::json& params, int layer = 0) {
-    const MethodInfo& info = find_method("quest");
-    auto m = info.make(resolve_params(info, params));
-    const int d = h.head_dim;
-    m->build(context_of(h, layer), KVView{h.keys.data(), h.values.data(), h.prompt_len, d});
-    Evaluator ev(h, {10});
-    Replay r;
-    std::vector<float> q((size_t)h.group * d);
-    for (int t = 0; t < h.num_steps; ++t) {
-        const KVView kv{h.keys.data(), h.values.data(), h.visible(t), d};
-        m->append(kv, h.prompt_len + t);
-        for (int g = 0; g < h.group; ++g) std::copy(h.query(g, t), h.query(g, t) + d, q.begin() + (size_t)g * d);
-        Selection s;
-        m->select(q.data(), t, kv, s);
-        ev.prepare_step(t);
-        std::vector<QueryMetrics> qm;
-        ev.evaluate(s, "quest", qm);  // throws on duplicates / out-of-range ids
-        r.metrics.push_back(qm);
-        r.fps.push_back(m->footprint());
-        r.sels.push_back(std::move(s));
-    }
-    return r;
-}
-
-float dot(const float* a, const float* b, int d) {
-    float s = 0;
-    for (int e = 0; e < d; ++e) s += a[e] * b[e];
-    return s;
+    return method_test::replay(h, "quest", params, {10}, layer);
 }
 
 }  // namespace
