@@ -16,6 +16,7 @@
 #include "core/error.hpp"
 #include "core/fs.hpp"
 #include "core/host.hpp"
+#include "head_args.hpp"
 #include "trace/reader.hpp"
 #include "trace/stats.hpp"
 
@@ -32,30 +33,6 @@ struct InspectArgs {
     bool no_stats = false;
     int threads = 0;
 };
-
-std::vector<int> parse_list(const std::string& s, const char* what) {
-    std::vector<int> v;
-    std::stringstream ss(s);
-    std::string item;
-    while (std::getline(ss, item, ',')) {
-        if (item.empty()) continue;
-        try {
-            size_t pos = 0;
-            const int x = std::stoi(item, &pos);
-            if (pos != item.size()) throw std::invalid_argument(item);
-            v.push_back(x);
-        } catch (const std::exception&) {
-            throw ConfigError(std::string("--") + what + ": '" + item + "' is not an integer");
-        }
-    }
-    return v;
-}
-
-std::string join(const std::vector<int>& v) {
-    std::string s;
-    for (int x : v) s += (s.empty() ? "" : ",") + std::to_string(x);
-    return s;
-}
 
 std::string num(double x, const char* f = "{:.3f}") {
     return std::isfinite(x) ? fmt::format(fmt::runtime(f), x) : std::string("-");
@@ -99,20 +76,9 @@ int run_inspect(const InspectArgs& a) {
     const TraceInfo& info = reader.info();
     const int G = info.num_kv_heads, grp = info.group_size(), d = info.head_dim;
 
-    std::vector<int> layers = a.layers.empty() ? info.layers : parse_list(a.layers, "layers");
-    for (int l : layers)
-        if (!reader.has_layer(l))
-            throw ConfigError("--layers: layer " + std::to_string(l) + " is not in " + a.trace + " (layers " +
-                              join(info.layers) + ")");
-    std::vector<int> kvs;
-    if (a.kv_heads.empty())
-        for (int k = 0; k < G; ++k) kvs.push_back(k);
-    else
-        kvs = parse_list(a.kv_heads, "kv-heads");
-    for (int k : kvs)
-        if (k < 0 || k >= G)
-            throw ConfigError("--kv-heads: kv head " + std::to_string(k) + " is out of range 0.." +
-                              std::to_string(G - 1));
+    const HeadSelection sel = select_heads(reader, a.trace, a.layers, a.kv_heads);
+    const std::vector<int>& layers = sel.layers;
+    const std::vector<int>& kvs = sel.kv_heads;
     if (a.step_stride < 1) throw ConfigError("--step-stride must be >= 1");
 
     std::error_code ec;
@@ -121,7 +87,7 @@ int run_inspect(const InspectArgs& a) {
     fmt::print("  format retro-trace v{}, model {}, dtype {}\n", info.version, info.model, dtype_name(info.dtype));
     fmt::print("  source {}\n", info.source.empty() ? "(none)" : info.source);
     fmt::print("  num_layers {} (present: {}), num_q_heads {}, num_kv_heads {} (GQA group {}), head_dim {}\n",
-               info.num_layers, join(info.layers), info.num_q_heads, G, grp, d);
+               info.num_layers, join_ints(info.layers), info.num_q_heads, G, grp, d);
     fmt::print("  prompt_len {}, num_decode_steps {}, n_tokens {}, prefill queries {}", info.prompt_len,
                info.num_decode_steps, info.n_tokens(), info.num_prefill_queries);
     if (info.num_prefill_queries > 0) fmt::print(" (first position {})", info.prefill_first_position);

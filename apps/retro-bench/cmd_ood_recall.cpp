@@ -15,6 +15,7 @@
 #include "core/error.hpp"
 #include "core/fs.hpp"
 #include "core/host.hpp"
+#include "head_args.hpp"
 #include "methods/ood_recall.hpp"
 #include "trace/reader.hpp"
 
@@ -39,24 +40,6 @@ struct OodArgs {
     int threads = 0;
     std::string json_out;
 };
-
-std::vector<int> parse_ints(const std::string& s, const char* what) {
-    std::vector<int> v;
-    std::stringstream ss(s);
-    std::string item;
-    while (std::getline(ss, item, ',')) {
-        if (item.empty()) continue;
-        try {
-            size_t pos = 0;
-            const int x = std::stoi(item, &pos);
-            if (pos != item.size()) throw std::invalid_argument(item);
-            v.push_back(x);
-        } catch (const std::exception&) {
-            throw ConfigError(std::string("--") + what + ": '" + item + "' is not an integer");
-        }
-    }
-    return v;
-}
 
 // Smallest scanned fraction at which the curve reaches `target` recall, interpolating linearly between
 // settings; NaN when it never does.
@@ -91,8 +74,8 @@ int run_ood(const OodArgs& a) {
     p.index.nlist = a.nlist;
     p.index.hnsw_m = a.m;
     p.index.ef_construction = a.ef_construction;
-    p.nprobe = parse_ints(a.nprobe, "nprobe");
-    p.ef_search = parse_ints(a.ef, "ef");
+    p.nprobe = parse_int_list(a.nprobe, "nprobe");
+    p.ef_search = parse_int_list(a.ef, "ef");
     for (int x : p.nprobe)
         if (x < 1) throw ConfigError("--nprobe: values must be >= 1");
     for (int x : p.ef_search)
@@ -103,18 +86,9 @@ int run_ood(const OodArgs& a) {
 
     TraceReader reader(a.trace);
     const TraceInfo& info = reader.info();
-    std::vector<int> layers = a.layers.empty() ? info.layers : parse_ints(a.layers, "layers");
-    for (int l : layers)
-        if (!reader.has_layer(l)) throw ConfigError("--layers: layer " + std::to_string(l) + " is not in " + a.trace);
-    std::vector<int> kvs;
-    if (a.kv_heads.empty())
-        for (int h = 0; h < info.num_kv_heads; ++h) kvs.push_back(h);
-    else
-        kvs = parse_ints(a.kv_heads, "kv-heads");
-    for (int h : kvs)
-        if (h < 0 || h >= info.num_kv_heads)
-            throw ConfigError("--kv-heads: kv head " + std::to_string(h) + " is out of range 0.." +
-                              std::to_string(info.num_kv_heads - 1));
+    const HeadSelection sel = select_heads(reader, a.trace, a.layers, a.kv_heads);
+    const std::vector<int>& layers = sel.layers;
+    const std::vector<int>& kvs = sel.kv_heads;
 
     struct Job {
         int layer, kv;
