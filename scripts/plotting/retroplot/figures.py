@@ -456,7 +456,7 @@ def updates(res):
 @figure("head_heatmap", "Output error per layer and query head",
         needs="per_head.csv with runs of a method other than full",
         size=(style.COLUMN_W, None), paper="RetroInfer Fig. 4(a) style")
-def head_heatmap(res, metric_name="out_err", max_panels=4):
+def head_heatmap(res, metric_name="out_err", max_panels=8):
     rows = [r for r in res.per_head if r.get("method") != "full" and r.get(metric_name) is not None]
     if not rows:
         return None
@@ -924,31 +924,41 @@ def _heat(ax, values, layers, heads, cmap, norm):
 
 
 def heatmap_size(s):
-    rows = sum(len(p["layers"]) for p in s["panels"]) if "panels" in s else len(s["layers"])
-    npan = len(s.get("panels", [None]))
-    return (style.COLUMN_W, min(6.0, max(1.6, 0.55 + npan * 0.45 + rows * 0.14)))
+    if "panels" in s:  # head_heatmap: one row per (run, layer)
+        rows = sum(len(p["layers"]) for p in s["panels"])
+        return (style.COLUMN_W, min(6.0, max(1.3, 0.75 + rows * 0.17)))
+    return (style.COLUMN_W, min(6.0, max(1.25, 0.9 + len(s["layers"]) * 0.2)))
 
 
 @drawer("head_heatmap")
 def _draw_head_heatmap(s, fig):
     from matplotlib.colors import Normalize
     panels = s["panels"]
-    ratios = [max(len(p["layers"]), 1) + 1.2 for p in panels]
-    axes = fig.subplots(len(panels), 1, squeeze=False, gridspec_kw={"height_ratios": ratios})[:, 0]
-    vals = [v for p in panels for row in p["values"] for v in row if v is not None]
-    vmax = max(vals) if vals else 1.0
-    norm = Normalize(0.0, vmax)
-    im = None
-    for ax, p in zip(axes, panels):
-        im = _heat(ax, p["values"], p["layers"], p["q_heads"], "magma_r", norm)
-        ef = f", {100 * p['exact_frac']:.2g}% exact" if p.get("exact_frac") else ""
-        ax.set_title(f"{style.method_style(p['method'])['name']}: {p['label'] or 'defaults'}{ef}",
-                     fontsize=7, loc="left")
-        ax.set_ylabel("Layer")
-    axes[-1].set_xlabel("Query head")
-    fig.tight_layout(pad=0.3, h_pad=0.5)
-    cb = fig.colorbar(im, ax=list(axes), fraction=0.04, pad=0.02)
-    cb.set_label(style.metric_label(s["metric"]), fontsize=7)
+    multi_layer = any(len(p["layers"]) > 1 for p in panels)
+    rows, labels, bounds = [], [], []
+    heads = sorted({h for p in panels for h in p["q_heads"]})
+    dup = len({p["method"] for p in panels}) < len(panels)  # several runs of one method: name the run
+    for p in panels:
+        name = style.method_style(p["method"])["name"]
+        if dup and p.get("label") and p["label"] != "defaults":
+            name += f" {p['label']}"
+        ef = f" ({100 * p['exact_frac']:.2g}% exact)" if p.get("exact_frac") else ""
+        for li, l in enumerate(p["layers"]):
+            val = dict(zip(p["q_heads"], p["values"][li]))
+            rows.append([val.get(h) for h in heads])
+            labels.append(f"{name}{ef}" + (f" L{l}" if multi_layer else ""))
+        bounds.append(len(rows))
+    ax = fig.subplots(1, 1)
+    vals = [v for r in rows for v in r if v is not None]
+    norm = Normalize(0.0, max(vals) if vals else 1.0)
+    im = _heat(ax, rows, labels, heads, "magma_r", norm)
+    ax.set_yticklabels(labels, fontsize=6.5)
+    for b in bounds[:-1]:
+        ax.axhline(b - 0.5, color="white", lw=2.0)
+    ax.set_xlabel("Query head")
+    fig.tight_layout(pad=0.3)
+    cb = fig.colorbar(im, ax=ax, fraction=0.04, pad=0.02)
+    cb.set_label("Output error", fontsize=7)
     cb.ax.tick_params(labelsize=6)
 
 
