@@ -172,6 +172,18 @@ class ZoneSweepsTest(unittest.TestCase):
                 self.assertEqual({k: str(v) for k, v in others.items() if k in ("retrieval", "estimation")},
                                  {k: self.s["centre"][k] for k in others if k in ("retrieval", "estimation")})
 
+    def test_modeled_throughput_row(self):
+        # model_us (modeled attention time per layer step) is carried per point; the retrieval budget
+        # is what costs time: more clusters retrieved, more bytes moved, slower steps
+        self.assertEqual(self.s["system_metric"], "model_us")
+        for p in self.s["panels"]:
+            for q in p["points"]:
+                self.assertAlmostEqual(q["y"]["model_us"], self.runs[q["run_id"]]["metrics"]["model_us"]["mean"])
+        ret = next(p for p in self.s["panels"] if p["axis"] == "retrieval")
+        t = [q["y"]["model_us"] for q in ret["points"]]
+        self.assertEqual(t, sorted(t))
+        self.assertGreater(t[-1], 5 * t[0])
+
     def test_not_for_grids_or_other_sweeps(self):
         # wave-cache repeats wave's default parameters once per cache setting: not a zone sweep
         for name in ("quickstart", "wave-estimation", "wave-segments", "wave-updates", "wave-cache"):

@@ -288,13 +288,16 @@ def _zone_point_x(axis, params):
 @figure("zone_sweeps", "Wave index zone sizes: accuracy vs. retrieval budget, estimation budget, steady zone",
         needs="wave runs sweeping at least two of retrieval / estimation / sink+window one at a time "
               "(3+ points each)",
-        size=(style.WIDE_W, 3.1), paper="RetroInfer Fig. 17")
+        size=(style.WIDE_W, lambda s: 3.1 + (0.85 if s.get("system_metric") else 0.0)),
+        paper="RetroInfer Fig. 17")
 def zone_sweeps(res):
     runs = _first_trace_runs(res, WAVE)
     if len(runs) < 5:
         return None
     centre = _centre(runs, WAVE_DEFAULTS)
     metrics = _accuracy_metrics(res)
+    # modeled speed (docs/system-model.md §4): model_us is one layer's attention time per decode step
+    sysm = "model_us" if res.has_metric("model_us") else None
     panels = []
     for axis, names, xlabel in ZONE_AXES:
         pts = []
@@ -304,7 +307,7 @@ def zone_sweeps(res):
             pts.append({"x": _zone_point_x(axis, r["params"]), "run_id": r["run_id"],
                         "is_centre": all(fmt_value(r["params"].get(k)) == centre.get(k) for k in names),
                         "params": {k: r["params"].get(k) for k in names},
-                        "y": {m: metric(r, m) for m in metrics}})
+                        "y": {m: metric(r, m) for m in metrics + ([sysm] if sysm else [])}})
         if axis == "steady":
             pts.sort(key=lambda p: (p["params"]["sink"] + p["params"]["window"], p["params"]["window"]))
         else:
@@ -313,7 +316,7 @@ def zone_sweeps(res):
             panels.append({"axis": axis, "xlabel": xlabel, "points": pts})
     if len(panels) < 2:
         return None
-    return {"metrics": metrics, "centre": centre, "panels": panels}
+    return {"metrics": metrics, "system_metric": sysm, "centre": centre, "panels": panels}
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -766,12 +769,14 @@ def _draw_ood_recall(s, fig):
     _legend_above(fig, list(handles.values()), list(handles.keys()))
 
 
-_SHORT_Y = {"mass": "Mass ↑", "out_err": "Output err. ↓"}
+_SHORT_Y = {"mass": "Mass ↑", "out_err": "Output err. ↓",
+            "model_us": "Modeled attn.\nthroughput\n(layer steps/ms) ↑"}
 
 
 @drawer("zone_sweeps")
 def _draw_zone_sweeps(s, fig):
-    mets = s["metrics"]
+    import numpy as np
+    mets = s["metrics"] + ([s["system_metric"]] if s.get("system_metric") else [])
     ncol = len(s["panels"])
     axes = fig.subplots(len(mets), ncol, squeeze=False, sharex="col", sharey="row")
     st = style.method_style(WAVE)
@@ -781,13 +786,15 @@ def _draw_zone_sweeps(s, fig):
         xs = list(range(len(pts))) if cat else [100 * q["x"] for q in pts]
         for i, met in enumerate(mets):
             ax = axes[i][j]
-            ys = [q["y"][met] for q in pts]
-            ax.plot(xs, ys, "-", color=st["color"], marker=st["marker"], ms=3.5)
+            ys = [q["y"].get(met) for q in pts]
+            if met == "model_us":  # modeled attention throughput: layer decode steps per ms at batch 1
+                ys = [None if not y else 1000.0 / y for y in ys]
+            ax.plot(xs, [np.nan if y is None else y for y in ys], "-", color=st["color"], marker=st["marker"], ms=3.5)
             for x, q, y in zip(xs, pts, ys):
                 if q["is_centre"] and y is not None:
                     ax.plot([x], [y], ls="none", marker="o", ms=7, mfc="none", mec="#D55E00", mew=1.0)
             if j == 0:
-                ax.set_ylabel(_SHORT_Y.get(met, style.metric_short(met)))
+                ax.set_ylabel(_SHORT_Y.get(met, style.metric_short(met)), fontsize=7)
             if cat:
                 ax.set_xticks(xs)
                 ax.set_xticklabels([q["x"] for q in pts], fontsize=6.5)
@@ -801,11 +808,17 @@ def _draw_zone_sweeps(s, fig):
             if i == len(mets) - 1:
                 ax.set_xlabel(p["xlabel"])
         for i, met in enumerate(mets):
-            _ylim_metric(axes[i][0], met, [q["y"][met] for pp in s["panels"] for q in pp["points"]])
+            if met == "model_us":
+                axes[i][0].set_ylim(bottom=0)
+            else:
+                _ylim_metric(axes[i][0], met, [q["y"][met] for pp in s["panels"] for q in pp["points"]])
     from matplotlib.lines import Line2D
+    c = s["centre"]
     handles = [Line2D([], [], color=st["color"], marker=st["marker"], ms=3.5, label=st["name"]),
                Line2D([], [], ls="none", marker="o", ms=7, mfc="none", mec="#D55E00", mew=1.0,
-                      label="default configuration (4+64, 1.8%, 23.2%)")]
+                      label=f"sweep centre ({c.get('sink')}+{c.get('window')}, "
+                            f"{style.pct_label(float(c['retrieval']))}, {style.pct_label(float(c['estimation']))})"
+                      if all(k in c for k in ("sink", "window", "retrieval", "estimation")) else "sweep centre")]
     fig.tight_layout(pad=0.3, h_pad=0.4, w_pad=0.8)
     _legend_above(fig, handles, [h.get_label() for h in handles], ncol=2)
 
@@ -1118,6 +1131,8 @@ def figure_size(fig_def, series):
     w, h = fig_def.size
     if h is None:
         w, h = heatmap_size(series)
+    elif callable(h):
+        h = h(series)
     return w, h
 
 
