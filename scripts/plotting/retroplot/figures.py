@@ -849,12 +849,22 @@ def _draw_estimation(s, fig):
             if y is None:
                 continue
             allv.append(y)
-            lab = f"{rs['name']} ({r['label']}, {100 * r['exact_frac']:.2g}% exact)"
+            lab = f"{rs['name']} ({100 * r['exact_frac']:.2g}% exact)"
             h = ax.axhline(y, color=rs["color"], ls="--", lw=1.0, label=lab)
             handles.setdefault(lab, h)
         ax.set_xticks(x)
-        ax.set_xticklabels([style.pct_label(r) for r in s["retrieval"]])
-        ax.set_xlabel("Retrieval budget (% of clusters)")
+        # a retrieval budget is a fraction of the clusters (< 1) or a cluster count (>= 1); under it the
+        # exact tokens it amounts to (mean over the variants), the x of the other figures
+        ex = []
+        for j in range(len(s["retrieval"])):
+            e = [v["exact_frac"][j] for v in s["variants"] if v["exact_frac"][j] is not None]
+            ex.append(statistics.mean(e) if e else None)
+        counts = all(r >= 1 for r in s["retrieval"])
+        ax.set_xticklabels([(f"{r:g}" if r >= 1 else style.pct_label(r)) +
+                            (f"\n({100 * e:.2g}%)" if e is not None else "")
+                            for r, e in zip(s["retrieval"], ex)], fontsize=6.5)
+        ax.set_xlabel("Retrieval zone, " + ("clusters" if counts else "% of clusters") +
+                      "\n(exact tokens, % of context)", fontsize=7)
         ax.set_title(style.metric_short(met))
         ax.grid(axis="x", visible=False)
         # bars start at 0
@@ -862,7 +872,7 @@ def _draw_estimation(s, fig):
         if len(x) == 1:
             ax.set_xlim(-1.0, 1.0)
     fig.tight_layout(pad=0.3, w_pad=1.0)
-    _legend_above(fig, list(handles.values()), list(handles.keys()), ncol=2 if len(handles) > 3 else len(handles))
+    _legend_above(fig, list(handles.values()), list(handles.keys()), ncol=min(len(handles), 4))
 
 
 @drawer("segments")

@@ -14,7 +14,7 @@ METHOD_STYLE = {
     "quest":               {"color": "#009E73", "marker": "^", "name": "Quest"},
     "faiss_ivf":           {"color": "#CC79A7", "marker": "v", "name": "IVF (FAISS)"},
     "faiss_hnsw":          {"color": "#D55E00", "marker": "P", "name": "HNSW (FAISS)"},
-    "faiss_flat":          {"color": "#999999", "marker": "x", "name": "Flat (FAISS)"},
+    "faiss_flat":          {"color": "#332288", "marker": "x", "name": "Flat (FAISS)"},
     "faiss_ivfpq":         {"color": "#882255", "marker": "<", "name": "IVF-PQ (FAISS)"},
     "retrieval_attention": {"color": "#56B4E9", "marker": "X", "name": "RetrievalAttention"},
     "pqcache":             {"color": "#8C564B", "marker": "h", "name": "PQCache"},
@@ -30,7 +30,7 @@ ALIASES = {
     "retrievalattention": "retrieval_attention", "ra": "retrieval_attention", "topk": "oracle_topk",
     "oracle": "oracle_topk", "retroinfer": "wave", "streamingllm": "streaming",
 }
-_FALLBACK_COLORS = ["#332288", "#117733", "#44AA99", "#88CCEE", "#DDCC77", "#AA4499", "#661100", "#6699CC"]
+_FALLBACK_COLORS = ["#999933", "#117733", "#44AA99", "#88CCEE", "#DDCC77", "#AA4499", "#661100", "#6699CC"]
 _FALLBACK_MARKERS = ["o", "s", "^", "v", "D", "P", "X", "h"]
 
 
