@@ -902,6 +902,18 @@ def _draw_segments(s, fig):
     _legend_above(fig, h, l, ncol=1)
 
 
+SMOOTH = 5  # per-step accuracy in the updates figure: centred mean over this many sampled steps
+
+
+def _smooth(ys, w):
+    """Centred moving mean over w samples (None skipped; shorter windows at the ends)."""
+    out = []
+    for i in range(len(ys)):
+        win = [y for y in ys[max(0, i - w // 2):i + w // 2 + 1] if y is not None]
+        out.append(sum(win) / len(win) if win and ys[i] is not None else None)
+    return out
+
+
 @drawer("updates")
 def _draw_updates(s, fig):
     mets = [m for m in s["metrics"] if m != "gpu_bytes"] + ["gpu_bytes"]
@@ -914,6 +926,8 @@ def _draw_updates(s, fig):
             if met not in v["y"]:
                 continue
             ys = [None if y is None else y * sc for y in v["y"][met]]
+            if met != "gpu_bytes":
+                ys = _smooth(ys, SMOOTH)
             if v["method"] == "full":
                 st = style.method_style("full")
                 h = ax.plot(v["steps"], ys, "-", color=st["color"], lw=1.0, label=v["label"])[0]
@@ -922,7 +936,8 @@ def _draw_updates(s, fig):
                 i += 1
             handles.setdefault(v["label"], h)
         ax.set_xlabel("Decode step")
-        ax.set_title(style.metric_short(met) if met != "gpu_bytes" else "GPU memory (MiB per KV head) ↓")
+        ax.set_title(style.metric_short(met) + f" ({SMOOTH}-sample mean)" if met != "gpu_bytes"
+                     else "GPU memory (MiB per KV head) ↓", fontsize=7.5)
         if met != "gpu_bytes":
             _ylim_metric(ax, met, [y for v in s["variants"] if met in v["y"] for y in v["y"][met]])
         else:
