@@ -1097,14 +1097,24 @@ def _draw_cache(s, fig):
         lab = (style.method_style(ser["method"])["name"] + " " if multi else "") + pol
         pts = ser["points"]
         hp = [p for p in pts if p["hit"] is not None]
+        # LRU (the paper's policy) on top, hollow, so policies that coincide with it leave it visible
+        top = {"zorder": 5, "mfc": "white", "ms": 4.2} if ser["policy"] == "lru" else {"ms": 3.2}
         h = ax1.plot([100 * p["cache"] for p in hp], [p["hit"] for p in hp], linestyle=ls, color=color,
-                     marker=marker, ms=3.2, label=lab)[0]
+                     marker=marker, label=lab, **top)[0]
         handles.setdefault(lab, h)
         if s["full_h2d"]:
             ys = [100 * p["h2d"] / s["full_h2d"] for p in pts]
         else:
             ys = [p["h2d"] / 1024 for p in pts]
-        ax2.plot([100 * p["cache"] for p in pts], ys, linestyle=ls, color=color, marker=marker, ms=3.2)
+        ax2.plot([100 * p["cache"] for p in pts], ys, linestyle=ls, color=color, marker=marker, **top)
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
+    ticks = sorted({100 * p["cache"] for ser in s["series"] for p in ser["points"]})
+    for ax in (ax1, ax2):  # 0 and small caches matter most: linear below 1%, log above
+        ax.set_xscale("symlog", linthresh=1.0, linscale=0.6)
+        ax.xaxis.set_major_locator(FixedLocator(ticks))
+        ax.xaxis.set_minor_locator(NullLocator())
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax2.set_ylim(bottom=0)
     ax1.set_xlabel("GPU cache (% of KV)")
     ax1.set_ylabel("Cache hit ratio")
     ax1.set_ylim(0, 1.02)
@@ -1112,6 +1122,9 @@ def _draw_cache(s, fig):
     ax2.set_ylabel("PCIe traffic (% of full KV)" if s["full_h2d"] else "Host→GPU (KiB/step/KV head)")
     fig.tight_layout(pad=0.3, w_pad=1.0)
     _legend_above(fig, list(handles.values()), list(handles.keys()), ncol=3)
+
+
+_PLAIN_LABEL = {"offloaded=false": "KV on GPU", "offloaded=true": "KV offloaded to CPU"}
 
 
 @drawer("throughput")
@@ -1125,7 +1138,8 @@ def _draw_throughput(s, fig):
             if not pts:
                 continue
             st = style.method_style(ser["method"])
-            lab = st["name"] + (f" ({ser['label']})" if ser["label"] and ser["label"] != "defaults" else "")
+            sub = _PLAIN_LABEL.get(ser["label"], ser["label"])
+            lab = st["name"] + (f" ({sub})" if sub and sub != "defaults" else "")
             h = _method_line(ax, [p[0] for p in pts], [p[1] for p in pts], ser["method"], label=lab,
                              variant=ser["variant"], ms=3)
             handles.setdefault(lab, h)
