@@ -477,9 +477,13 @@ def head_heatmap(res, metric_name="out_err", max_panels=8):
             m = by_run[rid][0]["method"]
             x = metric(run, "exact_frac") if run else None
             d = abs(math.log(x / target)) if (x and target) else float("inf")
-            if m not in per_method or d < per_method[m][0]:
-                per_method[m] = (d, rid)
-        wanted = [rid for _, rid in per_method.values()][:max_panels]
+            # among runs at the same budget (a search-effort sweep), the method's best at that budget
+            e = metric(run, metric_name) if run else None
+            e = e if e is not None else float("inf")
+            if m not in per_method or d < per_method[m][0] - 1e-9 or \
+                    (abs(d - per_method[m][0]) <= 1e-9 and e < per_method[m][1]):
+                per_method[m] = (d, e, rid)
+        wanted = [rid for _, _, rid in per_method.values()][:max_panels]
     panels = []
     for rid in wanted:
         if rid not in by_run:
