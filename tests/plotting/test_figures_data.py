@@ -295,6 +295,20 @@ class HeadHeatmapTest(unittest.TestCase):
                                and int(r["q_head"]) == h)
                     self.assertAlmostEqual(p["values"][li][hi], float(row["out_err"]))
 
+    def test_search_sweep_shows_best_run_at_the_budget(self):
+        # baselines2: IVF / HNSW / RetrievalAttention sweep search effort at one exact-token budget; the
+        # heatmap shows each method's lowest-out_err run there, not the first (lowest-effort) one
+        res = load("baselines2")
+        s = data("head_heatmap", res)
+        runs = U.runs_by_id("baselines2")
+        for p in s["panels"]:
+            mine = runs[p["run_id"]]
+            same = [r for r in runs.values() if r["method"] == p["method"] and
+                    abs(r["metrics"]["exact_frac"]["mean"] / mine["metrics"]["exact_frac"]["mean"] - 1) < 1e-9]
+            self.assertEqual(mine["metrics"]["out_err"]["mean"], min(r["metrics"]["out_err"]["mean"] for r in same),
+                             p["method"])
+        self.assertGreater(len([r for r in runs.values() if r["method"] == "faiss_ivf"]), 1)  # a real sweep
+
     def test_chosen_run(self):
         res = load("quickstart")
         res.options = {"heatmap_runs": ["streaming-9a3dac06a82c"]}
