@@ -485,12 +485,33 @@ class BuildTimeTest(unittest.TestCase):
             self.assertIsNone(data("build_time", load(name)), name)
 
 
-class FutureFiguresTest(U.TempDirMixin, unittest.TestCase):
-    """A figure whose data retro-bench does not produce yet: skipped now, drawn once the data appears."""
+class CentroidRankTest(U.TempDirMixin, unittest.TestCase):
+    """retro-bench centroid-rank JSON (fixtures/centroid-rank: the 32K synthetic trace, KV heads 0-1)."""
 
-    def test_centroid_rank(self):
+    def test_only_with_the_json(self):
         for name in ALL:
             self.assertIsNone(data("centroid_rank", load(name)), name)
+
+    def test_series_and_points(self):
+        d = U.fixture("centroid-rank")
+        with open(os.path.join(d, "centroid-rank-synth-llama3-32k-l1.json")) as f:
+            obj = json.load(f)
+        s = data("centroid_rank", R.load(d))
+        self.assertEqual([x["kind"] for x in s["series"]], ["true", "estimate", "oracle"])
+        self.assertEqual([x["method"] for x in s["series"]], ["wave", "wave", "oracle_topk"])
+        for ser, src in zip(s["series"], obj["series"]):
+            self.assertEqual(ser["points"], [[r, y] for r, y in zip(src["rank"], src["cum_attention"])])
+        self.assertEqual(s["clusters"], 2044)
+        # the wave defaults' zones: 1.8% of 2044 clusters = 37, + 23.2% = 474 more
+        self.assertEqual([z["rank"] for z in s["zones"]], [37, 37 + 474])
+        true, est, orc = ([p[1] for p in x["points"]] for x in s["series"])
+        for i in range(len(true)):
+            self.assertLessEqual(est[i], true[i] + 1e-6)   # Jensen: the centroid estimate is a lower bound
+            self.assertLessEqual(true[i], orc[i] + 1e-6)   # no ranking beats sorting by true attention
+        self.assertAlmostEqual(true[-1], s["clustered"], places=4)
+        self.assertAlmostEqual(orc[-1], s["clustered"], places=4)
+
+    def test_generic_form(self):
         d = os.path.join(self.tmp, "cr")
         os.makedirs(d)
         with open(os.path.join(d, "centroid-rank.json"), "w") as f:
@@ -498,6 +519,7 @@ class FutureFiguresTest(U.TempDirMixin, unittest.TestCase):
                 {"label": "layer 0", "rank": [1, 2, 4], "cum_attention": [0.3, 0.5, 0.7]}]}, f)
         s = data("centroid_rank", R.load(d))
         self.assertEqual(s["series"][0]["points"], [[1, 0.3], [2, 0.5], [4, 0.7]])
+        self.assertNotIn("zones", s)
 
 
 class PaperConfigsTest(unittest.TestCase):

@@ -65,7 +65,7 @@ class PlotCommandTest(U.TempDirMixin, unittest.TestCase):
 
     def test_writes_png_and_pdf_for_applicable_figures(self):
         for name in ("quickstart", "wave-zones", "wave-estimation", "wave-segments", "wave-updates", "wave-cache",
-                     "throughput", "baselines2", "trace-figures"):
+                     "throughput", "baselines2", "trace-figures", "centroid-rank"):
             d = U.copy_fixture(name, self.tmp)
             r = self.plot(d)
             self.assertEqual(r.returncode, 0, r.stderr)
@@ -140,6 +140,46 @@ class PlotCommandTest(U.TempDirMixin, unittest.TestCase):
         d = U.copy_fixture("wave-segments", self.tmp)
         r = self.plot(d, "--only", "segments", env={"RETRO_PLOT_SCRIPT": U.SCRIPT})
         self.assertEqual(r.returncode, 0, r.stderr)
+
+
+@unittest.skipIf(BIN is None, "RETRO_BIN not set and no build/retro-bench")
+class CentroidRankCommandTest(U.TempDirMixin, unittest.TestCase):
+    """`retro-bench centroid-rank` on a small synthetic trace, then `retro-bench plot` on its JSON."""
+
+    def test_curves_and_figure(self):
+        trace = os.path.join(self.tmp, "tiny.h5")
+        r = U.run([BIN, "synth", trace, "--prompt-len", "4096", "--steps", "4", "--layers", "1",
+                   "--prefill-queries", "0"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        d = os.path.join(self.tmp, "cr")
+        os.makedirs(d)
+        out = os.path.join(d, "centroid-rank-tiny.json")
+        r = U.run([BIN, "centroid-rank", trace, "--kv-heads", "0,1", "--step-stride", "2", "--json", out])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with open(out) as f:
+            obj = json.load(f)
+        self.assertEqual(obj["kind"], "centroid-rank")
+        self.assertEqual(obj["clusters"], round((4096 - 4 - 64) / 16))  # sink 4 and window 64 stay out
+        self.assertEqual(obj["queries_per_head"], 2 * 4)  # steps 0 and 2, four query heads per KV head
+        self.assertEqual([s["kind"] for s in obj["series"]], ["true", "estimate", "oracle"])
+        ranks = obj["series"][0]["rank"]
+        self.assertEqual((ranks[0], ranks[-1]), (1, obj["clusters"]))
+        self.assertEqual(ranks, sorted(set(ranks)))
+        true, est, orc = (s["cum_attention"] for s in obj["series"])
+        for ys in (true, est, orc):
+            self.assertEqual(ys, sorted(ys))  # cumulative
+        for a, b, c in zip(est, true, orc):
+            self.assertLessEqual(a, b + 1e-9)
+            self.assertLessEqual(b, c + 1e-9)
+        self.assertAlmostEqual(true[-1], obj["clustered"], places=9)
+        self.assertAlmostEqual(orc[-1], obj["clustered"], places=9)
+        self.assertTrue(0.0 < obj["clustered"] < 1.0)
+        r = U.run([BIN, "plot", d, "--format", "png"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with open(os.path.join(d, "figures", "centroid_rank.png"), "rb") as f:
+            self.assertEqual(f.read(8), PNG)
+        r = U.run([BIN, "centroid-rank", trace, "--kv-heads", "9"])
+        self.assertEqual(r.returncode, 2, r.stderr)
 
 
 @unittest.skipIf(BIN is None, "RETRO_BIN not set and no build/retro-bench")

@@ -642,21 +642,35 @@ def throughput(res):
 
 
 # ----------------------------------------------------------------------------------------------------
-# 13. a figure whose data retro-bench does not produce yet: drawn once the data appears.
+# 13. cumulative attention vs. centroid rank, with the centroid estimate and the oracle ranking
+#     (`retro-bench centroid-rank TRACE --json FILE`; RetroInfer Fig. 7 style)
 
-@figure("centroid_rank", "Cumulative attention captured vs. centroid rank",
-        needs="a centroid-rank JSON file ({'kind': 'centroid-rank', 'series': [{label, rank: [...], "
-              "cum_attention: [...]}]}) in the results directory",
-        size=(style.COLUMN_W, 1.8), paper="RetroInfer Fig. 6 style")
+@figure("centroid_rank", "Cumulative attention vs. wave cluster rank: true, centroid estimate, oracle ranking",
+        needs="a centroid-rank JSON file in the results directory (retro-bench centroid-rank TRACE --json FILE)",
+        size=(style.COLUMN_W, 2.0), paper="RetroInfer Fig. 7 style")
 def centroid_rank(res):
-    series = []
+    series, info = [], {}
     for obj in res.extras["centroid_rank"]:
+        for k in ("clusters", "clustered", "prompt_len", "trace", "queries_per_head"):
+            if k in obj and k not in info:
+                info[k] = obj[k]
         for s in obj.get("series", []):
             xs, ys = s.get("rank"), s.get("cum_attention", s.get("cumulative_attention"))
             if isinstance(xs, list) and isinstance(ys, list) and xs:
                 series.append({"label": str(s.get("label", s.get("method", "centroids"))),
+                               "kind": s.get("kind", "true"),
                                "method": s.get("method", WAVE), "points": [[x, y] for x, y in zip(xs, ys)]})
-    return {"series": series} if series else None
+    if not series:
+        return None
+    out = {"series": series}
+    out.update(info)
+    m = info.get("clusters")
+    if m:  # the wave defaults' zones (retrieval 1.8%, + estimation 23.2%) as cluster ranks
+        r = max(1, round(m * WAVE_DEFAULTS["retrieval"]))
+        out["zones"] = [{"label": "retrieval zone (1.8%)", "rank": r},
+                        {"label": "+ estimation zone (23.2%)",
+                         "rank": r + round(m * WAVE_DEFAULTS["estimation"])}]
+    return out
 
 
 # ====================================================================================================
@@ -1021,21 +1035,6 @@ def _draw_sparsity_heatmap(s, fig):
     cb.ax.tick_params(labelsize=6)
 
 
-def _draw_xy(s, fig, xlabel, ylabel, logx=False):
-    ax = fig.subplots(1, 1)
-    for ser in s["series"]:
-        st = style.method_style(ser.get("method", ser.get("label", "")))
-        ax.plot([p[0] for p in ser["points"]], [p[1] for p in ser["points"]], "-", color=st["color"],
-                marker=st["marker"], ms=3.5, label=ser.get("label") or st["name"])
-    if logx:
-        ax.set_xscale("log")
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
-    fig.tight_layout(pad=0.3)
-    h, l = ax.get_legend_handles_labels()
-    _legend_above(fig, h, l)
-
-
 @drawer("recall_scanned")
 def _draw_recall_scanned(s, fig):
     ax = fig.subplots(1, 1)
@@ -1166,8 +1165,33 @@ def _draw_throughput(s, fig):
 
 @drawer("centroid_rank")
 def _draw_centroid_rank(s, fig):
-    _draw_xy(s, fig, "Centroid rank", "Cumulative attention weight", logx=True)
-    fig.axes[0].set_ylim(0, 1.02)
+    ax = fig.subplots(1, 1)
+    look = {"true": ("-", None), "estimate": ("--", "white"), "oracle": (":", None)}
+    for ser in s["series"]:
+        st = style.method_style(ser.get("method", WAVE))
+        ls, mfc = look.get(ser.get("kind"), ("-", None))
+        pts = ser["points"]
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], linestyle=ls, color=st["color"], marker=st["marker"],
+                ms=2.8, markevery=max(1, len(pts) // 10), mfc=mfc or st["color"], mec=st["color"],
+                label=ser["label"])
+    for z, c in zip(s.get("zones", []), ("#555555", "#999999")):
+        ax.axvline(z["rank"], color=c, lw=0.8, ls=(0, (2, 2)), zorder=0)
+        ax.annotate(z["label"].replace(" zone (", "\n("), (z["rank"], 0.985), xycoords=("data", "axes fraction"),
+                    fontsize=5.8, color=c, ha="center", va="top",
+                    bbox={"boxstyle": "square,pad=0.1", "fc": "white", "ec": "none"})
+    if s.get("clustered"):
+        ax.axhline(s["clustered"], color="#BBBBBB", lw=0.8, zorder=0)
+        ax.annotate("all clusters", (1.0, s["clustered"]), xycoords=("axes fraction", "data"), fontsize=5.8,
+                    color="#888888", ha="right", va="bottom")
+    ax.set_xscale("log")
+    from matplotlib.ticker import FuncFormatter
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.set_xlabel("Clusters, by rank" + (f" (of {s['clusters']})" if s.get("clusters") else ""))
+    ax.set_ylabel("Cumulative attention\n(share of full attention)")
+    ax.set_ylim(0, 1.02 if not s.get("clustered") else min(1.02, max(0.3, s["clustered"] * 1.35)))
+    fig.tight_layout(pad=0.3)
+    h, l = ax.get_legend_handles_labels()
+    _legend_above(fig, h, l, ncol=1)
 
 
 def figure_size(fig_def, series):
