@@ -3,8 +3,9 @@
 #   1. runs each configs/paper/*.json with --resume into RESULTS/<name>/ (finished work is skipped, so a
 #      second call only re-plots), then `retro-bench plot` and `retro-bench report` on it;
 #   2. the trace-level figures into RESULTS/trace-figures/: `retro-bench ood-recall` (IVF and HNSW,
-#      decode queries vs keys as queries: RetrievalAttention Fig. 3a) and `retro-bench inspect --json`
-#      (sparsity per layer x head: RetroInfer Fig. 4a), then plot + report;
+#      decode queries vs keys as queries: RetrievalAttention Fig. 3a), `retro-bench centroid-rank`
+#      (cumulative attention vs. cluster rank with the centroid estimate: RetroInfer Fig. 7) and
+#      `retro-bench inspect --json` (sparsity per layer x head: RetroInfer Fig. 4a), then plot + report;
 #   3. prints the time of every step and the total.
 #
 # usage: scripts/paper-figures.sh [--results DIR] [--only NAME[,NAME...]] [--threads N] [--no-trace-figures]
@@ -68,6 +69,9 @@ if ((TRACE_FIGS)) && [[ -z "$ONLY" || ",$ONLY," == *",trace-figures,"* ]]; then
         step "ood-recall $idx" "$BIN" ood-recall "$TRACE" --index "$idx" --kv-heads 0,1 --json "$TF/ood-recall-$idx.json"
       fi
     done
+    if [[ ! -f "$TF/centroid-rank-synth-llama3-32k-l1.json" ]]; then
+      step "centroid-rank" "$BIN" centroid-rank "$TRACE" --kv-heads 0,1 --json "$TF/centroid-rank-synth-llama3-32k-l1.json"
+    fi
     if [[ ! -f "$TF/inspect-synth-llama3-32k-l1.json" ]]; then
       step "inspect" "$BIN" inspect "$TRACE" --step-stride 4 --json "$TF/inspect-synth-llama3-32k-l1.json"
     fi
