@@ -5,7 +5,8 @@
 #   2. the trace-level figures into RESULTS/trace-figures/: `retro-bench ood-recall` (IVF and HNSW,
 #      decode queries vs keys as queries: RetrievalAttention Fig. 3a), `retro-bench centroid-rank`
 #      (cumulative attention vs. cluster rank with the centroid estimate: RetroInfer Fig. 7) and
-#      `retro-bench inspect --json` (sparsity per layer x head: RetroInfer Fig. 4a), then plot + report;
+#      `retro-bench inspect --json` on an 8-layer synthetic trace (sparsity per layer x head: RetroInfer
+#      Fig. 4a), then plot + report;
 #   3. prints the time of every step and the total.
 #
 # usage: scripts/paper-figures.sh [--results DIR] [--only NAME[,NAME...]] [--threads N] [--no-trace-figures]
@@ -72,8 +73,13 @@ if ((TRACE_FIGS)) && [[ -z "$ONLY" || ",$ONLY," == *",trace-figures,"* ]]; then
     if [[ ! -f "$TF/centroid-rank-synth-llama3-32k-l1.json" ]]; then
       step "centroid-rank" "$BIN" centroid-rank "$TRACE" --kv-heads 0,1 --json "$TF/centroid-rank-synth-llama3-32k-l1.json"
     fi
-    if [[ ! -f "$TF/inspect-synth-llama3-32k-l1.json" ]]; then
-      step "inspect" "$BIN" inspect "$TRACE" --step-stride 4 --json "$TF/inspect-synth-llama3-32k-l1.json"
+    # sparsity per layer x query head: an 8-layer trace (layers are independent draws of the generator)
+    ML=datasets/generated/synth-llama3-8k-l8.h5
+    if [[ ! -f "$ML" ]]; then
+      step "synth 8-layer trace" "$BIN" synth "$ML" --prompt-len 8192 --steps 8 --layers 8 --prefill-queries 0
+    fi
+    if [[ ! -f "$TF/inspect-synth-llama3-8k-l8.json" ]]; then
+      step "inspect" "$BIN" inspect "$ML" --step-stride 2 --json "$TF/inspect-synth-llama3-8k-l8.json"
     fi
     step "plot trace-figures" "$BIN" plot "$TF"
     step "report trace-figures" "$BIN" report "$TF"

@@ -341,6 +341,21 @@ class SparsityHeatmapTest(unittest.TestCase):
             shutil.copy(U.INSPECT, os.path.join(d, "inspect.json"))
             self.assertIsNotNone(data("sparsity_heatmap", R.load(d)))
 
+    def test_most_layers_wins(self):
+        # two inspect outputs (a one-layer trace sorts first by name): the heatmap shows the one with more heads
+        import tempfile
+        with open(U.INSPECT) as f:
+            insp = json.load(f)
+        one = dict(insp, heads=[h for h in insp["heads"] if h["layer"] == 1], trace="one-layer.h5")
+        with tempfile.TemporaryDirectory() as t:
+            d = U.copy_fixture("wave-segments", t)
+            with open(os.path.join(d, "inspect-a-one-layer.json"), "w") as f:
+                json.dump(one, f)
+            shutil.copy(U.INSPECT, os.path.join(d, "inspect-b.json"))
+            s = data("sparsity_heatmap", R.load(d))
+        self.assertEqual(s["layers"], [0, 1])
+        self.assertEqual(s["trace"], insp["trace"])
+
 
 class OodRecallTest(U.TempDirMixin, unittest.TestCase):
     def test_fixture(self):

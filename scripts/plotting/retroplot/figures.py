@@ -509,7 +509,9 @@ def head_heatmap(res, metric_name="out_err", max_panels=8):
         needs="a `retro-bench inspect TRACE --json FILE` output in the results directory or given with --inspect",
         size=(style.COLUMN_W, None), paper="RetroInfer Fig. 4(a)")
 def sparsity_heatmap(res, field="n90"):
-    for obj in res.extras["inspect"]:
+    # the inspect output with the most heads (several traces: the one with the most layers)
+    objs = sorted(res.extras["inspect"], key=lambda o: -len(o.get("heads", [])))
+    for obj in objs:
         heads = [h for h in obj.get("heads", []) if h.get(field) is not None]
         if not heads:
             continue
