@@ -691,7 +691,9 @@ def _pct_axis(ax, axis="x", log=True):
         (ax.set_xscale if axis == "x" else ax.set_yscale)("log")
         a.set_major_locator(LogLocator(base=10, numticks=12))
         lo, hi = ax.get_xlim() if axis == "x" else ax.get_ylim()
-        if lo > 0 and hi / lo < 100:
+        if lo > 0 and hi / lo < 10:  # under a decade: label every minor tick (2, 3, 4, ...)
+            a.set_minor_formatter(FuncFormatter(lambda v, _: f"{v:.2g}"))
+        elif lo > 0 and hi / lo < 100:
             a.set_minor_formatter(FuncFormatter(lambda v, _: f"{v:g}" if _mantissa(v) in (2, 5) else ""))
         else:
             a.set_minor_formatter(NullFormatter())
