@@ -755,7 +755,7 @@ def _draw_accuracy_budget(s, fig):
         ref = s.get("reference")
         if ref and ref["y"].get(met) is not None:
             st = style.method_style("full")
-            h = ax.plot([ref["x"] * scale], [ref["y"][met]], ls="none", marker=st["marker"], ms=6,
+            h = ax.plot([ref["x"] * scale], [ref["y"][met]], ls="none", marker=st["marker"], ms=6, clip_on=False,
                         color=st["color"], label=st["name"])[0]
             handles.setdefault(st["name"], h)
             allv.append(ref["y"][met])
