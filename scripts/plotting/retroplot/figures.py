@@ -533,6 +533,15 @@ def sparsity_heatmap(res, field="n90"):
 SEARCH_PARAMS = ("search_L", "nprobe", "ef_search", "ef", "n_probe", "efSearch")
 
 
+def _group(run, per_query_metric):
+    """Query heads per KV head, from the sample counts: `scan_ops` is recorded per (KV head, step) and
+    counts the inner products of the whole GQA group (docs/metrics.md), accuracy metrics per (query
+    head, step). scan_ops / group = keys scanned per query head, as a fraction of the context."""
+    a = (run.get("metrics", {}).get(per_query_metric) or {}).get("count")
+    b = (run.get("metrics", {}).get("scan_ops") or {}).get("count")
+    return max(1, round(a / b)) if a and b else 1
+
+
 @figure("recall_scanned", "Recall vs. scanned keys as the search effort grows (decode queries)",
         needs="runs of an index method sweeping its search effort (search_L / nprobe / ef_search) with scan_ops",
         size=(style.COLUMN_W, 1.9), paper="RetrievalAttention Fig. 6 (Q to K)")
@@ -556,7 +565,8 @@ def recall_scanned(res):
             g.sort(key=lambda r: r["params"][knob])
             series.append({"method": m, "param": knob,
                            "label": res.short_label(g[0], False).replace(f"{knob}={fmt_value(g[0]['params'][knob])}", "").strip(),
-                           "points": [{"x": metric(r, "scan_ops"), "y": metric(r, rk), "setting": r["params"][knob],
+                           "points": [{"x": metric(r, "scan_ops") / _group(r, rk), "scan_ops": metric(r, "scan_ops"),
+                                       "group": _group(r, rk), "y": metric(r, rk), "setting": r["params"][knob],
                                        "run_id": r["run_id"]} for r in g]})
     if not series:
         return None
@@ -691,6 +701,11 @@ def _pct_axis(ax, axis="x", log=True):
         (ax.set_xscale if axis == "x" else ax.set_yscale)("log")
         a.set_major_locator(LogLocator(base=10, numticks=12))
         lo, hi = ax.get_xlim() if axis == "x" else ax.get_ylim()
+        import matplotlib as mpl
+        # minor ticks are shorter: pad their labels so they line up with the major ones
+        k = "xtick" if axis == "x" else "ytick"
+        ax.tick_params(axis=axis, which="minor", pad=mpl.rcParams[f"{k}.major.pad"] +
+                       mpl.rcParams[f"{k}.major.size"] - mpl.rcParams[f"{k}.minor.size"])
         if lo > 0 and hi / lo < 10:  # under a decade: label every minor tick (2, 3, 4, ...)
             a.set_minor_formatter(FuncFormatter(lambda v, _: f"{v:.2g}"))
         elif lo > 0 and hi / lo < 100:
@@ -1051,7 +1066,7 @@ def _draw_recall_scanned(s, fig):
         xs = [100 * p["x"] for p in ser["points"]]
         _method_line(ax, xs, [p["y"] for p in ser["points"]], ser["method"], label=lab, variant=v, ms=3.5)
     _pct_axis(ax, "x")
-    ax.set_xlabel("Scanned keys (% of context)")
+    ax.set_xlabel("Scanned keys per query head (% of context)")
     ax.set_ylabel(style.metric_label(s["recall_metric"]))
     ax.set_ylim(0, 1.02)
     fig.tight_layout(pad=0.3)
