@@ -870,15 +870,23 @@ def _draw_estimation(s, fig):
     width = 0.8 / nv
     x = np.arange(len(s["retrieval"]))
     handles = OrderedDict()
+    import matplotlib.colors as mc
+    base = mc.to_rgb(st["color"])
+    nfill = sum(1 for v in s["variants"] if v["estimation"] != 0)
+
+    def shade(j):  # j-th estimation budget (ascending): light to the full method colour
+        t = 1.0 if nfill <= 1 else 0.3 + 0.7 * j / (nfill - 1)
+        return tuple(1 - (1 - c) * t for c in base)
     for ax, met in zip(axes, mets):
         allv = []
+        j = 0
         for i, v in enumerate(s["variants"]):
             ys = [np.nan if y is None else y for y in v["y"][met]]
             allv += [y for y in v["y"][met] if y is not None]
             filled = v["estimation"] != 0
-            h = ax.bar(x + (i - (nv - 1) / 2) * width, ys, width * 0.92, color=st["color"] if filled else "white",
-                       edgecolor=st["color"], hatch=None if filled else "////", linewidth=0.8,
-                       alpha=1.0 if i == nv - 1 or not filled else 0.6, label=v["label"])
+            h = ax.bar(x + (i - (nv - 1) / 2) * width, ys, width * 0.92, color=shade(j) if filled else "white",
+                       edgecolor=st["color"], hatch=None if filled else "////", linewidth=0.8, label=v["label"])
+            j += 1 if filled else 0
             handles.setdefault(v["label"], h)
         for r in s["references"]:
             rs = style.method_style(r["method"])
