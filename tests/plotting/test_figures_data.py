@@ -295,6 +295,20 @@ class HeadHeatmapTest(unittest.TestCase):
                                and int(r["q_head"]) == h)
                     self.assertAlmostEqual(p["values"][li][hi], float(row["out_err"]))
 
+    def test_one_method_sweep_spreads_over_its_budgets(self):
+        # wave-zones: wave alone, 15 runs -> 4 of them, from the smallest to the largest exact-token share
+        s = data("head_heatmap", load("wave-zones"))
+        runs = U.runs_by_id("wave-zones")
+        self.assertEqual({p["method"] for p in s["panels"]}, {"wave"})
+        self.assertEqual(len(s["panels"]), 4)
+        ef = [runs[p["run_id"]]["metrics"]["exact_frac"]["mean"] for p in s["panels"]]
+        self.assertEqual(ef, sorted(ef))
+        allf = [r["metrics"]["exact_frac"]["mean"] for r in runs.values()]
+        self.assertEqual((ef[0], ef[-1]), (min(allf), max(allf)))
+        # wave-updates: 3 wave runs (and full, never shown) -> all three
+        s = data("head_heatmap", load("wave-updates"))
+        self.assertEqual(len(s["panels"]), 3)
+
     def test_search_sweep_shows_best_run_at_the_budget(self):
         # baselines2: IVF / HNSW / RetrievalAttention sweep search effort at one exact-token budget; the
         # heatmap shows each method's lowest-out_err run there, not the first (lowest-effort) one

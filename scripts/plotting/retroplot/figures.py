@@ -484,6 +484,12 @@ def head_heatmap(res, metric_name="out_err", max_panels=8):
                     (abs(d - per_method[m][0]) <= 1e-9 and e < per_method[m][1]):
                 per_method[m] = (d, e, rid)
         wanted = [rid for _, _, rid in per_method.values()][:max_panels]
+        if len(per_method) == 1:  # one method swept: up to 4 of its runs, spread over its budgets
+            mine = sorted((metric(runs[i], "exact_frac") or 0.0, j, i) for j, i in enumerate(by_run) if i in runs)
+            if len(mine) > 1:
+                n = min(4, len(mine))
+                picks = sorted({round(q * (len(mine) - 1) / (n - 1)) for q in range(n)})
+                wanted = [mine[q][2] for q in picks]
     panels = []
     for rid in wanted:
         if rid not in by_run:
@@ -1021,10 +1027,13 @@ def _draw_head_heatmap(s, fig):
     rows, labels, bounds = [], [], []
     heads = sorted({h for p in panels for h in p["q_heads"]})
     dup = len({p["method"] for p in panels}) < len(panels)  # several runs of one method: name the run
-    for p in panels:
-        name = style.method_style(p["method"])["name"]
-        if dup and p.get("label") and p["label"] != "defaults":
-            name += f" {p['label']}"
+    one = len({p["method"] for p in panels}) == 1 and len(panels) > 1  # one method: its name as the title
+    toks = [(p.get("label") or "").split() for p in panels]
+    common = set.intersection(*(set(t) for t in toks)) if toks else set()
+    for p, tk in zip(panels, toks):
+        name = "" if one else style.method_style(p["method"])["name"]
+        if dup:  # only the parameters that differ between the runs shown
+            name = (name + " " + " ".join(t for t in tk if t not in common and t != "defaults")).strip()
         ef = f" ({100 * p['exact_frac']:.2g}% exact)" if p.get("exact_frac") else ""
         for li, l in enumerate(p["layers"]):
             val = dict(zip(p["q_heads"], p["values"][li]))
@@ -1035,7 +1044,9 @@ def _draw_head_heatmap(s, fig):
     vals = [v for r in rows for v in r if v is not None]
     norm = Normalize(0.0, max(vals) if vals else 1.0)
     im = _heat(ax, rows, labels, heads, "magma_r", norm)
-    ax.set_yticklabels(labels, fontsize=6.5)
+    ax.set_yticklabels([l.strip() for l in labels], fontsize=6.5)
+    if one:
+        ax.set_title(style.method_style(panels[0]["method"])["name"], fontsize=7.5, loc="left")
     for b in bounds[:-1]:
         ax.axhline(b - 0.5, color="white", lw=2.0)
     ax.set_xlabel("Query head")
