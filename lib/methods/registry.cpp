@@ -6,6 +6,7 @@
 #include "methods/basic_methods.hpp"
 #include "methods/faiss_methods.hpp"
 #include "methods/params.hpp"
+#include "methods/pq.hpp"
 #include "methods/quest.hpp"
 #include "methods/wave.hpp"
 
@@ -38,7 +39,8 @@ const std::vector<MethodInfo>& method_registry() {
         v.push_back(retrieval_attention_method_info());
         v.push_back(ctkvr_method_info());
         v.push_back(magicpig_method_info());
-        for (auto f : {faiss_flat_method_info, faiss_ivf_method_info, faiss_hnsw_method_info, quest_method_info})
+        for (auto f : {faiss_flat_method_info, faiss_ivf_method_info, faiss_hnsw_method_info, pq_method_info,
+                       quest_method_info})
             v.push_back(f());
         for (auto& m : v) {
             auto inner = m.check;
