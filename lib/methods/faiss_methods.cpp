@@ -375,15 +375,7 @@ class FaissMethod final : public Method {
             out.h2d_bytes = (double)uni.size() * ctx_.kv_token_bytes();
             // transfer units for the system model's GPU block cache: retrieved tokens, interleaving the
             // heads' best-first lists rank by rank (most important first), each once
-            std::unordered_set<int32_t> seen;
-            for (size_t r = 0, more = 1; more; ++r) {
-                more = 0;
-                for (const auto& f : found_)
-                    if (r < f.size()) {
-                        more = 1;
-                        if (seen.insert(f[r]).second) out.fetch_tokens.push_back(f[r]);
-                    }
-            }
+            append_interleaved_unique(found_, out.fetch_tokens);
         } else {
             out.h2d_bytes = (double)g * (d * el + 4.0);  // partial outputs + float32 LSE per query head
         }

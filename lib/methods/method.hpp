@@ -128,4 +128,8 @@ class Method {
 /// 1); the result is clamped to [0, n].
 int resolve_budget(double b, int n);
 
+/// Appends to `out` the ids of best-first lists interleaved rank by rank (every list's first, then every
+/// list's second, ...), each id once: the order in which a group's retrieved tokens are fetched.
+void append_interleaved_unique(const std::vector<std::vector<int32_t>>& lists, std::vector<int32_t>& out);
+
 }  // namespace retro

@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
-#include <unordered_set>
 
 #include "cluster/pq.hpp"
 #include "core/error.hpp"
@@ -110,15 +109,7 @@ class PqMethod final : public Method {
         }
         // transfer units for the system model's block cache: retrieved tokens, the heads' best-first
         // lists interleaved rank by rank, each once
-        std::unordered_set<int32_t> seen;
-        for (size_t r = 0, more = 1; more; ++r) {
-            more = 0;
-            for (const auto& f : found_)
-                if (r < f.size()) {
-                    more = 1;
-                    if (seen.insert(f[r]).second) out.fetch_tokens.push_back(f[r]);
-                }
-        }
+        append_interleaved_unique(found_, out.fetch_tokens);
         // Work: the lookup table is ksub·d multiply-adds per query head (ksub d-dim inner products);
         // scoring is m table lookups per coded token per query head (m/d of an inner product).
         out.scan_ops = (double)g * K + (double)g * nc * M / d;
