@@ -39,6 +39,25 @@ std::string params_text(const json& p, const std::set<std::string>& varying, con
     }
     return s.empty() ? "defaults" : s;
 }
+// The system point of a run ("policy=lru,cache=0.05,..." from its label's "@system(...)"), as key ->
+// value; empty when the config has no "system" section.
+std::map<std::string, std::string> system_point(const json& rec) {
+    std::map<std::string, std::string> out;
+    const std::string label = rec.value("label", "");
+    const size_t a = label.find("@system(");
+    if (a == std::string::npos) return out;
+    const size_t b = label.rfind(')');
+    std::string body = label.substr(a + 8, b == std::string::npos || b < a + 8 ? std::string::npos : b - a - 8);
+    size_t pos = 0;
+    while (pos <= body.size()) {
+        const size_t comma = std::min(body.find(',', pos), body.size());
+        const std::string kv = body.substr(pos, comma - pos);
+        const size_t eq = kv.find('=');
+        if (eq != std::string::npos) out[kv.substr(0, eq)] = kv.substr(eq + 1);
+        pos = comma + 1;
+    }
+    return out;
+}
 std::string stat(const json& rec, const std::string& metric, const char* which, const char* f) {
     if (!rec.contains("metrics") || !rec["metrics"].contains(metric)) return "-";
     const json& v = rec["metrics"][metric][which];
@@ -75,9 +94,21 @@ std::string summary_table(const std::vector<json>& records) {
             if (!first[m].contains(it.key()) || first[m][it.key()] != *it) varying[m].insert(it.key());
     }
 
+    // system-model keys that vary between records: shown after the parameters, with the hit ratio
+    std::set<std::string> sys_varying;
+    const auto sys0 = system_point(records[0]);
+    for (const auto& r : records) {
+        const auto sp = system_point(r);
+        for (const auto& [k, v] : sp)
+            if (!sys0.count(k) || sys0.at(k) != v) sys_varying.insert(k);
+    }
+    bool show_hit = false;
+    for (const auto& r : records) show_hit = show_hit || r["metrics"].contains("cache_hit");
+
     std::vector<std::vector<std::string>> rows;
     std::vector<std::string> head = {"method", "params", recall, "mass", "out_err", "out_err p90",
                                      "exact_frac", "h2d KB/step", "select us p50"};
+    if (show_hit) head.insert(head.end() - 1, "cache hit");
     if (show_trace) head.insert(head.begin(), "trace");
     rows.push_back(head);
     for (const auto& r : records) {
@@ -89,6 +120,12 @@ std::string summary_table(const std::vector<json>& records) {
                                             ? fmt::format("{:.1f}", r["metrics"]["h2d_bytes"]["mean"].get<double>() / 1024.0)
                                             : "-",
                                         stat(r, "select_us", "p50", "{:.1f}")};
+        if (show_hit) row.insert(row.end() - 1, stat(r, "cache_hit", "mean", "{:.3f}"));
+        if (!sys_varying.empty()) {
+            const auto sp = system_point(r);
+            for (const auto& k : sys_varying)
+                if (sp.count(k)) row[1] += " " + k + "=" + sp.at(k);
+        }
         if (show_trace) row.insert(row.begin(), r.value("trace", ""));
         rows.push_back(row);
     }
