@@ -101,6 +101,8 @@ std::string summary_table(const std::vector<json>& records) {
         const auto sp = system_point(r);
         for (const auto& [k, v] : sp)
             if (!sys0.count(k) || sys0.at(k) != v) sys_varying.insert(k);
+        for (const auto& [k, v] : sys0)
+            if (!sp.count(k)) sys_varying.insert(k);  // a key shown only away from its default
     }
     bool show_hit = false;
     for (const auto& r : records) show_hit = show_hit || r["metrics"].contains("cache_hit");

@@ -48,13 +48,17 @@ void HeadSystem::record(const Selection& sel, int n, const Footprint& fp) {
         }
     } else if (!sel.fetch_tokens.empty()) {
         const int tb = sp_.token_block;
+        const bool needed_only = sp_.miss_moves == "needed";
         std::unordered_map<int64_t, size_t> at;
         for (int32_t tok : sel.fetch_tokens) {
             const int64_t u = tok / tb;
-            if (at.emplace(u, req.size()).second) {
+            const auto [it, fresh] = at.emplace(u, req.size());
+            if (fresh) {
                 const int32_t begin = (int32_t)(u * tb);
-                const int32_t moved = std::min(tb, std::max(1, n - begin));
+                const int32_t moved = needed_only ? 1 : std::min(tb, std::max(1, n - begin));
                 req.push_back({u, moved, tb});
+            } else if (needed_only) {
+                ++req[it->second].tokens;  // one more requested token of this unit
             }
         }
         r.needed_tokens = (double)sel.fetch_tokens.size();

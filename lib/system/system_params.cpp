@@ -10,7 +10,7 @@ using json = nlohmann::json;
 
 const std::vector<std::string>& system_axis_keys() {
     static const std::vector<std::string> k = {"cache", "cache_bytes", "policy", "block_bytes",
-                                               "token_block", "admit_cap", "lookup_ns"};
+                                               "token_block", "admit_cap", "lookup_ns", "miss_moves"};
     return k;
 }
 
@@ -64,12 +64,20 @@ SystemParams SystemParams::from_json(const json& j, const std::string& where) {
     if (j.contains("token_block")) p.token_block = integer(j, "token_block", where, 1, 1 << 20);
     if (j.contains("admit_cap")) p.admit_cap = integer(j, "admit_cap", where, 0, 1 << 30);
     if (j.contains("lookup_ns")) p.lookup_ns = num(j, "lookup_ns", where, 0, 1e9);
+    if (j.contains("miss_moves")) {
+        const json& v = j["miss_moves"];
+        if (!v.is_string() || (v.get<std::string>() != "unit" && v.get<std::string>() != "needed"))
+            throw ConfigError(where + ".miss_moves = " + v.dump() + ": expected \"unit\" or \"needed\"");
+        p.miss_moves = v.get<std::string>();
+    }
     return p;
 }
 
 json SystemParams::to_json() const {
-    return {{"cache", cache}, {"cache_bytes", cache_bytes}, {"policy", policy}, {"block_bytes", block_bytes},
-            {"token_block", token_block}, {"admit_cap", admit_cap}, {"lookup_ns", lookup_ns}};
+    json j = {{"cache", cache}, {"cache_bytes", cache_bytes}, {"policy", policy}, {"block_bytes", block_bytes},
+              {"token_block", token_block}, {"admit_cap", admit_cap}, {"lookup_ns", lookup_ns}};
+    if (miss_moves != "unit") j["miss_moves"] = miss_moves;  // absent at its default: run ids unchanged
+    return j;
 }
 
 ThroughputParams ThroughputParams::from_json(const json& j, const std::string& where) {

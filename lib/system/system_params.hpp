@@ -17,6 +17,10 @@ struct SystemParams {
     int token_block = 1;        ///< tokens per transfer unit for token-granular methods (PQCache: 128)
     int admit_cap = 0;          ///< blocks admitted per step per KV head at most; 0 = capacity only
     double lookup_ns = 50;      ///< CPU time of one mapping-table lookup per unit (calibrate)
+    /// What a missed token unit moves on the critical path: "unit" (the whole unit: wave's clusters,
+    /// Quest's pages) or "needed" (only the unit's requested tokens, PQCache's SyncFetchKV; the cache
+    /// then fills the whole block asynchronously, bytes not counted in h2d_bytes). Token units only.
+    std::string miss_moves = "unit";
 
     /// Strict parse of one (scalar) point; unknown keys and bad values are ConfigErrors naming `where`.
     static SystemParams from_json(const nlohmann::json& j, const std::string& where);

@@ -140,6 +140,21 @@ TEST(SystemHead, TokenGranularUnits) {
     h.finish(kv);
     EXPECT_DOUBLE_EQ(kv["fetch_units"][0], 3);            // blocks [0,4), [8,12), [96,100)
     EXPECT_DOUBLE_EQ(kv["h2d_bytes"][0], 12 * tok);        // whole 4-token blocks move
+    // PQCache's fetch: a missed block moves only its requested tokens; the block still fills the cache
+    SystemParams needed = sp;
+    needed.miss_moves = "needed";
+    needed.cache = 1.0;
+    HeadSystem hn(needed, hw, head_ctx("oracle_topk", 100));
+    hn.record(s, 100, {});
+    hn.record(s, 100, {});
+    kv.clear();
+    hn.finish(kv);
+    EXPECT_DOUBLE_EQ(kv["h2d_bytes"][0], 4 * tok);  // 4 needed tokens of 3 missed blocks
+    EXPECT_DOUBLE_EQ(kv["h2d_bytes"][1], 0.0);      // the blocks were admitted: all hits
+    EXPECT_DOUBLE_EQ(kv["cache_hit"][1], 1.0);
+    EXPECT_EQ(needed.to_json().value("miss_moves", ""), "needed");
+    EXPECT_FALSE(sp.to_json().contains("miss_moves"));  // default absent: run ids unchanged
+    EXPECT_THROW(SystemParams::from_json({{"miss_moves", "block"}}, "system"), ConfigError);
     // methods without units: h2d as reported, no cache, no cache_hit sample
     HeadSystem f(sp, hw, head_ctx("full", 100));
     Selection a;
