@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <faiss/impl/ProductQuantizer.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -80,9 +81,14 @@ TEST(ProductQuantizer, LookupTableScoreIsInnerProductWithReconstruction) {
 // Our quantizer against FAISS's on the same rows, same m, nbits and iterations: the reconstruction
 // error must be close to FAISS's (both are Lloyd k-means from random rows), and far below the data's
 // own spread.
+// A single Lloyd iteration from the random init must be measurably worse than FAISS's 25, so the bound
+// can fail.
 TEST(ProductQuantizer, MatchesFaissProductQuantizerQuality) {
-    const int n = 4096, d = 64;
+    const int n = 2048, d = 32;
     const auto x = clustered_rows(n, d, 200, 11);
+    // FAISS's OpenMP k-means on tiny data is slower threaded than serial on a loaded machine (5 s vs 0.4 s)
+    const int threads = omp_get_max_threads();
+    omp_set_num_threads(1);
     for (auto [m, nbits] : {std::pair{2, 6}, std::pair{4, 8}}) {
         ProductQuantizer ours(d, PQParams{.m = m, .nbits = nbits, .iters = 25});
         ours.train(x.data(), n);
@@ -94,6 +100,7 @@ TEST(ProductQuantizer, MatchesFaissProductQuantizerQuality) {
         faiss::ProductQuantizer ref(d, m, nbits);
         ref.cp.niter = 25;
         ref.cp.seed = 1234;
+        ref.cp.min_points_per_centroid = 1;  // FAISS warns on stderr below 39 rows per centroid
         ref.verbose = false;
         ref.train(n, x.data());
         std::vector<uint8_t> fc((size_t)n * ref.code_size);
@@ -108,9 +115,15 @@ TEST(ProductQuantizer, MatchesFaissProductQuantizerQuality) {
         EXPECT_LT(e_ours, 1.10 * e_faiss) << "m=" << m << " nbits=" << nbits;
         EXPECT_GT(e_ours, 0.5 * e_faiss) << "m=" << m << " nbits=" << nbits;
         EXPECT_LT(e_ours, 0.5 * var);
+        ProductQuantizer one(d, PQParams{.m = m, .nbits = nbits, .iters = 1});
+        one.train(x.data(), n);
+        one.encode(x.data(), n, codes.data());
+        one.decode(codes.data(), n, y.data());
+        EXPECT_GT(mse(x, y), 1.10 * e_faiss) << "one iteration should not pass: m=" << m;
         ::testing::Test::RecordProperty("mse_ratio_m" + std::to_string(m) + "_b" + std::to_string(nbits),
                                         std::to_string(e_ours / e_faiss));
     }
+    omp_set_num_threads(threads);
 }
 
 TEST(ProductQuantizer, RejectsImpossibleParameters) {
