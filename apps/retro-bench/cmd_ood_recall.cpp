@@ -17,29 +17,13 @@
 #include "core/host.hpp"
 #include "head_args.hpp"
 #include "methods/ood_recall.hpp"
+#include "ood_recall_cmd.hpp"
 #include "trace/reader.hpp"
 
 namespace retro::cli {
 namespace {
 
 using json = nlohmann::json;
-
-struct OodArgs {
-    std::string trace;
-    std::string index = "ivf";
-    std::string mips = "ip";
-    int nlist = 512;
-    std::string nprobe = "1,2,4,8,16,32,64,128,256,512";
-    int m = 32;
-    int ef_construction = 40;
-    std::string ef = "16,32,64,128,256,512,1024";
-    int k = 100;
-    int key_queries = 256;
-    unsigned seed = 1;
-    std::string layers, kv_heads;
-    int threads = 0;
-    std::string json_out;
-};
 
 // Smallest scanned fraction at which the curve reaches `target` recall, interpolating linearly between
 // settings; NaN when it never does.
@@ -57,6 +41,8 @@ json num_or_null(double x) { return std::isfinite(x) ? json(x) : json(nullptr); 
 
 std::string pct(double x) { return std::isfinite(x) ? fmt::format("{:.2f}", 100 * x) : "-"; }
 std::string fix(double x) { return std::isfinite(x) ? fmt::format("{:.3f}", x) : "-"; }
+
+}  // namespace
 
 int run_ood(const OodArgs& a) {
     OodRecallParams p;
@@ -198,6 +184,8 @@ int run_ood(const OodArgs& a) {
     }
     return 0;
 }
+
+namespace {
 
 const CommandRegistrar reg(60, [](CLI::App& app) {
     auto a = std::make_shared<OodArgs>();

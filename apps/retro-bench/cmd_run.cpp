@@ -10,6 +10,8 @@
 #include "bench/summary.hpp"
 #include "commands.hpp"
 #include "core/error.hpp"
+#include "core/fs.hpp"
+#include "ood_recall_cmd.hpp"
 
 namespace retro::cli {
 namespace {
@@ -46,6 +48,18 @@ const CommandRegistrar reg(10, [](CLI::App& app) {
     sub->callback([] {});
     return std::function<int()>([a, &app] {
         if (a->resume && a->force) throw ConfigError("--resume and --force exclude each other");
+        if (file_exists(a->config)) {  // "experiment": "ood-recall" configs run the ood-recall command
+            nlohmann::json j;
+            try {
+                j = nlohmann::json::parse(read_file(a->config));
+            } catch (const nlohmann::json::parse_error&) {
+                // load_config reports it with the file name
+            }
+            if (is_ood_recall_config(j))
+                return run_ood_config(j, a->config,
+                                      OodConfigRun{.results_root = a->results, .resume = a->resume,
+                                                   .force = a->force, .threads = a->threads});
+        }
         const RunConfig cfg = load_config(a->config);
         RunnerOptions opt;
         opt.results_root = a->results;

@@ -268,6 +268,50 @@ TEST_F(Cli, BadInputGivesClearErrorsAndNoResults) {
     EXPECT_NE(r.out.find("config file not found"), std::string::npos) << r.out;
 }
 
+// An "experiment": "ood-recall" config (configs/paper/ood-recall.json): `run` writes one ood-recall JSON
+// per index, refuses an existing directory without --resume/--force, skips finished files on --resume.
+TEST_F(Cli, OodRecallConfigRunsEachIndexAndResumes) {
+    make_trace("t.h5");
+    json c = json::parse(R"({"name": "ood", "experiment": "ood-recall", "figure": "RetrievalAttention Fig. 3a",
+      "traces": ["t.h5"], "layers": [1], "kv_heads": [0, 2], "k": 10, "key_queries": 16,
+      "indexes": [{"index": "ivf", "nlist": 16, "nprobe": [1, 4, 16]},
+                  {"index": "hnsw", "M": 8, "ef": [16, 64]}]})");
+    write_config("o.json", c);
+    auto r = sh(bin() + " run o.json --threads 1");
+    ASSERT_EQ(r.code, 0) << r.out;
+    const fs::path ivf = "results/ood/ood-recall-ivf-t.json", hnsw = "results/ood/ood-recall-hnsw-t.json";
+    ASSERT_TRUE(fs::exists(ivf)) << r.out;
+    ASSERT_TRUE(fs::exists(hnsw)) << r.out;
+    const json a = json::parse(slurp(ivf)), b = json::parse(slurp(hnsw));
+    EXPECT_EQ(a["index"], "ivf");
+    EXPECT_EQ(a["kv_heads"], json({0, 2}));
+    EXPECT_EQ(a["layers"], json({1}));
+    EXPECT_EQ(a["k"], 10);
+    ASSERT_EQ(a["mean"].size(), 3u);
+    EXPECT_DOUBLE_EQ(a["mean"][2]["recall_decode"].get<double>(), 1.0);  // nprobe = nlist scans every list
+    EXPECT_EQ(b["mean"].size(), 2u);
+    EXPECT_EQ(b["M"], 8);
+
+    r = sh(bin() + " run o.json");
+    EXPECT_EQ(r.code, 2) << r.out;
+    EXPECT_NE(r.out.find("--resume"), std::string::npos) << r.out;
+    r = sh(bin() + " run o.json --resume");
+    EXPECT_EQ(r.code, 0) << r.out;
+    EXPECT_NE(r.out.find("0 ood-recall file(s) written, 2 already present"), std::string::npos) << r.out;
+
+    c["indexes"][1]["efSearch"] = 8;
+    write_config("bad.json", c);
+    r = sh(bin() + " run bad.json --force");
+    EXPECT_EQ(r.code, 2) << r.out;
+    EXPECT_NE(r.out.find("unknown key 'efSearch'"), std::string::npos) << r.out;
+    c["indexes"][1].erase("efSearch");
+    c["indexes"][1]["index"] = "lsh";
+    write_config("bad.json", c);
+    r = sh(bin() + " run bad.json --force");
+    EXPECT_EQ(r.code, 2) << r.out;
+    EXPECT_NE(r.out.find("index = \"lsh\""), std::string::npos) << r.out;
+}
+
 TEST_F(Cli, ListMethodsShowsParametersAndDefaults) {
     auto r = sh(bin() + " list-methods");
     ASSERT_EQ(r.code, 0) << r.out;
