@@ -5,12 +5,26 @@
 #include "bench/runner.hpp"
 #include "commands.hpp"
 #include "core/error.hpp"
+#include "core/fs.hpp"
+#include "ood_recall_cmd.hpp"
 #include "trace/reader.hpp"
 
 namespace retro::cli {
 namespace {
 
 void validate_config(const std::string& path) {
+    if (file_exists(path)) {  // "experiment": "ood-recall" configs (apps/retro-bench/ood_recall_config.cpp)
+        nlohmann::json j;
+        try {
+            j = nlohmann::json::parse(read_file(path));
+        } catch (const nlohmann::json::parse_error&) {
+            // load_config reports it with the file name
+        }
+        if (is_ood_recall_config(j)) {
+            run_ood_config(j, path, OodConfigRun{.validate_only = true});
+            return;
+        }
+    }
     const RunConfig cfg = load_config(path);
     const auto traces = prepare_traces(cfg, false);
     fmt::print("{}: OK config '{}': {} run(s)\n", path, cfg.name, cfg.runs.size());

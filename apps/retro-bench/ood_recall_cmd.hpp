@@ -36,6 +36,7 @@ struct OodConfigRun {
     std::string results_root = "results";
     bool resume = false, force = false;
     int threads = -1;  ///< overrides the config when >= 0
+    bool validate_only = false;  ///< check keys and traces (absent ones must have a synth recipe), print, run nothing
 };
 
 /// `retro-bench run CONFIG` for an ood-recall config: for every trace (generated from its "synth" recipe
@@ -43,6 +44,7 @@ struct OodConfigRun {
 /// <results_root>/<name>/ood-recall-<index>[-<mips>]-<trace stem>.json (what `retro-bench plot` draws as
 /// the `ood_recall` figure). --resume skips files already written; an existing directory needs --resume
 /// or --force. Keys are checked strictly (ConfigError naming the file and key). Returns the exit code.
+/// With `validate_only` (`retro-bench validate`) it stops after the checks and prints what would run.
 int run_ood_config(const nlohmann::json& j, const std::string& origin, const OodConfigRun& opt);
 
 }  // namespace retro::cli

@@ -106,6 +106,21 @@ int run_ood_config(const json& j, const std::string& origin, const OodConfigRun&
         entries.push_back(a);
     }
 
+    if (opt.validate_only) {
+        const auto traces = prepare_traces(cfg, false);
+        fmt::print("{}: OK ood-recall config '{}': {} index setting(s)\n", origin, cfg.name, entries.size());
+        for (const auto& a : entries)
+            fmt::print("  {} {}\n", a.index,
+                       a.index == "ivf"    ? fmt::format("mips {} nlist {} nprobe {}", a.mips, a.nlist, a.nprobe)
+                       : a.index == "hnsw" ? fmt::format("mips {} M {} efConstruction {} ef {}", a.mips, a.m,
+                                                         a.ef_construction, a.ef)
+                                           : fmt::format("mips {}", a.mips));
+        for (const auto& t : traces)
+            fmt::print("  trace {}{}: {} layer(s) x {} KV head(s)\n", t.spec.path,
+                       t.needs_synth ? " (absent: will be generated from its synth recipe)" : "", t.layers.size(),
+                       t.kv_heads.size());
+        return 0;
+    }
     const std::string dir = (fs::path(opt.results_root) / cfg.name).string();
     if (fs::exists(dir) && !fs::is_empty(dir)) {
         if (opt.force)

@@ -277,7 +277,11 @@ TEST_F(Cli, OodRecallConfigRunsEachIndexAndResumes) {
       "indexes": [{"index": "ivf", "nlist": 16, "nprobe": [1, 4, 16]},
                   {"index": "hnsw", "M": 8, "ef": [16, 64]}]})");
     write_config("o.json", c);
-    auto r = sh(bin() + " run o.json --threads 1");
+    auto r = sh(bin() + " validate o.json");
+    EXPECT_EQ(r.code, 0) << r.out;
+    EXPECT_NE(r.out.find("OK ood-recall config 'ood': 2 index setting(s)"), std::string::npos) << r.out;
+    EXPECT_FALSE(fs::exists("results")) << "validate must not write results";
+    r = sh(bin() + " run o.json --threads 1");
     ASSERT_EQ(r.code, 0) << r.out;
     const fs::path ivf = "results/ood/ood-recall-ivf-t.json", hnsw = "results/ood/ood-recall-hnsw-t.json";
     ASSERT_TRUE(fs::exists(ivf)) << r.out;
