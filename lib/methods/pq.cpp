@@ -17,7 +17,7 @@ namespace retro {
 
 namespace {
 
-enum class PqGqa { max, mean, per_head };
+enum class PqGqa { max, mean, softmax_sum, per_head };
 
 struct PqMethodParams {
     double k = 0.2;     ///< budget: tokens retrieved beyond the static ones (>= 1 count, (0,1) fraction)
@@ -90,6 +90,20 @@ class PqMethod final : public Method {
         if (k > 0) {
             if (p_.gqa == PqGqa::per_head) {
                 for (int h = 0; h < g; ++h) top_k(scores_.data() + (size_t)h * nc, nc, k, found_[(size_t)h]);
+            } else if (p_.gqa == PqGqa::softmax_sum) {
+                // PQCache's public code: each query head's softmax(q·k̂ / √d) over the coded tokens, summed
+                // over the group
+                agg_.assign((size_t)nc, 0.0f);
+                const float scale = 1.0f / std::sqrt((float)d);
+                for (int h = 0; h < g; ++h) {
+                    const float* s = scores_.data() + (size_t)h * nc;
+                    const float mx = *std::max_element(s, s + nc);
+                    double z = 0;
+                    for (int i = 0; i < nc; ++i) z += std::exp((double)((s[i] - mx) * scale));
+                    const double inv = 1.0 / z;
+                    for (int i = 0; i < nc; ++i) agg_[(size_t)i] += (float)(std::exp((double)((s[i] - mx) * scale)) * inv);
+                }
+                top_k(agg_.data(), nc, k, found_[0]);
             } else {
                 agg_.assign(scores_.begin(), scores_.begin() + nc);
                 for (int h = 1; h < g; ++h)
@@ -196,10 +210,11 @@ MethodInfo pq_method_info() {
         {"window", ParamType::integer, 64, "local tokens always attended, the current one included (on the GPU)",
          "ours: PQCache keeps local tokens but gives no count (RetroInfer's steady zone, 64)", 1, 1e9},
         {"gqa", ParamType::string, "max",
-         "one shared top-k ranked by the max (or mean) of the group's PQ scores, or per_head: each query head "
-         "its own top-k",
-         "ours: PQCache ranks per KV head but does not say how the group is combined", -1e300, 1e300,
-         {"max", "mean", "per_head"}},
+         "one shared top-k ranked by the max (or mean) of the group's PQ scores, or by the sum over the group "
+         "of each head's softmax(q.k^/sqrt(d)) (softmax_sum), or per_head: each query head its own top-k",
+         "the paper ranks per KV head without saying how the group combines; max is ours, softmax_sum is "
+         "PQCache's public code (pq_search.py decoding_attn_GQA_euc)",
+         -1e300, 1e300, {"max", "mean", "softmax_sum", "per_head"}},
     };
     m.make = [](const nlohmann::json& j) {
         PqMethodParams p;
@@ -210,7 +225,10 @@ MethodInfo pq_method_info() {
         p.sink = j.at("sink").get<int>();
         p.window = j.at("window").get<int>();
         const std::string g = j.at("gqa").get<std::string>();
-        p.gqa = g == "per_head" ? PqGqa::per_head : g == "mean" ? PqGqa::mean : PqGqa::max;
+        p.gqa = g == "per_head"      ? PqGqa::per_head
+                : g == "mean"        ? PqGqa::mean
+                : g == "softmax_sum" ? PqGqa::softmax_sum
+                                     : PqGqa::max;
         return std::make_unique<PqMethod>(p);
     };
     return m;

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 #include <random>
 #include <set>
 
@@ -42,6 +43,25 @@ double mse(const std::vector<float>& a, const std::vector<float>& b) {
 
 HeadSlice pq_head(int prompt_len, int steps, unsigned seed) {
     return blob_head({.prompt_len = prompt_len, .steps = steps, .d = 32, .group = 4, .seed = seed});
+}
+
+// The PQ reconstruction of key i when every training key [4, train_end) is its own centroid (m = 2): the
+// key itself for a training token, else the nearest training sub-vector in each half.
+std::vector<float> exact_pq_reconstruction(const HeadSlice& h, int i, int train_end) {
+    const int d = h.head_dim, ds = d / 2;
+    std::vector<float> k(h.key(i), h.key(i) + d);
+    if (i < train_end) return k;
+    for (int j = 0; j < 2; ++j) {
+        int best = 4;
+        float bd = INFINITY;
+        for (int t = 4; t < train_end; ++t) {
+            float s = 0;
+            for (int e = j * ds; e < (j + 1) * ds; ++e) s += (h.key(i)[e] - h.key(t)[e]) * (h.key(i)[e] - h.key(t)[e]);
+            if (s < bd) bd = s, best = t;
+        }
+        std::copy(h.key(best) + j * ds, h.key(best) + (j + 1) * ds, k.begin() + j * ds);
+    }
+    return k;
 }
 
 }  // namespace
@@ -146,7 +166,7 @@ TEST(Pq, IsRegisteredWithSourcedDefaults) {
     EXPECT_DOUBLE_EQ(p.at("k").get<double>(), 0.2);
     EXPECT_EQ(p.at("gqa").get<std::string>(), "max");
     for (const auto& s : info.params) EXPECT_FALSE(s.source.empty()) << s.name;
-    EXPECT_THROW(resolve_params(info, {{"gqa", "sum_softmax"}}), ConfigError);
+    EXPECT_THROW(resolve_params(info, {{"gqa", "median"}}), ConfigError);
     EXPECT_THROW(resolve_params(info, {{"k", 10.5}}), ConfigError);  // a budget >= 1 must be an integer
     auto m = make_method("pq", {{"m", 5}});                          // 5 does not divide head_dim 32
     const HeadSlice h = pq_head(256, 2, 1);
@@ -167,7 +187,7 @@ TEST(Pq, FullBudgetEqualsFullAttention) {
 
 TEST(Pq, StaticTokensAlwaysAttendedAndNoDuplicates) {
     const HeadSlice h = pq_head(900, 12, 3);
-    for (const char* gqa : {"max", "mean", "per_head"}) {
+    for (const char* gqa : {"max", "mean", "softmax_sum", "per_head"}) {
         const Replay r = replay(h, "pq", {{"k", 50}, {"sink", 4}, {"window", 32}, {"gqa", gqa}});
         for (size_t t = 0; t < r.sels.size(); ++t) {
             const int n = h.visible((int)t);
@@ -219,6 +239,38 @@ TEST(Pq, ExactCodesRankLikeTheOracle) {
             EXPECT_EQ(got, want) << "step " << t << " head " << g;
         }
     }
+}
+
+// gqa = softmax_sum (PQCache's public code): with exact codes the shared list is the top-k of
+// Σ_h softmax_i(q_h · k_i / √d) over the coded tokens.
+TEST(Pq, SoftmaxSumRanksBySummedHeadSoftmax) {
+    const HeadSlice h = pq_head(200, 1, 6);  // 132 coded tokens <= 256 centroids: exact codes
+    const Replay r = replay(h, "pq", {{"k", 20}, {"nbits", 8}, {"gqa", "softmax_sum"}});
+    // coded at step 0: the training tokens [4, prompt - 64) and the one that left the window at append
+    const int d = h.head_dim, lo = 4, hi = h.visible(0) - 64;
+    std::vector<double> agg((size_t)(hi - lo), 0.0);
+    for (int g = 0; g < h.group; ++g) {
+        std::vector<double> s;
+        for (int i = lo; i < hi; ++i)
+            s.push_back(dot(h.query(g, 0), exact_pq_reconstruction(h, i, h.prompt_len - 64).data(), d) /
+                        std::sqrt((double)d));
+        const double mx = *std::max_element(s.begin(), s.end());
+        double z = 0;
+        for (double v : s) z += std::exp(v - mx);
+        for (size_t i = 0; i < s.size(); ++i) agg[i] += std::exp(s[i] - mx) / z;
+    }
+    std::vector<int> id(agg.size());
+    std::iota(id.begin(), id.end(), 0);
+    std::sort(id.begin(), id.end(), [&](int a, int b) { return agg[(size_t)a] > agg[(size_t)b]; });
+    std::set<int32_t> want;
+    for (int i = 0; i < 20; ++i) want.insert(lo + id[(size_t)i]);
+    ASSERT_EQ(r.sels[0].exact.size(), 1u);
+    const auto& l = r.sels[0].exact[0];
+    EXPECT_EQ(std::set<int32_t>(l.begin() + (4 + 64), l.end()), want);
+    // and it is not just the max ranking on this data (the test would not tell them apart otherwise)
+    const Replay rm = replay(h, "pq", {{"k", 20}, {"nbits", 8}, {"gqa", "max"}});
+    const auto& lm = rm.sels[0].exact[0];
+    EXPECT_NE(std::set<int32_t>(lm.begin() + (4 + 64), lm.end()), want);
 }
 
 TEST(Pq, TrafficCodesPlusFetchedKv) {
