@@ -203,7 +203,8 @@ MethodInfo pq_method_info() {
         {"nbits", ParamType::integer, 6, "bits per code: 2^nbits centroids per sub-space",
          "PQCache §4.2.7 (m=2, b=6 default)", 1, 16},
         {"iters", ParamType::integer, 10, "k-means iterations per sub-space",
-         "ours: PQCache caps iterations adaptively (Eq. 3, clip bounds not given); FAISS's default is 25",
+         "PQCache's public code clips its adaptive iteration count (Eq. 3) to [3, 10] "
+         "(multi_core_compressor_v2.py); 10 is the cap, the paper gives no bounds",
          1, 1000},
         {"sink", ParamType::integer, 4, "initial tokens always attended (kept on the GPU)",
          "ours: PQCache keeps initial tokens but gives no count (StreamingLLM's 4)", 0, 1e9},
