@@ -95,13 +95,14 @@ class PqMethod final : public Method {
                 // over the group
                 agg_.assign((size_t)nc, 0.0f);
                 const float scale = 1.0f / std::sqrt((float)d);
+                ex_.resize((size_t)nc);
                 for (int h = 0; h < g; ++h) {
                     const float* s = scores_.data() + (size_t)h * nc;
                     const float mx = *std::max_element(s, s + nc);
                     double z = 0;
-                    for (int i = 0; i < nc; ++i) z += std::exp((double)((s[i] - mx) * scale));
-                    const double inv = 1.0 / z;
-                    for (int i = 0; i < nc; ++i) agg_[(size_t)i] += (float)(std::exp((double)((s[i] - mx) * scale)) * inv);
+                    for (int i = 0; i < nc; ++i) z += ex_[(size_t)i] = std::exp((s[i] - mx) * scale);
+                    const float inv = (float)(1.0 / z);
+                    for (int i = 0; i < nc; ++i) agg_[(size_t)i] += ex_[(size_t)i] * inv;
                 }
                 top_k(agg_.data(), nc, k, found_[0]);
             } else {
@@ -179,7 +180,7 @@ class PqMethod final : public Method {
     bool trained_ = false;
     double pending_d2h_ = 0;
     std::vector<uint16_t> codes_;  ///< [coded_end_ - s_end_, m]
-    std::vector<float> scores_, agg_, lut_;
+    std::vector<float> scores_, agg_, lut_, ex_;
     std::vector<int> order_;
     std::vector<int32_t> stat_;
     std::vector<std::vector<int32_t>> found_;
