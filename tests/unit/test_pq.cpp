@@ -210,22 +210,8 @@ TEST(Pq, StaticTokensAlwaysAttendedAndNoDuplicates) {
 TEST(Pq, ExactCodesRankLikeTheOracle) {
     const HeadSlice h = pq_head(200, 3, 4);  // 200 - 4 - 64 = 132 coded tokens <= 256 centroids
     const Replay r = replay(h, "pq", {{"k", 20}, {"nbits", 8}, {"gqa", "per_head"}});
-    const int d = h.head_dim, ds = d / 2, train_end = h.prompt_len - 64;
-    auto reconstructed = [&](int i) {
-        std::vector<float> k(h.key(i), h.key(i) + d);
-        if (i < train_end) return k;
-        for (int j = 0; j < 2; ++j) {  // nearest training sub-vector, sub-space j
-            int best = 4;
-            float bd = INFINITY;
-            for (int t = 4; t < train_end; ++t) {
-                float s = 0;
-                for (int e = j * ds; e < (j + 1) * ds; ++e) s += (h.key(i)[e] - h.key(t)[e]) * (h.key(i)[e] - h.key(t)[e]);
-                if (s < bd) bd = s, best = t;
-            }
-            std::copy(h.key(best) + j * ds, h.key(best) + (j + 1) * ds, k.begin() + j * ds);
-        }
-        return k;
-    };
+    const int d = h.head_dim, train_end = h.prompt_len - 64;
+    auto reconstructed = [&](int i) { return exact_pq_reconstruction(h, i, train_end); };
     for (int t = 0; t < h.num_steps; ++t) {
         const int coded_end = h.visible(t) - 64;
         for (int g = 0; g < h.group; ++g) {
