@@ -2,8 +2,8 @@
 # Regenerates every paper figure on this machine (docs/plots.md):
 #   1. runs each configs/paper/*.json with --resume into RESULTS/<name>/ (finished work is skipped, so a
 #      second call only re-plots), then `retro-bench plot` and `retro-bench report` on it;
-#   2. the trace-level figures into RESULTS/trace-figures/: `retro-bench ood-recall` (IVF and HNSW,
-#      decode queries vs keys as queries: RetrievalAttention Fig. 3a), `retro-bench centroid-rank`
+#      (configs/paper/ood-recall.json makes the decode-vs-key-query curves, RetrievalAttention Fig. 3a);
+#   2. the trace-level figures into RESULTS/trace-figures/: `retro-bench centroid-rank`
 #      (cumulative attention vs. cluster rank with the centroid estimate: RetroInfer Fig. 7) and
 #      `retro-bench inspect --json` on an 8-layer synthetic trace (sparsity per layer x head: RetroInfer
 #      Fig. 4a), then plot + report;
@@ -65,11 +65,7 @@ if ((TRACE_FIGS)) && [[ -z "$ONLY" || ",$ONLY," == *",trace-figures,"* ]]; then
   TF="$RESULTS/trace-figures"
   mkdir -p "$TF"
   if [[ -f "$TRACE" ]]; then
-    for idx in ivf hnsw; do
-      if [[ ! -f "$TF/ood-recall-$idx.json" ]]; then
-        step "ood-recall $idx" "$BIN" ood-recall "$TRACE" --index "$idx" --kv-heads 0,1 --json "$TF/ood-recall-$idx.json"
-      fi
-    done
+    # the ood-recall figure comes from configs/paper/ood-recall.json (results/ood-recall/), run above
     if [[ ! -f "$TF/centroid-rank-synth-llama3-32k-l1.json" ]]; then
       step "centroid-rank" "$BIN" centroid-rank "$TRACE" --kv-heads 0,1 --json "$TF/centroid-rank-synth-llama3-32k-l1.json"
     fi
