@@ -10,6 +10,9 @@ PKGS=(
   libhdf5-dev libfaiss-dev libopenblas-dev liblapack-dev libcli11-dev nlohmann-json3-dev libfmt-dev
   libgtest-dev libgmock-dev libbenchmark-dev libomp-dev
   python3-numpy python3-h5py python3-matplotlib chromium
+  # trace dumper (scripts/dump/): CPU torch under the pinned venv, and the texts prompts are built from
+  python3-venv python3-torch python3-yaml python3-requests python3-packaging python3-psutil
+  r-cran-janeaustenr r-cran-tokenizers bible-kjv bible-kjv-text
 )
 
 missing=()
@@ -40,4 +43,7 @@ if command -v update-alternatives >/dev/null 2>&1; then
     fi
   fi
 fi
+
+# The trace dumper's pinned virtual environment (no-op when its stamp matches).
+bash "$(dirname "${BASH_SOURCE[0]}")/dump/setup_venv.sh"
 exit 0

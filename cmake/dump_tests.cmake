@@ -1,0 +1,16 @@
+# Trace dumper tests (tests/dump/, scripts/dump/, docs/traces.md): a tiny randomly initialized Llama (both
+# RoPE layouts, GQA) and a ~1K-token SmolLM2 trace of two layers, each checked against the model's own
+# attention output and read back through retro-bench validate/inspect. Run by Debian's /usr/bin/python3;
+# the dumper itself runs in the pinned venv scripts/setup.sh makes (exit 77 = skipped when it is missing).
+# Included from tests/CMakeLists.txt after the retro-bench target exists.
+get_filename_component(_retro_dump_root "${CMAKE_CURRENT_LIST_DIR}/.." ABSOLUTE)
+if(EXISTS /usr/bin/python3)
+  add_test(NAME trace.dump
+           COMMAND /usr/bin/python3 -B ${_retro_dump_root}/tests/dump/test_dump.py
+           WORKING_DIRECTORY ${_retro_dump_root}/tests/dump)
+  set_tests_properties(trace.dump PROPERTIES
+    LABELS "dump"
+    ENVIRONMENT "RETRO_BIN=$<TARGET_FILE:retro-bench>;PYTHONDONTWRITEBYTECODE=1"
+    SKIP_RETURN_CODE 77
+    TIMEOUT 300)
+endif()

