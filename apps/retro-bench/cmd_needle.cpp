@@ -1,0 +1,240 @@
+// `retro-bench needle TRACE [--tokens A:B] [--method NAME[:JSON]]... [--top N] [--json FILE]`: are a
+// needle's tokens inside what a method attends exactly, for the heads that attend to them most?
+//
+// The needle is the token range [A, B) (default: the trace's `needle_tokens` attribute, written by
+// scripts/dump/dump_trace.py for needle-in-a-haystack prompts). For every (layer, query head) and decode
+// step: needle_mass = full attention's weight on [A, B) (softmax of q.k/sqrt(d) over the visible tokens).
+// Each method is built and replayed like `retro-bench run` does (build on the prompt, append every decode
+// token, select at every step); for each head and step, `in_exact` = the share of the needle's tokens in
+// the method's exact list for that head. Heads are ranked by mean needle_mass; the top N are printed with
+// each method's mean in_exact and the share of steps where every needle token was exact (`all`).
+#include <fmt/format.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <mutex>
+#include <numeric>
+
+#include "commands.hpp"
+#include "core/error.hpp"
+#include "core/fs.hpp"
+#include "head_args.hpp"
+#include "methods/method.hpp"
+#include "methods/params.hpp"
+#include "trace/reader.hpp"
+
+namespace retro::cli {
+namespace {
+
+using json = nlohmann::json;
+
+struct NeedleArgs {
+    std::string trace, tokens, layers, kv_heads, json_out;
+    std::vector<std::string> methods;
+    int top = 10;
+    int threads = 0;
+};
+
+struct MethodSpec {
+    std::string label, name;
+    json params;
+};
+
+struct HeadRow {
+    int layer = 0, kv_head = 0, q_head = 0;
+    double needle_mass = 0;
+    std::vector<double> in_exact, all_exact;  // per method, means over steps
+};
+
+int run_needle(const NeedleArgs& a) {
+    TraceReader reader(a.trace);
+    const TraceInfo& info = reader.info();
+    int A = -1, B = -1;
+    std::string spec = a.tokens;
+    if (spec.empty()) {
+        auto it = info.extra.find("needle_tokens");
+        if (it == info.extra.end())
+            throw ConfigError(fmt::format("{}: no needle_tokens attribute; give --tokens A:B", a.trace));
+        const json j = json::parse(it->second);
+        A = j.at(0).get<int>();
+        B = j.at(1).get<int>();
+    } else {
+        const auto c = spec.find(':');
+        if (c == std::string::npos) throw ConfigError("--tokens: expected A:B (token range [A, B))");
+        A = std::stoi(spec.substr(0, c));
+        B = std::stoi(spec.substr(c + 1));
+    }
+    if (A < 0 || B <= A || B > info.prompt_len)
+        throw ConfigError(fmt::format("--tokens {}:{}: need 0 <= A < B <= prompt_len ({})", A, B, info.prompt_len));
+
+    std::vector<MethodSpec> ms;
+    for (const auto& m : (a.methods.empty() ? std::vector<std::string>{"wave", "oracle_topk"} : a.methods)) {
+        MethodSpec s;
+        const auto c = m.find(':');
+        s.name = m.substr(0, c);
+        json given = json::object();
+        if (c != std::string::npos) {
+            try {
+                given = json::parse(m.substr(c + 1));
+            } catch (const std::exception& e) {
+                throw ConfigError(fmt::format("--method {}: parameters are not valid JSON ({})", m, e.what()));
+            }
+        }
+        const MethodInfo& mi = find_method(s.name);
+        s.params = resolve_params(mi, given);
+        if (mi.check) mi.check(s.params);
+        s.label = c == std::string::npos ? s.name : m;
+        ms.push_back(std::move(s));
+    }
+
+    const HeadSelection hs = select_heads(reader, a.trace, a.layers, a.kv_heads);
+    std::vector<std::pair<int, int>> jobs;
+    for (int l : hs.layers)
+        for (int k : hs.kv_heads) jobs.emplace_back(l, k);
+
+    std::vector<HeadRow> rows;
+    std::mutex mu;
+    std::exception_ptr err;
+    if (a.threads > 0) omp_set_num_threads(a.threads);
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int ji = 0; ji < (int)jobs.size(); ++ji) {
+        try {
+            const auto [layer, kvh] = jobs[(size_t)ji];
+            const HeadSlice s = reader.read_head(layer, kvh);
+            const int d = s.head_dim, g = s.group, T = s.num_steps;
+            MethodContext ctx;
+            ctx.layer = layer;
+            ctx.kv_head = kvh;
+            ctx.head_dim = d;
+            ctx.group = g;
+            ctx.prompt_len = s.prompt_len;
+            ctx.scale = 1.0f / std::sqrt((float)d);
+            ctx.storage = info.dtype;
+            ctx.slice = &s;
+            const KVView prompt{s.keys.data(), s.values.data(), s.prompt_len, d};
+            std::vector<std::unique_ptr<Method>> inst;
+            for (const auto& m : ms) {
+                auto p = find_method(m.name).make(m.params);
+                MethodContext c = ctx;
+                c.seed = (unsigned)(layer * 1000 + kvh);
+                p->build(c, prompt);
+                inst.push_back(std::move(p));
+            }
+            std::vector<HeadRow> local((size_t)g);
+            for (int h = 0; h < g; ++h) {
+                local[(size_t)h].layer = layer;
+                local[(size_t)h].kv_head = kvh;
+                local[(size_t)h].q_head = s.first_q_head + h;
+                local[(size_t)h].in_exact.assign(ms.size(), 0.0);
+                local[(size_t)h].all_exact.assign(ms.size(), 0.0);
+            }
+            std::vector<float> qbuf((size_t)g * d);
+            std::vector<double> sc;
+            Selection sel;
+            for (int t = 0; t < T; ++t) {
+                const int n = s.visible(t);
+                const KVView kv{s.keys.data(), s.values.data(), n, d};
+                for (auto& p : inst) p->append(kv, s.prompt_len + t);
+                for (int h = 0; h < g; ++h) {
+                    const float* q = s.query(h, t);
+                    std::copy(q, q + d, qbuf.begin() + (size_t)h * d);
+                    sc.assign((size_t)n, 0.0);
+                    double mx = -1e300;
+                    for (int i = 0; i < n; ++i) {
+                        const float* k = s.key(i);
+                        double dot = 0;
+                        for (int j = 0; j < d; ++j) dot += (double)q[j] * k[j];
+                        sc[(size_t)i] = dot / std::sqrt((double)d);
+                        mx = std::max(mx, sc[(size_t)i]);
+                    }
+                    double z = 0, zn = 0;
+                    for (int i = 0; i < n; ++i) {
+                        const double w = std::exp(sc[(size_t)i] - mx);
+                        z += w;
+                        if (i >= A && i < B) zn += w;
+                    }
+                    local[(size_t)h].needle_mass += zn / z / T;
+                }
+                for (size_t mi = 0; mi < inst.size(); ++mi) {
+                    sel.clear();
+                    inst[mi]->select(qbuf.data(), t, kv, sel);
+                    for (int h = 0; h < g; ++h) {
+                        const auto ex = sel.exact_for(h);
+                        int hit = 0;
+                        for (int32_t id : ex) hit += (id >= A && id < B);
+                        local[(size_t)h].in_exact[mi] += (double)hit / (B - A) / T;
+                        local[(size_t)h].all_exact[mi] += (hit == B - A ? 1.0 : 0.0) / T;
+                    }
+                }
+            }
+            std::lock_guard<std::mutex> lk(mu);
+            for (auto& r : local) rows.push_back(std::move(r));
+        } catch (...) {
+            std::lock_guard<std::mutex> lk(mu);
+            if (!err) err = std::current_exception();
+        }
+    }
+    if (err) std::rethrow_exception(err);
+    std::sort(rows.begin(), rows.end(), [](const HeadRow& x, const HeadRow& y) { return x.needle_mass > y.needle_mass; });
+
+    fmt::print("{}: needle tokens [{}, {}) ({} tokens) of prompt {}; {} (layer, q head) rows, {} steps\n", a.trace, A,
+               B, B - A, info.prompt_len, rows.size(), info.num_decode_steps);
+    fmt::print("{:<14} {:>8}", "layer/qhead", "needle");
+    for (const auto& m : ms) fmt::print("  {:>22}", m.label.substr(0, 22));
+    fmt::print("\n{:<14} {:>8}", "", "mass");
+    for (size_t i = 0; i < ms.size(); ++i) fmt::print("  {:>22}", "in_exact / all");
+    fmt::print("\n");
+    const int top = std::min<int>(a.top, (int)rows.size());
+    std::vector<double> mean_in(ms.size(), 0.0), mean_all(ms.size(), 0.0), all_in(ms.size(), 0.0);
+    for (int r = 0; r < (int)rows.size(); ++r) {
+        const auto& x = rows[(size_t)r];
+        for (size_t i = 0; i < ms.size(); ++i) {
+            all_in[i] += x.in_exact[i] / rows.size();
+            if (r < top) {
+                mean_in[i] += x.in_exact[i] / top;
+                mean_all[i] += x.all_exact[i] / top;
+            }
+        }
+        if (r >= top) continue;
+        fmt::print("{:<14} {:>8.4f}", fmt::format("L{} q{} kv{}", x.layer, x.q_head, x.kv_head), x.needle_mass);
+        for (size_t i = 0; i < ms.size(); ++i) fmt::print("  {:>13.3f} / {:>6.3f}", x.in_exact[i], x.all_exact[i]);
+        fmt::print("\n");
+    }
+    fmt::print("{:<14} {:>8}", fmt::format("top {} mean", top), "");
+    for (size_t i = 0; i < ms.size(); ++i) fmt::print("  {:>13.3f} / {:>6.3f}", mean_in[i], mean_all[i]);
+    fmt::print("\n{:<14} {:>8}", "all heads", "");
+    for (size_t i = 0; i < ms.size(); ++i) fmt::print("  {:>13.3f}         ", all_in[i]);
+    fmt::print("\n");
+
+    if (!a.json_out.empty()) {
+        json j;
+        j["trace"] = a.trace;
+        j["needle_tokens"] = {A, B};
+        j["methods"] = json::array();
+        for (const auto& m : ms) j["methods"].push_back({{"label", m.label}, {"name", m.name}, {"params", m.params}});
+        j["heads"] = json::array();
+        for (const auto& x : rows)
+            j["heads"].push_back({{"layer", x.layer}, {"kv_head", x.kv_head}, {"q_head", x.q_head},
+                                  {"needle_mass", x.needle_mass}, {"in_exact", x.in_exact}, {"all_exact", x.all_exact}});
+        write_file_atomic(a.json_out, j.dump(1) + "\n");
+    }
+    return 0;
+}
+
+const CommandRegistrar reg(95, [](CLI::App& app) -> std::function<int()> {
+    auto a = std::make_shared<NeedleArgs>();
+    auto* c = app.add_subcommand("needle", "Are a needle's tokens in a method's exact set for the heads that attend to them most?");
+    c->add_option("trace", a->trace, "trace (HDF5)")->required();
+    c->add_option("--tokens", a->tokens, "needle token range A:B (default: the trace's needle_tokens attribute)");
+    c->add_option("--method", a->methods, "NAME or NAME:{JSON params}; repeatable (default: wave, oracle_topk)");
+    c->add_option("--layers", a->layers, "comma-separated layers (default all in the file)");
+    c->add_option("--kv-heads", a->kv_heads, "comma-separated KV heads (default all)");
+    c->add_option("--top", a->top, "heads printed, by needle mass (default 10)");
+    c->add_option("--json", a->json_out, "also write every head to this JSON file");
+    c->add_option("--threads", a->threads, "threads over (layer, KV head) slices (default OpenMP's)");
+    return [a] { return run_needle(*a); };
+});
+
+}  // namespace
+}  // namespace retro::cli
