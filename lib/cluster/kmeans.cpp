@@ -1,7 +1,11 @@
 #include "cluster/kmeans.hpp"
 
+#ifndef RETRO_NO_BLAS
 #include <cblas.h>
+#endif
+#ifdef _OPENMP
 #include <omp.h>
+#endif
 
 #include <algorithm>
 #include <cmath>
@@ -57,8 +61,21 @@ void assign_block(const float* x, int r0, int r1, const float* c, int c0, int c1
     }
     for (int t0 = c0; t0 < c1; t0 += kColTile) {
         const int cols = std::min(kColTile, c1 - t0);
+#ifndef RETRO_NO_BLAS
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, cols, d, 1.0f, x + (size_t)r0 * d, d,
                     c + (size_t)t0 * d, d, 0.0f, scratch, cols);
+#else
+        // The GPU-only build (docs/cuda.md) has no BLAS: the same products, plain loops (slower, and
+        // summation order may differ from the BLAS kernel's in the last bits).
+        for (int i = 0; i < rows; ++i)
+            for (int j = 0; j < cols; ++j) {
+                const float* xr = x + (size_t)(r0 + i) * d;
+                const float* cr = c + (size_t)(t0 + j) * d;
+                float acc = 0;
+                for (int e = 0; e < d; ++e) acc += xr[e] * cr[e];
+                scratch[(size_t)i * cols + j] = acc;
+            }
+#endif
         for (int i = 0; i < rows; ++i) {
             const float* s = scratch + (size_t)i * cols;
             const float m = max_of(s, cols);
@@ -139,6 +156,13 @@ void run_update(const float* x, const KMeansPlan& plan, int d, const int32_t* as
 }
 
 // OpenBLAS's thread count is process-wide: while k-means runs its own threads, BLAS stays serial.
+#ifdef RETRO_NO_BLAS
+int openblas_get_num_threads() { return 1; }
+void openblas_set_num_threads(int) {}
+#endif
+#ifndef _OPENMP
+int omp_get_max_threads() { return 1; }
+#endif
 class SerialBlas {
   public:
     explicit SerialBlas(bool active) : prev_(active ? openblas_get_num_threads() : 1) {
@@ -189,6 +213,65 @@ void assign_max_inner_product(const float* x, int n, const float* c, int k, int 
         assign_block(x, r, std::min(n, r + kRowBlock), c, 0, k, d, assign, best.data(), scratch.data());
 }
 
+const float* kmeans_center(const float* x, int n, int d, bool center, std::vector<float>& mean,
+                           std::vector<float>& centered) {
+    mean.assign((size_t)d, 0.0f);
+    if (!center) return x;
+    std::vector<double> m((size_t)d, 0.0);
+    for (int r = 0; r < n; ++r)
+        for (int e = 0; e < d; ++e) m[(size_t)e] += x[(size_t)r * d + e];
+    for (int e = 0; e < d; ++e) mean[(size_t)e] = (float)(m[(size_t)e] / n);
+    centered.resize((size_t)n * d);
+    for (int r = 0; r < n; ++r)
+        for (int e = 0; e < d; ++e) centered[(size_t)r * d + e] = x[(size_t)r * d + e] - mean[(size_t)e];
+    return centered.data();
+}
+
+void kmeans_initial_centroids(const float* xc, int d, const KMeansPlan& plan, const KMeansParams& p,
+                              float* cent) {
+    const int K = plan.k, S = plan.segments();
+    std::mt19937 rng(p.seed);
+    for (int s = 0; s < S; ++s) {
+        const int r0 = plan.row_begin[s], ns = plan.row_begin[s + 1] - r0;
+        const int c0 = plan.cluster_begin[s], ks = plan.cluster_begin[s + 1] - c0;
+        for (int i = 0; i < ks; ++i) {
+            const double u = p.seed == 0 ? 0.5 : (double)(rng() >> 8) * (1.0 / 16777216.0);
+            const long off = std::min<long>(ns - 1, (long)std::floor((i + u) * ns / ks));
+            std::copy(xc + (size_t)(r0 + off) * d, xc + (size_t)(r0 + off + 1) * d, cent + (size_t)(c0 + i) * d);
+        }
+    }
+    if (p.normalize_init) {  // spherical k-means proper (FAISS does this); the public code does not
+        for (int j = 0; j < K; ++j) {
+            float* cj = cent + (size_t)j * d;
+            double nn = 0;
+            for (int e = 0; e < d; ++e) nn += (double)cj[e] * cj[e];
+            if (!(nn > 0)) continue;
+            const float inv = (float)(1.0 / std::sqrt(nn));
+            for (int e = 0; e < d; ++e) cj[e] *= inv;
+        }
+    }
+}
+
+void kmeans_finish(const float* x, const float* cent, KMeansResult& res) {
+    const int n = res.n, d = res.d, K = res.k;
+    res.sizes.assign((size_t)K, 0);
+    std::vector<double> sums((size_t)K * d, 0.0);
+    for (int r = 0; r < n; ++r) {
+        const int j = res.assign[(size_t)r];
+        ++res.sizes[(size_t)j];
+        double* acc = sums.data() + (size_t)j * d;
+        const float* xr = x + (size_t)r * d;
+        for (int e = 0; e < d; ++e) acc[e] += xr[e];
+    }
+    res.centroids.resize((size_t)K * d);
+    for (int j = 0; j < K; ++j) {
+        float* cj = res.centroids.data() + (size_t)j * d;
+        const int sz = res.sizes[(size_t)j];
+        for (int e = 0; e < d; ++e)
+            cj[e] = sz > 0 ? (float)(sums[(size_t)j * d + e] / sz) : cent[(size_t)j * d + e] + res.mean[(size_t)e];
+    }
+}
+
 KMeansResult segmented_kmeans(const float* x, int n, int d, const KMeansParams& p) {
     if (d <= 0) throw ParamError("k-means: dimension d = " + std::to_string(d) + ": expected >= 1");
     KMeansResult res;
@@ -205,46 +288,10 @@ KMeansResult segmented_kmeans(const float* x, int n, int d, const KMeansParams& 
     threads = std::min(threads, (int)seg_tasks.size());
     SerialBlas serial_blas(threads > 1);
 
-    // ---- centering ----
-    res.mean.assign((size_t)d, 0.0f);
     std::vector<float> centered;
-    const float* xc = x;
-    if (p.center) {
-        std::vector<double> m((size_t)d, 0.0);
-        for (int r = 0; r < n; ++r)
-            for (int e = 0; e < d; ++e) m[(size_t)e] += x[(size_t)r * d + e];
-        for (int e = 0; e < d; ++e) res.mean[(size_t)e] = (float)(m[(size_t)e] / n);
-        centered.resize((size_t)n * d);
-        for (int r = 0; r < n; ++r)
-            for (int e = 0; e < d; ++e)
-                centered[(size_t)r * d + e] = x[(size_t)r * d + e] - res.mean[(size_t)e];
-        xc = centered.data();
-    }
-
-    // ---- init: evenly spaced rows of each segment ----
+    const float* xc = kmeans_center(x, n, d, p.center, res.mean, centered);
     std::vector<float> cent((size_t)K * d);
-    std::mt19937 rng(p.seed);
-    for (int s = 0; s < S; ++s) {
-        const int r0 = plan.row_begin[s], ns = plan.row_begin[s + 1] - r0;
-        const int c0 = plan.cluster_begin[s], ks = plan.cluster_begin[s + 1] - c0;
-        for (int i = 0; i < ks; ++i) {
-            const double u = p.seed == 0 ? 0.5 : (double)(rng() >> 8) * (1.0 / 16777216.0);
-            const long off = std::min<long>(ns - 1, (long)std::floor((i + u) * ns / ks));
-            std::copy(xc + (size_t)(r0 + off) * d, xc + (size_t)(r0 + off + 1) * d,
-                      cent.begin() + (size_t)(c0 + i) * d);
-        }
-    }
-
-    if (p.normalize_init) {  // spherical k-means proper (FAISS does this); the public code does not
-        for (int j = 0; j < K; ++j) {
-            float* cj = cent.data() + (size_t)j * d;
-            double nn = 0;
-            for (int e = 0; e < d; ++e) nn += (double)cj[e] * cj[e];
-            if (!(nn > 0)) continue;
-            const float inv = (float)(1.0 / std::sqrt(nn));
-            for (int e = 0; e < d; ++e) cj[e] *= inv;
-        }
-    }
+    kmeans_initial_centroids(xc, d, plan, p, cent.data());
 
     // ---- spherical iterations within segments ----
     res.assign.assign((size_t)n, 0);
@@ -257,23 +304,7 @@ KMeansResult segmented_kmeans(const float* x, int n, int d, const KMeansParams& 
     const bool global = p.final_global_assign && S > 1;
     run_assign(xc, cent.data(), d, global ? make_tasks(plan, true) : seg_tasks, threads,
                res.assign.data());
-    res.sizes.assign((size_t)K, 0);
-    std::vector<double> sums((size_t)K * d, 0.0);
-    for (int r = 0; r < n; ++r) {
-        const int j = res.assign[(size_t)r];
-        ++res.sizes[(size_t)j];
-        double* acc = sums.data() + (size_t)j * d;
-        const float* xr = x + (size_t)r * d;
-        for (int e = 0; e < d; ++e) acc[e] += xr[e];
-    }
-    res.centroids.resize((size_t)K * d);
-    for (int j = 0; j < K; ++j) {
-        float* cj = res.centroids.data() + (size_t)j * d;
-        const int sz = res.sizes[(size_t)j];
-        for (int e = 0; e < d; ++e)
-            cj[e] = sz > 0 ? (float)(sums[(size_t)j * d + e] / sz)
-                           : cent[(size_t)j * d + e] + res.mean[(size_t)e];
-    }
+    kmeans_finish(x, cent.data(), res);
     return res;
 }
 

@@ -64,6 +64,20 @@ struct KMeansResult {
 /// count. Throws ParamError on bad parameters.
 KMeansResult segmented_kmeans(const float* x, int n, int d, const KMeansParams& p);
 
+// The pieces segmented_kmeans is made of, shared with the GPU version (kernels/kmeans.cu) so both start
+// from the same centroids and finish the same way.
+
+/// Returns x itself (mean = zeros [d]) when !center, else centered = x - mean row ([n, d]) and its data.
+const float* kmeans_center(const float* x, int n, int d, bool center, std::vector<float>& mean,
+                           std::vector<float>& centered);
+/// Initial centroids cent: [plan.k, d] from the (centered) rows xc: [n, d] (stride rows per segment,
+/// normalized when p.normalize_init).
+void kmeans_initial_centroids(const float* xc, int d, const KMeansPlan& plan, const KMeansParams& p,
+                              float* cent);
+/// From res.assign ([n], res.n/d/k/mean set): sizes and the un-normalized mean centroids of x: [n, d];
+/// an empty cluster keeps cent[j] ([k, d], centered space) + mean.
+void kmeans_finish(const float* x, const float* cent, KMeansResult& res);
+
 /// assign[i] = argmax_{j in [0, k)} x_i · c_j (lowest j on ties) for rows x: [n, d] and centroids
 /// c: [k, d]; blocked sgemm + argmax, serial (the building block of segmented_kmeans).
 void assign_max_inner_product(const float* x, int n, const float* c, int k, int d, int32_t* assign);

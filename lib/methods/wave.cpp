@@ -11,6 +11,7 @@
 #include <string>
 
 #include "attention/attention.hpp"
+#include "attention/cluster_rank.hpp"
 #include "cluster/wave_index.hpp"
 #include "core/error.hpp"
 
@@ -18,7 +19,7 @@ namespace retro {
 
 namespace {
 
-enum class GqaRank { sum, max, mean };
+using GqaRank = GroupRank;  // lib/attention/cluster_rank (shared with the CUDA kernel's reference)
 
 struct WaveParams {
     double tokens_per_cluster = 16;  ///< average tokens per cluster (k = round(n / 16))
@@ -108,26 +109,7 @@ class Wave final : public Method {
         scores_.resize((size_t)g * m);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, g, m, d, ctx_.scale, q, d,
                     index_.centroids().data(), d, 0.0f, scores_.data(), m);
-        agg_.assign((size_t)m, p_.gqa == GqaRank::max ? -std::numeric_limits<float>::infinity() : 0.0f);
-        for (int h = 0; h < g; ++h) {
-            const float* s = scores_.data() + (size_t)h * m;
-            if (p_.gqa == GqaRank::mean) {
-                for (int j : nonempty_) agg_[(size_t)j] += s[j] / (float)g;
-                continue;
-            }
-            // softmax over the non-empty clusters (empty ones are masked, as the public code)
-            float mx = -std::numeric_limits<float>::infinity();
-            for (int j : nonempty_) mx = std::max(mx, s[j]);
-            w_.resize((size_t)m);
-            double sum = 0;
-            for (int j : nonempty_) sum += (w_[(size_t)j] = std::exp(s[j] - mx));
-            const float inv = (float)(1.0 / sum);
-            for (int j : nonempty_) {
-                const float w = w_[(size_t)j] * inv;
-                float& a = agg_[(size_t)j];
-                a = p_.gqa == GqaRank::sum ? a + w : std::max(a, w);
-            }
-        }
+        group_cluster_weights(scores_.data(), g, m, nonempty_, p_.gqa, agg_, w_);
         order_ = nonempty_;
         const auto better = [&](int a, int b) {
             return agg_[(size_t)a] > agg_[(size_t)b] || (agg_[(size_t)a] == agg_[(size_t)b] && a < b);

@@ -1,0 +1,25 @@
+# RETRO_GPU_ONLY=ON (included from the top-level CMakeLists.txt): the CUDA kernels, the CPU code they
+# are checked against, and retro_gpu_check. Needs only a C++20 compiler, CUDA and CMake: no HDF5, FAISS,
+# BLAS, GTest, Google Benchmark, fmt or JSON library (the GPU machines have none of them).
+include(CheckLanguage)
+check_language(CUDA)
+if(NOT CMAKE_CUDA_COMPILER)
+  message(FATAL_ERROR "RETRO_GPU_ONLY=ON needs a CUDA compiler (nvcc)")
+endif()
+enable_language(CUDA)
+find_package(CUDAToolkit REQUIRED)
+set(RETRO_WARNINGS -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers -Wno-restrict)
+
+# The reference sources: exact/partial attention, cluster ranking, k-means (built with its plain-loop
+# product instead of BLAS, and serial without OpenMP), the check harness.
+add_library(retro_ref STATIC
+  ${CMAKE_SOURCE_DIR}/lib/attention/attention.cpp
+  ${CMAKE_SOURCE_DIR}/lib/attention/cluster_rank.cpp
+  ${CMAKE_SOURCE_DIR}/lib/cluster/kmeans.cpp
+  ${CMAKE_SOURCE_DIR}/lib/core/check.cpp)
+target_include_directories(retro_ref PUBLIC ${CMAKE_SOURCE_DIR}/lib)
+target_compile_definitions(retro_ref PRIVATE RETRO_NO_BLAS=1)
+target_compile_options(retro_ref PRIVATE ${RETRO_WARNINGS})
+set(RETRO_REF_LIB retro_ref)
+add_subdirectory(${CMAKE_SOURCE_DIR}/kernels ${CMAKE_BINARY_DIR}/kernels)
+message(STATUS "retro-bench: RETRO_GPU_ONLY build (kernels, references, retro_gpu_check)")

@@ -1,0 +1,469 @@
+// Attention-side kernels of cuda_api.hpp: cluster ranking, estimation zone, segment copies, flash-decoding
+// over KV in GPU memory and the split/LSE merge. Written for clarity first (docs/cuda.md): fp16 loads,
+// float32 arithmetic, one online-softmax state per (query head, lane group).
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cub/device/device_segmented_radix_sort.cuh>
+
+#include <cmath>
+#include <string>
+
+#include "core/error.hpp"
+#include "cuda_api.hpp"
+
+namespace retro::cuda {
+
+namespace {
+
+constexpr int kMaxGroup = 8;
+
+void check_launch(const char* what) {
+    const cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) throw Error(std::string("cuda: ") + what + ": " + cudaGetErrorString(e));
+}
+cudaStream_t st(void* s) { return static_cast<cudaStream_t>(s); }
+float default_scale(float scale, int d) { return scale != 0.0f ? scale : 1.0f / std::sqrt((float)d); }
+
+__device__ inline float h2f(uint16_t b) { return __half2float(__ushort_as_half(b)); }
+
+// Sum over the whole warp.
+__device__ inline float warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Cluster ranking
+// ---------------------------------------------------------------------------------------------------
+
+// One warp per cluster: scores[bk, h, j] = scale * q_h . c_j (-inf when invalid).
+// grid (ceil(M / 4), B*Hkv), block 128.
+__global__ void cluster_scores_kernel(ClusterScoreShape s, float scale, const float* q, const uint16_t* cent,
+                                      const uint8_t* valid, float* scores) {
+    const int bk = blockIdx.y, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int j = blockIdx.x * 4 + warp;
+    if (j >= s.clusters) return;
+    const int M = s.clusters, d = s.d, g = s.group;
+    const size_t cj = ((size_t)bk * M + j) * d;
+    const bool ok = valid == nullptr || valid[(size_t)bk * M + j] != 0;
+    const int b = bk / s.kv_heads, kvh = bk % s.kv_heads;
+    for (int h = 0; h < g; ++h) {
+        const float* qh = q + ((size_t)b * s.kv_heads * g + (size_t)kvh * g + h) * d;
+        float acc = 0;
+        for (int e = lane; e < d; e += 32) acc += qh[e] * h2f(cent[cj + e]);
+        acc = warp_sum(acc);
+        if (lane == 0) scores[((size_t)bk * g + h) * M + j] = ok ? scale * acc : -INFINITY;
+    }
+}
+
+// Block reduction helpers over 256 threads.
+__device__ float block_max(float v, float* sh) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    if (threadIdx.x % 32 == 0) sh[threadIdx.x / 32] = v;
+    __syncthreads();
+    float r = -INFINITY;
+    for (int w = 0; w < (int)blockDim.x / 32; ++w) r = fmaxf(r, sh[w]);
+    __syncthreads();
+    return r;
+}
+__device__ float block_sum(float v, float* sh) {
+    v = warp_sum(v);
+    if (threadIdx.x % 32 == 0) sh[threadIdx.x / 32] = v;
+    __syncthreads();
+    float r = 0;
+    for (int w = 0; w < (int)blockDim.x / 32; ++w) r += sh[w];
+    __syncthreads();
+    return r;
+}
+
+// agg[bk, j] = sum_h softmax_j(scores[bk, h, :]) over valid j; invalid -> -inf. Also writes the id
+// sequence the sort permutes. grid B*Hkv, block 256.
+__global__ void cluster_softmax_sum_kernel(ClusterScoreShape s, const float* scores, float* agg, int32_t* ids) {
+    __shared__ float sh[32];
+    const int bk = blockIdx.x, M = s.clusters, g = s.group;
+    float* a = agg + (size_t)bk * M;
+    for (int j = threadIdx.x; j < M; j += blockDim.x) {
+        a[j] = 0.0f;
+        ids[(size_t)bk * M + j] = j;
+    }
+    for (int h = 0; h < g; ++h) {
+        const float* sc = scores + ((size_t)bk * g + h) * M;
+        float mx = -INFINITY;
+        for (int j = threadIdx.x; j < M; j += blockDim.x) mx = fmaxf(mx, sc[j]);
+        mx = block_max(mx, sh);
+        float sum = 0;
+        if (mx != -INFINITY)
+            for (int j = threadIdx.x; j < M; j += blockDim.x) sum += __expf(sc[j] - mx);
+        sum = block_sum(sum, sh);
+        const float inv = sum > 0 ? 1.0f / sum : 0.0f;
+        // each thread owns the same j for every h, so the per-j sum runs h = 0..g-1 as the CPU's does
+        for (int j = threadIdx.x; j < M; j += blockDim.x)
+            if (sc[j] != -INFINITY) a[j] += __expf(sc[j] - mx) * inv;
+    }
+    for (int j = threadIdx.x; j < M; j += blockDim.x)
+        if (scores[(size_t)bk * g * M + j] == -INFINITY) a[j] = -INFINITY;  // invalid (head 0 marks it)
+}
+
+__global__ void segment_offsets_kernel(int n_seg, int M, int* offsets) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i <= n_seg) offsets[i] = i * M;
+}
+
+struct RankWork {
+    float* scores;     // [B*Hkv, g, M]
+    int32_t* ids_in;   // [B*Hkv, M]
+    float* keys_out;   // [B*Hkv, M]
+    int* offsets;      // [B*Hkv + 1]
+    void* sort_tmp;
+    size_t sort_bytes;
+};
+
+size_t align256(size_t b) { return (b + 255) / 256 * 256; }
+
+size_t sort_temp_bytes(const ClusterScoreShape& s) {
+    const int n_seg = s.batch * s.kv_heads;
+    const int items = n_seg * s.clusters;
+    size_t bytes = 0;
+    cub::DeviceSegmentedRadixSort::SortPairsDescending(nullptr, bytes, (const float*)nullptr, (float*)nullptr,
+                                                       (const int32_t*)nullptr, (int32_t*)nullptr, items,
+                                                       n_seg, (const int*)nullptr, (const int*)nullptr);
+    return bytes;
+}
+
+RankWork carve(const ClusterScoreShape& s, void* base, size_t* total) {
+    const size_t n_seg = (size_t)s.batch * s.kv_heads, M = (size_t)s.clusters;
+    char* p = static_cast<char*>(base);
+    size_t off = 0;
+    RankWork w{};
+    auto take = [&](size_t bytes) {
+        char* r = p ? p + off : nullptr;
+        off += align256(bytes);
+        return r;
+    };
+    w.scores = reinterpret_cast<float*>(take(n_seg * s.group * M * sizeof(float)));
+    w.ids_in = reinterpret_cast<int32_t*>(take(n_seg * M * sizeof(int32_t)));
+    w.keys_out = reinterpret_cast<float*>(take(n_seg * M * sizeof(float)));
+    w.offsets = reinterpret_cast<int*>(take((n_seg + 1) * sizeof(int)));
+    w.sort_bytes = sort_temp_bytes(s);
+    w.sort_tmp = take(w.sort_bytes);
+    *total = off;
+    return w;
+}
+
+void check_cluster_shape(const ClusterScoreShape& s) {
+    if (s.batch < 1 || s.kv_heads < 1 || s.group < 1 || s.group > kMaxGroup || s.clusters < 0 || s.d < 32 ||
+        s.d > 256 || s.d % 32 != 0)
+        throw ParamError("cuda cluster kernels: bad shape (group 1-8, d a multiple of 32 up to 256)");
+}
+
+}  // namespace
+
+size_t cluster_rank_workspace(const ClusterScoreShape& s) {
+    check_cluster_shape(s);
+    size_t total = 0;
+    carve(s, nullptr, &total);
+    return total;
+}
+
+void cluster_rank(const ClusterScoreShape& s, const float* q, const uint16_t* cent, const uint8_t* valid,
+                  float* agg, int32_t* ranked, void* work, size_t work_bytes, void* stream) {
+    check_cluster_shape(s);
+    if (s.clusters == 0) return;
+    size_t total = 0;
+    RankWork w = carve(s, work, &total);
+    if (work_bytes < total) throw ParamError("cuda cluster_rank: workspace too small");
+    const int n_seg = s.batch * s.kv_heads;
+    const float scale = default_scale(s.scale, s.d);
+    cluster_scores_kernel<<<dim3((s.clusters + 3) / 4, n_seg), 128, 0, st(stream)>>>(s, scale, q, cent, valid,
+                                                                                      w.scores);
+    check_launch("cluster_scores");
+    cluster_softmax_sum_kernel<<<n_seg, 256, 0, st(stream)>>>(s, w.scores, agg, w.ids_in);
+    check_launch("cluster_softmax_sum");
+    segment_offsets_kernel<<<(n_seg + 256) / 256, 256, 0, st(stream)>>>(n_seg, s.clusters, w.offsets);
+    check_launch("segment_offsets");
+    // Stable radix sort, descending: equal aggregates keep ascending ids (the CPU's tie rule).
+    size_t sb = w.sort_bytes;
+    const cudaError_t e = cub::DeviceSegmentedRadixSort::SortPairsDescending(
+        w.sort_tmp, sb, agg, w.keys_out, w.ids_in, ranked, n_seg * s.clusters, n_seg, w.offsets, w.offsets + 1, 0,
+        (int)sizeof(float) * 8, st(stream));
+    if (e != cudaSuccess) throw Error(std::string("cuda: segmented sort: ") + cudaGetErrorString(e));
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Estimation zone
+// ---------------------------------------------------------------------------------------------------
+
+namespace {
+
+// grid B*Hkv, block 128 (4 warps); warp w takes clusters w, w+4, ...; lane holds dims lane + 32 i.
+__global__ void estimate_kernel(ClusterScoreShape s, float scale, int E, const int32_t* ids, const float* q,
+                                const uint16_t* cent, const uint16_t* vsum, const int32_t* sizes, float* out,
+                                float* lse) {
+    constexpr int W = 4, PER = 8;  // d <= 256 = 32 * 8
+    __shared__ float sh_m[W][kMaxGroup], sh_l[W][kMaxGroup];
+    __shared__ float sh_acc[W][kMaxGroup][256];
+    const int bk = blockIdx.x, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int b = bk / s.kv_heads, kvh = bk % s.kv_heads, g = s.group, d = s.d, M = s.clusters;
+    const int per = d / 32;
+    float qr[kMaxGroup][PER], acc[kMaxGroup][PER], m[kMaxGroup], l[kMaxGroup];
+    for (int h = 0; h < kMaxGroup; ++h) {
+        m[h] = -INFINITY, l[h] = 0;
+        for (int i = 0; i < PER; ++i) {
+            acc[h][i] = 0;
+            qr[h][i] = (h < g && i < per) ? q[((size_t)b * s.kv_heads * g + (size_t)kvh * g + h) * d + lane + 32 * i]
+                                          : 0.0f;
+        }
+    }
+    for (int t = warp; t < E; t += W) {
+        const int c = ids[(size_t)bk * E + t];
+        const size_t base = ((size_t)bk * M + c) * d;
+        const float n = (float)sizes[(size_t)bk * M + c];
+        float cv[PER], vv[PER];
+        for (int i = 0; i < PER; ++i) {
+            cv[i] = i < per ? h2f(cent[base + lane + 32 * i]) : 0.0f;
+            vv[i] = i < per ? h2f(vsum[base + lane + 32 * i]) : 0.0f;
+        }
+        if (n <= 0) continue;  // warp-uniform: an empty cluster contributes nothing
+        for (int h = 0; h < g; ++h) {
+            float dot = 0;
+            for (int i = 0; i < PER; ++i) dot += qr[h][i] * cv[i];
+            const float sc = scale * warp_sum(dot);
+            const float mn = fmaxf(m[h], sc);
+            const float corr = __expf(m[h] - mn), p = __expf(sc - mn);
+            l[h] = l[h] * corr + n * p;
+            for (int i = 0; i < PER; ++i) acc[h][i] = acc[h][i] * corr + p * vv[i];
+            m[h] = mn;
+        }
+    }
+    for (int h = 0; h < g; ++h) {
+        if (lane == 0) sh_m[warp][h] = m[h], sh_l[warp][h] = l[h];
+        for (int i = 0; i < per; ++i) sh_acc[warp][h][lane + 32 * i] = acc[h][i];
+    }
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < g * d; idx += blockDim.x) {
+        const int h = idx / d, e = idx % d;
+        float M_ = -INFINITY;
+        for (int w = 0; w < W; ++w)
+            if (sh_l[w][h] > 0) M_ = fmaxf(M_, sh_m[w][h]);
+        float L = 0, A = 0;
+        if (M_ != -INFINITY)
+            for (int w = 0; w < W; ++w)
+                if (sh_l[w][h] > 0) {
+                    const float f = __expf(sh_m[w][h] - M_);
+                    L += sh_l[w][h] * f;
+                    A += sh_acc[w][h][e] * f;
+                }
+        const size_t qh = (size_t)b * s.kv_heads * g + (size_t)kvh * g + h;
+        out[qh * d + e] = L > 0 ? A / L : 0.0f;
+        if (e == 0 && lse) lse[qh] = L > 0 ? M_ + logf(L) : -INFINITY;
+    }
+}
+
+}  // namespace
+
+void estimate_attention(const ClusterScoreShape& s, int E, const int32_t* ids, const float* q,
+                        const uint16_t* cent, const uint16_t* vsum, const int32_t* sizes, float* out, float* lse,
+                        void* stream) {
+    check_cluster_shape(s);
+    if (E < 0) throw ParamError("cuda estimate_attention: E < 0");
+    estimate_kernel<<<s.batch * s.kv_heads, 128, 0, st(stream)>>>(s, default_scale(s.scale, s.d), E, ids, q, cent,
+                                                                  vsum, sizes, out, lse);
+    check_launch("estimate_attention");
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Segment copies (execution buffer, admission scatter)
+// ---------------------------------------------------------------------------------------------------
+
+namespace {
+
+constexpr int kCopyTokensPerBlock = 64;
+
+// grid (n segments, ceil(max tokens / 64)): block (x, y) copies tokens [y*64, y*64+64) of segment x, keys and
+// values, 16 bytes per thread per step. Reading src through UVA makes pinned host sources zero-copy.
+__global__ void copy_segments_kernel(const CopySegment* segs, int d) {
+    const CopySegment sg = segs[blockIdx.x];
+    const int64_t t0 = (int64_t)blockIdx.y * kCopyTokensPerBlock;
+    if (t0 >= sg.tokens) return;
+    const int64_t t1 = min(sg.tokens, t0 + kCopyTokensPerBlock);
+    const int vec_per_token = d / 8;  // uint4 = 8 halves
+    const int64_t n = (t1 - t0) * vec_per_token;
+    const uint4* sk = reinterpret_cast<const uint4*>(sg.src_k) + t0 * vec_per_token;
+    const uint4* sv = reinterpret_cast<const uint4*>(sg.src_v) + t0 * vec_per_token;
+    uint4* dk = reinterpret_cast<uint4*>(sg.dst_k) + t0 * vec_per_token;
+    uint4* dv = reinterpret_cast<uint4*>(sg.dst_v) + t0 * vec_per_token;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+        dk[i] = sk[i];
+        dv[i] = sv[i];
+    }
+}
+
+}  // namespace
+
+void copy_segments(const CopySegment* segs, int n, int d, int64_t max_tokens, void* stream) {
+    if (d % 8 != 0) throw ParamError("cuda copy_segments: d must be a multiple of 8");
+    if (n == 0 || max_tokens <= 0) return;
+    const int64_t chunks = (max_tokens + kCopyTokensPerBlock - 1) / kCopyTokensPerBlock;
+    if (chunks > 65535) throw ParamError("cuda copy_segments: a segment over 4M tokens");
+    copy_segments_kernel<<<dim3((unsigned)n, (unsigned)chunks), 256, 0, st(stream)>>>(segs, d);
+    check_launch("copy_segments");
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Flash-decoding
+// ---------------------------------------------------------------------------------------------------
+
+namespace {
+
+constexpr int kDecodeThreads = 128;
+
+// grid (splits, B*Hkv), block 128. A token is handled by TPT = d/8 consecutive lanes, each holding 8
+// dims (one 16-byte load of keys and of values); the block walks its split NS = 128/TPT tokens at a
+// time. Each lane group keeps an online-softmax state per query head of the group, so K/V are read
+// once for all g heads. The block then merges its lane groups and writes one partial (m, l, acc[d]) per
+// query head and split: work[b, qh, split, 0] = m, [1] = l, [2 + e] = acc[e].
+__global__ void decode_split_kernel(DecodeShape s, float scale, const float* q, const uint16_t* K,
+                                    const uint16_t* V, const int32_t* lens, float* work) {
+    extern __shared__ float sh[];
+    const int split = blockIdx.x, bk = blockIdx.y;
+    const int b = bk / s.kv_heads, kvh = bk % s.kv_heads, g = s.group, d = s.d;
+    const int TPT = d / 8, NS = kDecodeThreads / TPT;
+    const int slot = threadIdx.x / TPT, part = threadIdx.x % TPT;
+    const int len = lens ? min(lens[bk], s.capacity) : s.capacity;
+    const int t_begin = split * s.split, t_end = min(len, t_begin + s.split);
+
+    float qr[kMaxGroup][8], acc[kMaxGroup][8], m[kMaxGroup], l[kMaxGroup];
+    for (int h = 0; h < kMaxGroup; ++h) {
+        m[h] = -INFINITY, l[h] = 0;
+        for (int i = 0; i < 8; ++i) {
+            acc[h][i] = 0;
+            qr[h][i] = h < g ? q[((size_t)b * s.kv_heads * g + (size_t)kvh * g + h) * d + part * 8 + i] : 0.0f;
+        }
+    }
+    const size_t row0 = (size_t)bk * s.capacity;
+    // base is uniform across the block so every lane runs the same number of iterations (the shuffles
+    // below need the whole lane group present)
+    for (int base = t_begin; base < t_end; base += NS) {
+        const int t = base + slot;
+        const bool ok = t < t_end;
+        float kf[8], vf[8];
+        if (ok) {
+            const uint4 kk = *reinterpret_cast<const uint4*>(K + (row0 + t) * d + part * 8);
+            const uint4 vv = *reinterpret_cast<const uint4*>(V + (row0 + t) * d + part * 8);
+            const __half2* k2 = reinterpret_cast<const __half2*>(&kk);
+            const __half2* v2 = reinterpret_cast<const __half2*>(&vv);
+            for (int i = 0; i < 4; ++i) {
+                const float2 a = __half22float2(k2[i]), c = __half22float2(v2[i]);
+                kf[2 * i] = a.x, kf[2 * i + 1] = a.y, vf[2 * i] = c.x, vf[2 * i + 1] = c.y;
+            }
+        } else {
+            for (int i = 0; i < 8; ++i) kf[i] = 0, vf[i] = 0;
+        }
+        for (int h = 0; h < kMaxGroup; ++h) {
+            if (h >= g) break;
+            float dot = 0;
+            for (int i = 0; i < 8; ++i) dot += qr[h][i] * kf[i];
+            for (int o = TPT / 2; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o, TPT);
+            if (ok) {
+                const float sc = scale * dot;
+                const float mn = fmaxf(m[h], sc);
+                const float corr = __expf(m[h] - mn), p = __expf(sc - mn);
+                l[h] = l[h] * corr + p;
+                for (int i = 0; i < 8; ++i) acc[h][i] = acc[h][i] * corr + p * vf[i];
+                m[h] = mn;
+            }
+        }
+    }
+    // shared: m [NS][g], l [NS][g], acc [NS][g][d]
+    float* sm = sh;
+    float* sl = sm + NS * g;
+    float* sa = sl + NS * g;
+    for (int h = 0; h < g; ++h) {
+        if (part == 0) sm[slot * g + h] = m[h], sl[slot * g + h] = l[h];
+        for (int i = 0; i < 8; ++i) sa[((size_t)slot * g + h) * d + part * 8 + i] = acc[h][i];
+    }
+    __syncthreads();
+    const int splits = (s.capacity + s.split - 1) / s.split;  // DecodeShape::splits() is host code
+    for (int idx = threadIdx.x; idx < g * d; idx += blockDim.x) {
+        const int h = idx / d, e = idx % d;
+        float M_ = -INFINITY;
+        for (int w = 0; w < NS; ++w)
+            if (sl[w * g + h] > 0) M_ = fmaxf(M_, sm[w * g + h]);
+        float L = 0, A = 0;
+        if (M_ != -INFINITY)
+            for (int w = 0; w < NS; ++w)
+                if (sl[w * g + h] > 0) {
+                    const float f = __expf(sm[w * g + h] - M_);
+                    L += sl[w * g + h] * f;
+                    A += sa[((size_t)w * g + h) * d + e] * f;
+                }
+        const size_t qh = (size_t)b * s.kv_heads * g + (size_t)kvh * g + h;
+        float* wp = work + (qh * splits + split) * (size_t)(d + 2);
+        if (e == 0) wp[0] = M_, wp[1] = L;
+        wp[2 + e] = A;
+    }
+}
+
+// grid B*Hq, block d: LSE merge of the splits' partials and the optional extra (out, lse) partial.
+__global__ void decode_combine_kernel(DecodeShape s, const float* work, const float* extra_out,
+                                      const float* extra_lse, float* out, float* lse) {
+    const int qh = blockIdx.x, e = threadIdx.x, d = s.d, splits = (s.capacity + s.split - 1) / s.split;
+    const float* wp = work + (size_t)qh * splits * (d + 2);
+    float M_ = -INFINITY;
+    for (int i = 0; i < splits; ++i)
+        if (wp[(size_t)i * (d + 2) + 1] > 0) M_ = fmaxf(M_, wp[(size_t)i * (d + 2)]);
+    const bool has_extra = extra_lse != nullptr && extra_lse[qh] != -INFINITY;
+    if (has_extra) M_ = fmaxf(M_, extra_lse[qh]);  // the extra partial is (m = lse, l = 1, acc = out)
+    float L = 0, A = 0;
+    if (M_ != -INFINITY) {
+        for (int i = 0; i < splits; ++i) {
+            const float* p = wp + (size_t)i * (d + 2);
+            if (p[1] > 0) {
+                const float f = __expf(p[0] - M_);
+                L += p[1] * f;
+                A += p[2 + e] * f;
+            }
+        }
+        if (has_extra) {
+            const float f = __expf(extra_lse[qh] - M_);
+            L += f;
+            A += extra_out[(size_t)qh * d + e] * f;
+        }
+    }
+    out[(size_t)qh * d + e] = L > 0 ? A / L : 0.0f;
+    if (e == 0 && lse) lse[qh] = L > 0 ? M_ + logf(L) : -INFINITY;
+}
+
+void check_decode_shape(const DecodeShape& s) {
+    if (s.batch < 1 || s.kv_heads < 1 || s.group < 1 || s.group > kMaxGroup || s.capacity < 0 || s.split < 1 ||
+        !(s.d == 64 || s.d == 128 || s.d == 256))
+        throw ParamError("cuda decode_attention: bad shape (group 1-8, d 64/128/256, split >= 1)");
+}
+
+}  // namespace
+
+size_t decode_workspace_floats(const DecodeShape& s) {
+    check_decode_shape(s);
+    return (size_t)s.batch * s.kv_heads * s.group * std::max(1, s.splits()) * (s.d + 2);
+}
+
+void decode_attention(const DecodeShape& s, const float* q, const uint16_t* K, const uint16_t* V,
+                      const int32_t* lens, const float* extra_out, const float* extra_lse, float* out, float* lse,
+                      float* work, void* stream) {
+    check_decode_shape(s);
+    const int splits = (s.capacity + s.split - 1) / s.split;  // DecodeShape::splits() is host code
+    const float scale = default_scale(s.scale, s.d);
+    if (splits > 0) {
+        const int NS = kDecodeThreads / (s.d / 8);
+        const size_t shmem = (size_t)NS * s.group * (s.d + 2) * sizeof(float);
+        decode_split_kernel<<<dim3(splits, s.batch * s.kv_heads), kDecodeThreads, shmem, st(stream)>>>(
+            s, scale, q, K, V, lens, work);
+        check_launch("decode_split");
+    }
+    decode_combine_kernel<<<s.batch * s.kv_heads * s.group, s.d, 0, st(stream)>>>(s, work, extra_out, extra_lse,
+                                                                                  out, lse);
+    check_launch("decode_combine");
+}
+
+}  // namespace retro::cuda

@@ -1,0 +1,275 @@
+// Microbenchmarks of the CUDA kernels (checks.hpp: run_benches, measure_ceilings). Inputs are filled
+// with constant fp16 patterns (memset) where values do not change the work done: attention, copies and
+// sorting cost the same whatever the numbers, and a 34 GB random fill would dominate the run.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "checks.hpp"
+#include "cuda_api.hpp"
+
+namespace retro::cuda {
+
+namespace {
+
+template <class F>
+double median_us(F&& f, int reps) {
+    f();  // warm-up (first launch, page mapping of pinned memory)
+    f();
+    synchronize();
+    std::vector<double> t;
+    EventTimer ev;
+    for (int i = 0; i < reps; ++i) {
+        ev.start();
+        f();
+        ev.stop();
+        t.push_back(ev.elapsed_ms() * 1e3);
+    }
+    std::sort(t.begin(), t.end());
+    return t[t.size() / 2];
+}
+
+std::string shape(const char* f, long a = 0, long b = 0, long c = 0, long d = 0, long e = 0) {
+    char buf[200];
+    std::snprintf(buf, sizeof buf, f, a, b, c, d, e);
+    return buf;
+}
+
+BenchRow bw_row(std::string name, std::string params, double us, double bytes, double ceiling, std::string cname) {
+    BenchRow r;
+    r.name = std::move(name), r.params = std::move(params), r.time_us = us, r.bytes = bytes;
+    r.rate = bytes / (us * 1e-6), r.unit = "B/s", r.ceiling = ceiling, r.ceiling_name = std::move(cname);
+    r.fraction = ceiling > 0 ? r.rate / ceiling : 0;
+    return r;
+}
+
+template <class T>
+DeviceBuffer<T> upload(const std::vector<T>& v) {
+    DeviceBuffer<T> b(v.size());
+    if (!v.empty()) copy_h2d(b.get(), v.data(), b.bytes());
+    return b;
+}
+
+constexpr int kHq = 32, kHkv = 8, kG = kHq / kHkv, kD = 128;  // the model shape
+constexpr int kTokensPerCluster = 16, kSteady = 4 + 64;          // wave defaults: sink 4, window 64
+constexpr double kRetrieval = 0.018, kEstimation = 0.232;        // wave defaults (fractions of clusters)
+constexpr double kHitRatio = 0.8;  // assumed GPU block-cache hit ratio of the retrieval zone (an input)
+
+}  // namespace
+
+DeviceCeilings measure_ceilings(bool quick) {
+    DeviceCeilings c;
+    const size_t n = quick ? (256u << 20) : (1u << 30);
+    {
+        DeviceBuffer<char> a(n), b(n);
+        dev_memset(a.get(), 1, n);
+        const double us = median_us([&] { copy_d2d(b.get(), a.get(), n); }, quick ? 5 : 10);
+        c.d2d_bytes_per_s = 2.0 * n / (us * 1e-6);  // read + write
+    }
+    {
+        const size_t m = quick ? (128u << 20) : (512u << 20);
+        DeviceBuffer<char> d(m);
+        void* h = pinned_alloc(m);
+        std::fill_n(static_cast<char*>(h), m, 1);
+        const double us = median_us([&] { copy_h2d_async(d.get(), h, m); }, quick ? 5 : 10);
+        c.h2d_pinned_bytes_per_s = m / (us * 1e-6);
+        pinned_free(h);
+    }
+    c.fp32_flop_per_s = device_fp32_peak();
+    return c;
+}
+
+std::vector<BenchRow> run_benches(const BenchOptions& o, const DeviceCeilings& c) {
+    std::vector<BenchRow> rows;
+    const int reps = o.quick ? 5 : o.reps;
+    const std::vector<int> Ns = o.quick ? std::vector<int>{32768} : std::vector<int>{32768, 131072};
+    const std::vector<int> Bs = o.quick ? std::vector<int>{1, 8} : std::vector<int>{1, 8, 16, 32, 64};
+    const int Bmax = Bs.back();
+    std::mt19937 rng(5);
+
+    // Pinned CPU store shared by the gather benchmarks and the wave step: 1M tokens of K and of V.
+    const int64_t cpu_tokens = o.quick ? (1 << 18) : (1 << 20);
+    uint16_t* h_k = static_cast<uint16_t*>(pinned_alloc((size_t)cpu_tokens * kD * 2));
+    uint16_t* h_v = static_cast<uint16_t*>(pinned_alloc((size_t)cpu_tokens * kD * 2));
+    std::fill_n(h_k, (size_t)cpu_tokens * kD, (uint16_t)0x3C00);
+    std::fill_n(h_v, (size_t)cpu_tokens * kD, (uint16_t)0x3800);
+
+    // ---- pinned gather: 16-token clusters from random places of the CPU store ----
+    {
+        const int64_t segs_n = cpu_tokens / kTokensPerCluster / 2;
+        DeviceBuffer<uint16_t> ek((size_t)segs_n * kTokensPerCluster * kD), ev(ek.size());
+        std::vector<CopySegment> segs;
+        std::uniform_int_distribution<int64_t> pick(0, cpu_tokens / kTokensPerCluster - 1);
+        for (int64_t i = 0; i < segs_n; ++i) {
+            const int64_t src = pick(rng) * kTokensPerCluster * kD, dst = i * kTokensPerCluster * kD;
+            segs.push_back({h_k + src, h_v + src, ek.get() + dst, ev.get() + dst, kTokensPerCluster});
+        }
+        auto dsegs = upload(segs);
+        const double bytes = 2.0 * segs_n * kTokensPerCluster * kD * 2;
+        const std::string p = shape("%ld clusters x %ld tokens, d=%ld, K+V", segs_n, kTokensPerCluster, kD);
+        double us = median_us([&] { copy_segments(dsegs.get(), (int)segs.size(), kD, kTokensPerCluster); }, reps);
+        rows.push_back(bw_row("gather_zero_copy", p, us, bytes, c.h2d_pinned_bytes_per_s, "pinned H2D"));
+        us = median_us([&] { copy_segments_memcpy(segs.data(), (int)segs.size(), kD); }, std::min(reps, 5));
+        rows.push_back(bw_row("gather_memcpy_async", p, us, bytes, c.h2d_pinned_bytes_per_s, "pinned H2D"));
+    }
+
+    for (const int N : Ns) {
+        // ---- full-attention decode over all KV in GPU memory ----
+        DecodeShape fs;
+        fs.kv_heads = kHkv, fs.group = kG, fs.d = kD, fs.capacity = N, fs.split = 512;
+        fs.batch = Bmax;
+        const size_t kv_elems = (size_t)Bmax * kHkv * N * kD;
+        DeviceBuffer<uint16_t> K(kv_elems), V(kv_elems);
+        dev_memset(K.get(), 0x3C, K.bytes());
+        dev_memset(V.get(), 0x38, V.bytes());
+        std::normal_distribution<float> nd;
+        std::vector<float> q((size_t)Bmax * kHq * kD);
+        for (auto& x : q) x = nd(rng);
+        auto dq = upload(q);
+        DeviceBuffer<float> out((size_t)Bmax * kHq * kD), lse((size_t)Bmax * kHq), work(decode_workspace_floats(fs));
+        std::vector<double> full_us;
+        for (const int B : Bs) {
+            fs.batch = B;
+            const double us = median_us(
+                [&] { decode_attention(fs, dq.get(), K.get(), V.get(), nullptr, nullptr, nullptr, out.get(), lse.get(),
+                                       work.get()); },
+                reps);
+            full_us.push_back(us);
+            rows.push_back(bw_row("full_decode", shape("B=%ld N=%ld Hq=%ld Hkv=%ld d=%ld", B, N, kHq, kHkv, kD), us,
+                                  2.0 * B * kHkv * (double)N * kD * 2, c.d2d_bytes_per_s, "D2D copy"));
+        }
+
+        // ---- wave decode step per layer (RetroInfer §4): rank, estimate, assemble, attend + merge ----
+        const int M = N / kTokensPerCluster;
+        const int r = (int)std::lround(kRetrieval * M), e = (int)std::lround(kEstimation * M);
+        const int cap = kSteady + r * kTokensPerCluster;
+        const int nbk_max = Bmax * kHkv;
+        DeviceBuffer<uint16_t> cent((size_t)nbk_max * M * kD), vsum(cent.size());
+        dev_memset(cent.get(), 0x30, cent.bytes());
+        dev_memset(vsum.get(), 0x40, vsum.bytes());
+        auto dsizes = upload(std::vector<int32_t>((size_t)nbk_max * M, kTokensPerCluster));
+        std::vector<int32_t> perm((size_t)M);
+        std::iota(perm.begin(), perm.end(), 0);
+        std::shuffle(perm.begin(), perm.end(), rng);
+        std::vector<int32_t> est_ids((size_t)nbk_max * e);
+        for (int bk = 0; bk < nbk_max; ++bk) std::copy_n(perm.begin() + r, e, est_ids.begin() + (size_t)bk * e);
+        auto dest = upload(est_ids);
+        DeviceBuffer<float> agg((size_t)nbk_max * M), eo((size_t)Bmax * kHq * kD), el((size_t)Bmax * kHq);
+        DeviceBuffer<int32_t> ranked((size_t)nbk_max * M);
+        DeviceBuffer<uint16_t> steady_k((size_t)nbk_max * kSteady * kD), steady_v(steady_k.size());
+        const int64_t cache_tokens = std::max<int64_t>(r * kTokensPerCluster, N / 20);  // 5% of the context
+        DeviceBuffer<uint16_t> cache_k((size_t)nbk_max * cache_tokens * kD), cache_v(cache_k.size());
+        DeviceBuffer<uint16_t> xk((size_t)nbk_max * cap * kD), xv(xk.size());
+        dev_memset(steady_k.get(), 0x3C, steady_k.bytes()), dev_memset(steady_v.get(), 0x3C, steady_v.bytes());
+        dev_memset(cache_k.get(), 0x3C, cache_k.bytes()), dev_memset(cache_v.get(), 0x3C, cache_v.bytes());
+        for (size_t bi = 0; bi < Bs.size(); ++bi) {
+            const int B = Bs[bi], nbk = B * kHkv;
+            ClusterScoreShape cs{B, kHkv, kG, M, kD, 0.0f};
+            DeviceBuffer<char> rw(cluster_rank_workspace(cs));
+            // execution-buffer segments: steady zone, then r clusters, hits from the cache, misses from
+            // the pinned store (the mapping-table lookup is host work and is not timed here)
+            std::vector<CopySegment> segs;
+            std::bernoulli_distribution hit(kHitRatio);
+            std::uniform_int_distribution<int64_t> cpick(0, cache_tokens / kTokensPerCluster - 1),
+                hpick(0, cpu_tokens / kTokensPerCluster - 1);
+            int64_t misses = 0;
+            for (int bk = 0; bk < nbk; ++bk) {
+                uint16_t* dk = xk.get() + (size_t)bk * cap * kD;
+                uint16_t* dv = xv.get() + (size_t)bk * cap * kD;
+                segs.push_back({steady_k.get() + (size_t)bk * kSteady * kD, steady_v.get() + (size_t)bk * kSteady * kD,
+                                dk, dv, kSteady});
+                for (int i = 0; i < r; ++i) {
+                    const size_t dst = ((size_t)kSteady + (size_t)i * kTokensPerCluster) * kD;
+                    if (hit(rng)) {
+                        const size_t src = ((size_t)bk * cache_tokens + cpick(rng) * kTokensPerCluster) * kD;
+                        segs.push_back({cache_k.get() + src, cache_v.get() + src, dk + dst, dv + dst, kTokensPerCluster});
+                    } else {
+                        const size_t src = (size_t)hpick(rng) * kTokensPerCluster * kD;
+                        segs.push_back({h_k + src, h_v + src, dk + dst, dv + dst, kTokensPerCluster});
+                        ++misses;
+                    }
+                }
+            }
+            auto dsegs = upload(segs);
+            DecodeShape ws;
+            ws.batch = B, ws.kv_heads = kHkv, ws.group = kG, ws.d = kD, ws.capacity = cap, ws.split = 256;
+            DeviceBuffer<float> wwork(decode_workspace_floats(ws));
+            const auto select = [&] {
+                cluster_rank(cs, dq.get(), cent.get(), nullptr, agg.get(), ranked.get(), rw.get(), rw.size());
+            };
+            const auto estimate = [&] {
+                estimate_attention(cs, e, dest.get(), dq.get(), cent.get(), vsum.get(), dsizes.get(), eo.get(), el.get());
+            };
+            const auto gather = [&] { copy_segments(dsegs.get(), (int)segs.size(), kD, kSteady); };
+            const auto attend = [&] {
+                decode_attention(ws, dq.get(), xk.get(), xv.get(), nullptr, eo.get(), el.get(), out.get(), lse.get(),
+                                 wwork.get());
+            };
+            const double t_sel = median_us(select, reps), t_est = median_us(estimate, reps);
+            const double t_gat = median_us(gather, reps), t_att = median_us(attend, reps);
+            const double t_step = median_us([&] { select(), estimate(), gather(), attend(); }, reps);
+            const std::string p = shape("B=%ld N=%ld Hq=%ld Hkv=%ld d=%ld", B, N, kHq, kHkv, kD);
+            BenchRow w;
+            w.name = "wave_step", w.params = p, w.time_us = t_step;
+            w.ceiling = full_us[bi], w.ceiling_name = "full_decode time (us) at this shape";
+            w.fraction = t_step / full_us[bi];
+            w.unit = "us";
+            w.rate = t_step;
+            char buf[600];
+            std::snprintf(buf, sizeof buf,
+                          "\"select_us\": %.3f, \"estimate_us\": %.3f, \"gather_us\": %.3f, \"attend_us\": %.3f, "
+                          "\"full_us\": %.3f, \"speedup_vs_full\": %.4f, \"clusters\": %d, \"retrieval\": %d, "
+                          "\"estimation\": %d, \"exec_tokens\": %d, \"hit_ratio_assumed\": %.2f, "
+                          "\"pcie_bytes\": %.0f",
+                          t_sel, t_est, t_gat, t_att, full_us[bi], full_us[bi] / t_step, M, r, e, cap, kHitRatio,
+                          (double)misses * kTokensPerCluster * kD * 2 * 2);
+            w.extra = buf;
+            rows.push_back(w);
+            rows.push_back(bw_row("cluster_rank", p, t_sel, (double)nbk * M * kD * 2, c.d2d_bytes_per_s, "D2D copy"));
+            rows.push_back(bw_row("estimate_attention", p, t_est, 2.0 * nbk * e * kD * 2, c.d2d_bytes_per_s, "D2D copy"));
+            rows.push_back(bw_row("exec_decode", p + shape(" exec=%ld", cap), t_att, 2.0 * nbk * cap * kD * 2,
+                                  c.d2d_bytes_per_s, "D2D copy"));
+        }
+    }
+    pinned_free(h_k), pinned_free(h_v);
+
+    // ---- k-means (one KV head's 32K prompt keys, the wave index build) ----
+    {
+        const int n = o.quick ? 8192 : 32768, d = kD;
+        std::normal_distribution<float> nd;
+        std::vector<float> x((size_t)n * d);
+        for (auto& v : x) v = nd(rng);
+        KMeansParams kp;  // defaults: 16 tokens per cluster, segments of 8192 rows, 10 passes
+        const KMeansPlan plan = kmeans_plan(n, kp);
+        const int S = plan.segments(), ks = plan.k / S;
+        auto dx = upload(x);
+        auto dc = upload(std::vector<float>(x.begin(), x.begin() + (size_t)plan.k * d));
+        auto drb = upload(plan.row_begin), dcb = upload(plan.cluster_begin);
+        DeviceBuffer<int32_t> da((size_t)n);
+        const double us = median_us(
+            [&] { kmeans_assign(dx.get(), n, d, dc.get(), plan.k, drb.get(), dcb.get(), S, false, da.get()); }, reps);
+        BenchRow a;
+        a.name = "kmeans_assign", a.params = shape("n=%ld d=%ld k=%ld segments=%ld", n, d, plan.k, S);
+        a.time_us = us, a.flops = 2.0 * n * d * ks, a.rate = a.flops / (us * 1e-6), a.unit = "FLOP/s";
+        a.ceiling = c.fp32_flop_per_s, a.ceiling_name = "FP32 FMA peak";
+        a.fraction = a.ceiling > 0 ? a.rate / a.ceiling : 0;
+        rows.push_back(a);
+        const auto t0 = std::chrono::steady_clock::now();
+        segmented_kmeans_gpu(x.data(), n, d, kp);
+        const double wall = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+        BenchRow f;
+        f.name = "kmeans_segmented_gpu", f.params = a.params + " iters=10 (host wall time incl. copies)";
+        f.time_us = wall, f.flops = 2.0 * n * d * ks * (kp.iters - 1) + 2.0 * n * d * plan.k;
+        f.rate = f.flops / (wall * 1e-6), f.unit = "FLOP/s", f.ceiling = c.fp32_flop_per_s;
+        f.ceiling_name = "FP32 FMA peak", f.fraction = f.ceiling > 0 ? f.rate / f.ceiling : 0;
+        rows.push_back(f);
+    }
+    return rows;
+}
+
+}  // namespace retro::cuda

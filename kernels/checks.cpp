@@ -1,0 +1,493 @@
+// Check bodies and microbenchmarks of the CUDA kernels (checks.hpp). Host code only: the kernels are
+// reached through cuda_api.hpp.
+#include "checks.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "attention/attention.hpp"
+#include "attention/cluster_rank.hpp"
+#include "cluster/kmeans.hpp"
+#include "core/half.hpp"
+#include "cuda_api.hpp"
+
+namespace retro::cuda {
+
+namespace {
+
+// Tolerances. Inputs are rounded to fp16 once and the CPU reference reads the same rounded values, so
+// what is compared is fp32 accumulation (GPU, __expf) against double accumulation (CPU): relative L2
+// errors are ~1e-6; the bounds leave room for long sums and fast exp without hiding real bugs (a wrong
+// index or a missed token moves the output by far more than 1e-3).
+constexpr double kTolAttention = 1e-3;
+constexpr double kTolLse = 1e-4;
+constexpr double kTolAgg = 1e-4;
+
+std::string fmt(const char* f, double a = 0, double b = 0, double c = 0, double d = 0, double e = 0) {
+    char buf[256];
+    std::snprintf(buf, sizeof buf, f, a, b, c, d, e);
+    return buf;
+}
+
+// fp16 bits [n] and their float values [n] (the reference reads the floats).
+struct Half {
+    std::vector<uint16_t> bits;
+    std::vector<float> f;
+};
+Half random_half(size_t n, std::mt19937& rng, float sigma = 1.0f) {
+    std::normal_distribution<float> nd(0.0f, sigma);
+    Half h;
+    h.bits.resize(n);
+    h.f.resize(n);
+    for (size_t i = 0; i < n; ++i) {
+        h.bits[i] = float_to_half(nd(rng));
+        h.f[i] = half_to_float(h.bits[i]);
+    }
+    return h;
+}
+std::vector<float> random_float(size_t n, std::mt19937& rng, float sigma = 1.0f) {
+    std::normal_distribution<float> nd(0.0f, sigma);
+    std::vector<float> v(n);
+    for (auto& x : v) x = nd(rng);
+    return v;
+}
+
+template <class T>
+DeviceBuffer<T> upload(const std::vector<T>& v) {
+    DeviceBuffer<T> b(v.size());
+    if (!v.empty()) copy_h2d(b.get(), v.data(), b.bytes());
+    return b;
+}
+template <class T>
+std::vector<T> download(const DeviceBuffer<T>& b) {
+    std::vector<T> v(b.size());
+    if (!v.empty()) copy_d2h(v.data(), b.get(), b.bytes());
+    return v;
+}
+template <class T>
+void poison(DeviceBuffer<T>& b) {
+    dev_memset(b.get(), kPoisonByte, b.bytes());
+}
+
+float scale_of(int d) { return 1.0f / std::sqrt((float)d); }
+
+// ---------------------------------------------------------------------------------------------------
+// cluster_rank vs group_cluster_weights + rank_clusters
+// ---------------------------------------------------------------------------------------------------
+
+void check_cluster_rank(Checker& c) {
+    struct Case { int B, Hkv, g, M, d; float valid_frac, qsigma; };
+    const Case cases[] = {{1, 1, 4, 64, 128, 1.0f, 1.0f}, {2, 2, 4, 1000, 128, 0.9f, 2.0f},
+                          {1, 2, 8, 4096, 64, 0.95f, 1.0f}, {3, 1, 1, 333, 256, 0.5f, 3.0f}};
+    std::mt19937 rng(12345);
+    for (const Case& k : cases) {
+        ClusterScoreShape s{k.B, k.Hkv, k.g, k.M, k.d, 0.0f};
+        const int nbk = k.B * k.Hkv, Hq = k.Hkv * k.g;
+        const auto q = random_float((size_t)k.B * Hq * k.d, rng, k.qsigma);
+        const Half cent = random_half((size_t)nbk * k.M * k.d, rng);
+        std::vector<uint8_t> valid((size_t)nbk * k.M);
+        std::bernoulli_distribution bern(k.valid_frac);
+        for (auto& v : valid) v = bern(rng) ? 1 : 0;
+        for (int bk = 0; bk < nbk; ++bk) valid[(size_t)bk * k.M] = 1;  // at least one valid per segment
+
+        auto dq = upload(q);
+        auto dc = upload(cent.bits);
+        auto dv = upload(valid);
+        DeviceBuffer<float> dagg((size_t)nbk * k.M);
+        DeviceBuffer<int32_t> drank((size_t)nbk * k.M);
+        DeviceBuffer<char> dwork(cluster_rank_workspace(s));
+        poison(dagg), poison(drank);
+        cluster_rank(s, dq.get(), dc.get(), dv.get(), dagg.get(), drank.get(), dwork.get(), dwork.size());
+        synchronize();
+        const auto agg = download(dagg);
+        const auto ranked = download(drank);
+
+        const std::string tag = fmt("B=%g Hkv=%g g=%g M=%g d=%g", k.B, k.Hkv, k.g, k.M, k.d);
+        std::vector<float> scores((size_t)k.g * k.M), ragg, w, got_v, ref_v;
+        for (int bk = 0; bk < nbk; ++bk) {
+            const int b = bk / k.Hkv, kvh = bk % k.Hkv;
+            for (int h = 0; h < k.g; ++h)
+                attention_scores(q.data() + ((size_t)b * Hq + (size_t)kvh * k.g + h) * k.d,
+                                 cent.f.data() + (size_t)bk * k.M * k.d, k.M, k.d, scale_of(k.d),
+                                 scores.data() + (size_t)h * k.M);
+            std::vector<int> vids;
+            for (int j = 0; j < k.M; ++j)
+                if (valid[(size_t)bk * k.M + j]) vids.push_back(j);
+            group_cluster_weights(scores.data(), k.g, k.M, vids, GroupRank::sum, ragg, w);
+            const auto order = rank_clusters(ragg, vids);
+            for (int j : vids) got_v.push_back(agg[(size_t)bk * k.M + j]), ref_v.push_back(ragg[(size_t)j]);
+            // invalid clusters must rank after every valid one
+            const int ne = (int)vids.size();
+            bool tail_ok = true;
+            std::set<int> seen;
+            for (int i = 0; i < k.M; ++i) {
+                const int id = ranked[(size_t)bk * k.M + i];
+                if (id < 0 || id >= k.M || !seen.insert(id).second) tail_ok = false;
+                else if ((i < ne) != (valid[(size_t)bk * k.M + id] != 0)) tail_ok = false;
+            }
+            c.expect(tail_ok, tag + ": ranked ids are a permutation with the valid clusters first");
+            // top-(r+e) set: a cluster the GPU picks but the CPU does not must tie (within float error)
+            // with the CPU's last pick; near-equal aggregates may swap across the boundary.
+            const int top = std::max(1, (int)std::lround(ne * 0.25));
+            const std::set<int> ref_top(order.begin(), order.begin() + top);
+            const float kth = ragg[(size_t)order[(size_t)top - 1]];
+            int swapped = 0, bad = 0;
+            for (int i = 0; i < top; ++i) {
+                const int id = ranked[(size_t)bk * k.M + i];
+                if (id < 0 || id >= k.M || ref_top.count(id)) continue;
+                ++swapped;
+                if (!(ragg[(size_t)id] >= kth - 1e-5f * (std::fabs(kth) + 1e-6f))) ++bad;
+            }
+            c.expect(bad == 0, tag + fmt(": %g of the top %g differ from the CPU's beyond ties", bad, top));
+            if (swapped) c.note(tag + fmt(": %g boundary ties swapped", swapped));
+        }
+        c.expect_close(tag + " agg", got_v.data(), ref_v.data(), got_v.size(), kTolAgg);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------
+// estimate_attention vs add_estimated_cluster
+// ---------------------------------------------------------------------------------------------------
+
+void check_estimate(Checker& c) {
+    struct Case { int B, Hkv, g, M, E, d; };
+    const Case cases[] = {{1, 1, 4, 256, 0, 128}, {1, 1, 4, 256, 1, 128},   {1, 1, 4, 256, 50, 128},
+                          {3, 2, 4, 2048, 500, 128}, {1, 1, 8, 512, 100, 256}, {2, 2, 2, 300, 77, 64}};
+    std::mt19937 rng(777);
+    for (const Case& k : cases) {
+        ClusterScoreShape s{k.B, k.Hkv, k.g, k.M, k.d, 0.0f};
+        const int nbk = k.B * k.Hkv, Hq = k.Hkv * k.g;
+        const auto q = random_float((size_t)k.B * Hq * k.d, rng, 1.5f);
+        const Half cent = random_half((size_t)nbk * k.M * k.d, rng);
+        std::uniform_int_distribution<int> sz(1, 32);
+        std::vector<int32_t> sizes((size_t)nbk * k.M);
+        for (auto& x : sizes) x = sz(rng);
+        Half vs = random_half((size_t)nbk * k.M * k.d, rng, 4.0f);  // value sums ~ sqrt(size) * N(0, 1)
+        std::vector<int32_t> ids((size_t)nbk * k.E);
+        for (int bk = 0; bk < nbk; ++bk) {
+            std::vector<int32_t> perm((size_t)k.M);
+            std::iota(perm.begin(), perm.end(), 0);
+            std::shuffle(perm.begin(), perm.end(), rng);
+            std::copy(perm.begin(), perm.begin() + k.E, ids.begin() + (size_t)bk * k.E);
+        }
+        auto dq = upload(q);
+        auto dc = upload(cent.bits);
+        auto dvs = upload(vs.bits);
+        auto dsz = upload(sizes);
+        auto dids = upload(ids);
+        DeviceBuffer<float> dout((size_t)k.B * Hq * k.d), dlse((size_t)k.B * Hq);
+        poison(dout), poison(dlse);
+        estimate_attention(s, k.E, dids.get(), dq.get(), dc.get(), dvs.get(), dsz.get(), dout.get(), dlse.get());
+        synchronize();
+        const auto out = download(dout);
+        const auto lse = download(dlse);
+
+        std::vector<float> rout(out.size()), rlse(lse.size());
+        for (int bk = 0; bk < nbk; ++bk) {
+            const int b = bk / k.Hkv, kvh = bk % k.Hkv;
+            for (int h = 0; h < k.g; ++h) {
+                const size_t qh = (size_t)b * Hq + (size_t)kvh * k.g + h;
+                PartialAttention p(k.d);
+                for (int t = 0; t < k.E; ++t) {
+                    const int cl = ids[(size_t)bk * k.E + t];
+                    const float* cc = cent.f.data() + ((size_t)bk * k.M + cl) * k.d;
+                    float sc;
+                    attention_scores(q.data() + qh * k.d, cc, 1, k.d, scale_of(k.d), &sc);
+                    add_estimated_cluster(p, sc, sizes[(size_t)bk * k.M + cl],
+                                          vs.f.data() + ((size_t)bk * k.M + cl) * k.d, k.d);
+                }
+                p.output(rout.data() + qh * k.d);
+                rlse[qh] = (float)p.lse();
+            }
+        }
+        const std::string tag = fmt("B=%g Hkv=%g g=%g E=%g d=%g", k.B, k.Hkv, k.g, k.E, k.d);
+        if (k.E == 0) {
+            c.expect(std::all_of(out.begin(), out.end(), [](float x) { return x == 0.0f; }), tag + ": out = 0");
+            c.expect(std::all_of(lse.begin(), lse.end(), [](float x) { return std::isinf(x) && x < 0; }),
+                     tag + ": lse = -inf");
+            continue;
+        }
+        c.expect_close(tag + " out", out.data(), rout.data(), out.size(), kTolAttention);
+        c.expect_close(tag + " lse", lse.data(), rlse.data(), lse.size(), kTolLse);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------
+// copy_segments (zero-copy and memcpy variants) and the admission scatter vs host copies
+// ---------------------------------------------------------------------------------------------------
+
+// Where a segment reads from, in token rows of the three sources, and where it writes.
+struct SegSpec {
+    int src;  // 0 steady (device), 1 block cache (device), 2 CPU store (pinned host)
+    int64_t src_row, dst_row, tokens;
+};
+
+void check_copy_segments(Checker& c) {
+    std::mt19937 rng(4242);
+    for (const int d : {64, 128}) {
+        for (int rep = 0; rep < 2; ++rep) {
+            const int64_t n_steady = 68, n_cache = 2000, n_cpu = 5000;
+            const size_t tb = (size_t)d;  // halves per token
+            const Half steady_k = random_half(n_steady * tb, rng), steady_v = random_half(n_steady * tb, rng);
+            const Half cache_k = random_half(n_cache * tb, rng), cache_v = random_half(n_cache * tb, rng);
+            const Half cpu_k = random_half(n_cpu * tb, rng), cpu_v = random_half(n_cpu * tb, rng);
+            // execution buffer: steady zone, then clusters from the cache or the CPU store, in rank order
+            std::vector<SegSpec> specs{{0, 0, 0, n_steady}};
+            int64_t row = n_steady;
+            std::uniform_int_distribution<int> len(1, 40), src(1, 2);
+            for (int i = 0; i < 60; ++i) {
+                const int s = src(rng);
+                const int64_t L = len(rng);
+                const int64_t lim = (s == 1 ? n_cache : n_cpu) - L;
+                specs.push_back({s, std::uniform_int_distribution<int64_t>(0, lim)(rng), row, L});
+                row += L;
+            }
+            const int64_t cap = row + 17;  // slack rows past the end must stay poisoned
+            int64_t max_tok = 0;
+            for (auto& sp : specs) max_tok = std::max(max_tok, sp.tokens);
+
+            auto d_sk = upload(steady_k.bits), d_sv = upload(steady_v.bits);
+            auto d_ck = upload(cache_k.bits), d_cv = upload(cache_v.bits);
+            uint16_t* h_k = static_cast<uint16_t*>(pinned_alloc(cpu_k.bits.size() * 2));
+            uint16_t* h_v = static_cast<uint16_t*>(pinned_alloc(cpu_v.bits.size() * 2));
+            std::memcpy(h_k, cpu_k.bits.data(), cpu_k.bits.size() * 2);
+            std::memcpy(h_v, cpu_v.bits.data(), cpu_v.bits.size() * 2);
+            DeviceBuffer<uint16_t> ek((size_t)cap * tb), ev((size_t)cap * tb);
+
+            std::vector<CopySegment> segs;
+            std::vector<uint16_t> ref_k((size_t)cap * tb, 0xFFFF), ref_v((size_t)cap * tb, 0xFFFF);
+            for (const auto& sp : specs) {
+                const uint16_t* sk = sp.src == 0 ? d_sk.get() : sp.src == 1 ? d_ck.get() : h_k;
+                const uint16_t* sv = sp.src == 0 ? d_sv.get() : sp.src == 1 ? d_cv.get() : h_v;
+                segs.push_back({sk + sp.src_row * tb, sv + sp.src_row * tb, ek.get() + sp.dst_row * tb,
+                                ev.get() + sp.dst_row * tb, sp.tokens});
+                const Half& hk = sp.src == 0 ? steady_k : sp.src == 1 ? cache_k : cpu_k;
+                const Half& hv = sp.src == 0 ? steady_v : sp.src == 1 ? cache_v : cpu_v;
+                std::copy_n(hk.bits.begin() + sp.src_row * tb, sp.tokens * tb, ref_k.begin() + sp.dst_row * tb);
+                std::copy_n(hv.bits.begin() + sp.src_row * tb, sp.tokens * tb, ref_v.begin() + sp.dst_row * tb);
+            }
+            auto dsegs = upload(segs);
+            const std::string tag = fmt("d=%g rep=%g", d, rep);
+            for (int variant = 0; variant < 2; ++variant) {
+                poison(ek), poison(ev);
+                if (variant == 0) copy_segments(dsegs.get(), (int)segs.size(), d, max_tok);
+                else copy_segments_memcpy(segs.data(), (int)segs.size(), d);
+                synchronize();
+                const auto gk = download(ek), gv = download(ev);
+                c.expect(gk == ref_k && gv == ref_v,
+                         tag + (variant == 0 ? ": zero-copy kernel" : ": cudaMemcpyAsync") +
+                             " execution buffer differs from the host copy");
+            }
+            // admission scatter: the CPU-sourced clusters of the execution buffer go to cache slots
+            DeviceBuffer<uint16_t> ck((size_t)n_cache * tb), cv((size_t)n_cache * tb);
+            poison(ck), poison(cv);
+            std::vector<CopySegment> adm;
+            std::vector<uint16_t> rk((size_t)n_cache * tb, 0xFFFF), rv((size_t)n_cache * tb, 0xFFFF);
+            int64_t slot = 0;
+            for (const auto& sp : specs) {
+                if (sp.src != 2 || slot + sp.tokens > n_cache) continue;
+                adm.push_back({ek.get() + sp.dst_row * tb, ev.get() + sp.dst_row * tb, ck.get() + slot * tb,
+                               cv.get() + slot * tb, sp.tokens});
+                std::copy_n(ref_k.begin() + sp.dst_row * tb, sp.tokens * tb, rk.begin() + slot * tb);
+                std::copy_n(ref_v.begin() + sp.dst_row * tb, sp.tokens * tb, rv.begin() + slot * tb);
+                slot += (sp.tokens + 7) / 8 * 8;  // whole 8-token blocks per cluster, as the system model
+            }
+            auto dadm = upload(adm);
+            copy_segments(dadm.get(), (int)adm.size(), d, max_tok);
+            synchronize();
+            c.expect(download(ck) == rk && download(cv) == rv, tag + ": admission scatter differs");
+            pinned_free(h_k), pinned_free(h_v);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------
+// decode_attention vs partial_attention_ids + merge
+// ---------------------------------------------------------------------------------------------------
+
+void check_decode(Checker& c) {
+    struct Case { int B, Hkv, g, cap, split, d; bool lens, extra; float qsigma; };
+    const Case cases[] = {{1, 1, 1, 1, 512, 128, false, false, 1.0f},    {2, 2, 4, 1000, 128, 128, true, false, 2.0f},
+                          {1, 2, 8, 5000, 512, 64, false, true, 1.0f},   {1, 1, 4, 3000, 256, 256, true, true, 3.0f},
+                          {3, 1, 4, 700, 100, 128, true, true, 1.0f},    {1, 8, 4, 9000, 512, 128, false, false, 1.0f}};
+    std::mt19937 rng(99);
+    for (const Case& k : cases) {
+        DecodeShape s;
+        s.batch = k.B, s.kv_heads = k.Hkv, s.group = k.g, s.d = k.d, s.capacity = k.cap, s.split = k.split;
+        const int nbk = k.B * k.Hkv, Hq = k.Hkv * k.g;
+        const auto q = random_float((size_t)k.B * Hq * k.d, rng, k.qsigma);
+        const Half K = random_half((size_t)nbk * k.cap * k.d, rng), V = random_half((size_t)nbk * k.cap * k.d, rng);
+        std::vector<int32_t> lens((size_t)nbk, k.cap);
+        if (k.lens) {
+            std::uniform_int_distribution<int> ld(0, k.cap);
+            for (auto& l : lens) l = ld(rng);
+            lens[0] = 0;  // an empty execution buffer: only the extra partial (or nothing) remains
+        }
+        std::vector<float> xo, xl;
+        if (k.extra) {
+            xo = random_float((size_t)k.B * Hq * k.d, rng);
+            xl = random_float((size_t)k.B * Hq, rng, 2.0f);
+            xl[1 % xl.size()] = -INFINITY;  // an empty estimation partial
+        }
+        auto dq = upload(q);
+        auto dk = upload(K.bits), dv = upload(V.bits);
+        auto dl = upload(lens);
+        auto dxo = upload(xo), dxl = upload(xl);
+        DeviceBuffer<float> dout((size_t)k.B * Hq * k.d), dlse((size_t)k.B * Hq), dw(decode_workspace_floats(s));
+        poison(dout), poison(dlse), poison(dw);
+        decode_attention(s, dq.get(), dk.get(), dv.get(), k.lens ? dl.get() : nullptr, k.extra ? dxo.get() : nullptr,
+                         k.extra ? dxl.get() : nullptr, dout.get(), dlse.get(), dw.get());
+        synchronize();
+        const auto out = download(dout), lse = download(dlse);
+
+        std::vector<float> rout(out.size()), rlse(lse.size());
+        for (int bk = 0; bk < nbk; ++bk) {
+            const int b = bk / k.Hkv, kvh = bk % k.Hkv;
+            std::vector<int32_t> ids((size_t)lens[(size_t)bk]);
+            std::iota(ids.begin(), ids.end(), 0);
+            for (int h = 0; h < k.g; ++h) {
+                const size_t qh = (size_t)b * Hq + (size_t)kvh * k.g + h;
+                PartialAttention p = partial_attention_ids(q.data() + qh * k.d, K.f.data() + (size_t)bk * k.cap * k.d,
+                                                           V.f.data() + (size_t)bk * k.cap * k.d, ids, k.d,
+                                                           scale_of(k.d));
+                if (k.extra && std::isfinite(xl[qh])) {
+                    PartialAttention e(k.d);  // (out, lse) as a partial: m = lse, l = 1, acc = out
+                    e.m = xl[qh], e.l = 1.0;
+                    for (int j = 0; j < k.d; ++j) e.acc[(size_t)j] = xo[qh * k.d + j];
+                    merge(p, e);
+                }
+                p.output(rout.data() + qh * k.d);
+                rlse[qh] = (float)p.lse();
+            }
+        }
+        const std::string tag = fmt("B=%g Hkv=%g g=%g cap=%g d=%g", k.B, k.Hkv, k.g, k.cap, k.d) +
+                                fmt(" split=%g lens=%g extra=%g", k.split, k.lens, k.extra);
+        c.expect_close(tag + " out", out.data(), rout.data(), out.size(), kTolAttention);
+        c.expect_close(tag + " lse", lse.data(), rlse.data(), lse.size(), kTolLse);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------
+// k-means
+// ---------------------------------------------------------------------------------------------------
+
+// Rows drawn around `centers` random directions (so assignments are well separated, as real keys are
+// far from uniform) plus a common offset (what centering removes).
+std::vector<float> clustered_rows(int n, int d, int centers, std::mt19937& rng) {
+    const auto cen = random_float((size_t)centers * d, rng, 1.0f);
+    const auto off = random_float((size_t)d, rng, 2.0f);
+    std::normal_distribution<float> noise(0.0f, 0.3f);
+    std::uniform_int_distribution<int> pick(0, centers - 1);
+    std::vector<float> x((size_t)n * d);
+    for (int i = 0; i < n; ++i) {
+        const int j = pick(rng);
+        for (int e = 0; e < d; ++e) x[(size_t)i * d + e] = cen[(size_t)j * d + e] + off[(size_t)e] + noise(rng);
+    }
+    return x;
+}
+
+double dot(const float* a, const float* b, int d) {
+    double s = 0;
+    for (int e = 0; e < d; ++e) s += (double)a[e] * b[e];
+    return s;
+}
+
+void check_kmeans_assign(Checker& c) {
+    struct Case { int n, k, d, S; };
+    const Case cases[] = {{1, 1, 32, 1}, {3000, 100, 128, 1}, {5000, 300, 128, 3}, {777, 50, 256, 2}, {2048, 64, 64, 4}};
+    std::mt19937 rng(2024);
+    for (const Case& k : cases) {
+        const auto x = random_float((size_t)k.n * k.d, rng);
+        const auto cen = random_float((size_t)k.k * k.d, rng);
+        KMeansParams kp;
+        kp.k = k.k, kp.segment = k.S == 1 ? 0 : (k.n + k.S - 1) / k.S;
+        const KMeansPlan plan = kmeans_plan(k.n, kp);
+        const int S = plan.segments();
+        auto dx = upload(x);
+        auto dc = upload(cen);
+        auto drb = upload(plan.row_begin), dcb = upload(plan.cluster_begin);
+        DeviceBuffer<int32_t> da((size_t)k.n);
+        for (const bool global : {false, true}) {
+            poison(da);
+            kmeans_assign(dx.get(), k.n, k.d, dc.get(), plan.k, drb.get(), dcb.get(), S, global, da.get());
+            synchronize();
+            const auto got = download(da);
+            std::vector<int32_t> ref((size_t)k.n);
+            for (int s = 0; s < S; ++s) {
+                const int r0 = plan.row_begin[s], ns = plan.row_begin[s + 1] - r0;
+                const int c0 = global ? 0 : plan.cluster_begin[s], ks = global ? plan.k : plan.cluster_begin[s + 1] - c0;
+                assign_max_inner_product(x.data() + (size_t)r0 * k.d, ns, cen.data() + (size_t)c0 * k.d, ks, k.d,
+                                         ref.data() + r0);
+                for (int i = 0; i < ns; ++i) ref[(size_t)r0 + i] += c0;
+            }
+            // a different pick is fine only when its inner product ties the reference's (float order)
+            int diff = 0, bad = 0;
+            for (int i = 0; i < k.n; ++i) {
+                const int g = got[(size_t)i], r = ref[(size_t)i];
+                if (g == r) continue;
+                ++diff;
+                const float* xi = x.data() + (size_t)i * k.d;
+                const double best = dot(xi, cen.data() + (size_t)r * k.d, k.d);
+                if (g < 0 || g >= plan.k || dot(xi, cen.data() + (size_t)g * k.d, k.d) < best - 1e-4 * (std::fabs(best) + 1))
+                    ++bad;
+            }
+            const std::string tag = fmt("n=%g k=%g d=%g S=%g global=%g", k.n, k.k, k.d, S, global);
+            c.expect(bad == 0, tag + fmt(": %g rows assigned to a worse centroid", bad));
+            if (diff) c.note(tag + fmt(": %g rows differ by a tie", diff));
+        }
+    }
+}
+
+void check_kmeans_full(Checker& c) {
+    struct Case { int n, d, segment; double tpc; int iters; };
+    const Case cases[] = {{4096, 128, 1024, 16, 10}, {3000, 64, 0, 32, 5}, {2000, 128, 500, 16, 1}};
+    std::mt19937 rng(31337);
+    for (const Case& k : cases) {
+        const auto x = clustered_rows(k.n, k.d, 40, rng);
+        KMeansParams kp;
+        kp.segment = k.segment, kp.tokens_per_cluster = k.tpc, kp.iters = k.iters;
+        const KMeansResult ref = segmented_kmeans(x.data(), k.n, k.d, kp);
+        const KMeansResult got = segmented_kmeans_gpu(x.data(), k.n, k.d, kp);
+        const std::string tag = fmt("n=%g d=%g segment=%g iters=%g", k.n, k.d, k.segment, k.iters);
+        c.expect(got.k == ref.k && got.assign.size() == ref.assign.size(), tag + ": shape");
+        if (got.k != ref.k) continue;
+        int same = 0;
+        for (int i = 0; i < k.n; ++i) same += got.assign[(size_t)i] == ref.assign[(size_t)i];
+        // Objective: mean squared distance to the assigned (final, un-normalized) centroid.
+        auto objective = [&](const KMeansResult& r) {
+            double s = 0;
+            for (int i = 0; i < k.n; ++i) {
+                const float* ci = r.centroids.data() + (size_t)r.assign[(size_t)i] * k.d;
+                for (int e = 0; e < k.d; ++e) {
+                    const double t = x[(size_t)i * k.d + e] - ci[e];
+                    s += t * t;
+                }
+            }
+            return s / k.n;
+        };
+        const double og = objective(got), orf = objective(ref);
+        c.note(tag + fmt(": assignments equal %g / %g, objective gpu %g cpu %g", same, k.n, og, orf));
+        // The trajectories only part on float-order ties, so nearly all rows agree and the objective
+        // matches closely; a wrong update (say, not normalized) changes both by far more.
+        c.expect(same >= 0.97 * k.n, tag + ": fewer than 97% of the assignments agree with the CPU");
+        c.expect(std::fabs(og - orf) <= 0.01 * orf, tag + ": objective differs by more than 1%");
+        c.expect(std::accumulate(got.sizes.begin(), got.sizes.end(), 0) == k.n, tag + ": sizes sum to n");
+    }
+}
+
+}  // namespace
+
+std::vector<CheckCase> gpu_checks() {
+    return {{"ClusterRank", check_cluster_rank},   {"EstimateAttention", check_estimate},
+            {"CopySegments", check_copy_segments}, {"DecodeAttention", check_decode},
+            {"KMeansAssign", check_kmeans_assign}, {"KMeansSegmented", check_kmeans_full}};
+}
+
+}  // namespace retro::cuda

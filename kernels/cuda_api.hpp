@@ -1,0 +1,180 @@
+#pragma once
+// Host API of the CUDA kernels (docs/cuda.md). Plain C++: no CUDA header is needed to call it, so the
+// checks, the GTest wrappers and the gpu-check driver compile with the host compiler.
+//
+// Conventions: every pointer argument named d_* is device memory (or, where said, pinned host memory
+// read zero-copy through unified addressing); KV storage is IEEE fp16 (uint16_t bits), queries and
+// outputs float32, accumulation float32. `stream` is a cudaStream_t passed as void* (nullptr = the
+// default stream). Launchers never synchronize and never print; they throw retro::Error on a launch
+// error or an invalid argument.
+//
+// GQA layout: query head qh of a batch item belongs to KV head qh / g (g = Hq / Hkv), i.e. the g query
+// heads of one KV head are consecutive.
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <utility>
+
+#include "cluster/kmeans.hpp"
+
+namespace retro::cuda {
+
+// ---- runtime (kernels/runtime.cpp) ----
+
+/// True when a CUDA device can be used (cudaGetDeviceCount > 0 and a context can be made).
+bool device_available();
+/// Name of device 0 ("" when none) and its compute capability as major*10+minor.
+std::string device_name();
+int device_cc();
+/// FP32 FMA peak of device 0 in FLOP/s: SMs * clock * 128 lanes * 2 (the sm_80/sm_90 SM); 0 if unknown.
+double device_fp32_peak();
+
+void* dev_alloc(size_t bytes);                  ///< cudaMalloc; throws on failure
+void dev_free(void* p);                         ///< nullptr is ignored
+void* pinned_alloc(size_t bytes);               ///< cudaHostAlloc(mapped | portable)
+void pinned_free(void* p);
+void copy_h2d(void* d_dst, const void* src, size_t bytes);
+void copy_d2h(void* dst, const void* d_src, size_t bytes);
+void copy_d2d(void* d_dst, const void* d_src, size_t bytes);
+void copy_h2d_async(void* d_dst, const void* src, size_t bytes, void* stream = nullptr);
+/// Fills bytes with `byte` (0xFF = NaN in both fp32 and fp16: the checks' poison).
+void dev_memset(void* d_dst, int byte, size_t bytes);
+void synchronize();
+
+/// RAII device buffer of n elements of T.
+template <class T>
+class DeviceBuffer {
+  public:
+    DeviceBuffer() = default;
+    explicit DeviceBuffer(size_t n) : n_(n), p_(static_cast<T*>(dev_alloc(n * sizeof(T) + (n == 0)))) {}
+    ~DeviceBuffer() { dev_free(p_); }
+    DeviceBuffer(const DeviceBuffer&) = delete;
+    DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+    DeviceBuffer(DeviceBuffer&& o) noexcept : n_(o.n_), p_(o.p_) { o.p_ = nullptr, o.n_ = 0; }
+    DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
+        std::swap(n_, o.n_), std::swap(p_, o.p_);
+        return *this;
+    }
+    T* get() const { return p_; }
+    size_t size() const { return n_; }
+    size_t bytes() const { return n_ * sizeof(T); }
+
+  private:
+    size_t n_ = 0;
+    T* p_ = nullptr;
+};
+
+/// Times GPU work between start() and stop() with CUDA events on `stream` (milliseconds).
+class EventTimer {
+  public:
+    explicit EventTimer(void* stream = nullptr);
+    ~EventTimer();
+    EventTimer(const EventTimer&) = delete;
+    EventTimer& operator=(const EventTimer&) = delete;
+    void start();
+    void stop();
+    float elapsed_ms();  ///< synchronizes on the stop event
+
+  private:
+    void* stream_;
+    void* a_ = nullptr;
+    void* b_ = nullptr;
+};
+
+// ---- cluster scoring (kernels/attention.cu; CPU reference: lib/attention/cluster_rank) ----
+
+struct ClusterScoreShape {
+    int batch = 1;     ///< B
+    int kv_heads = 1;  ///< Hkv
+    int group = 1;     ///< g query heads per KV head (<= 8)
+    int clusters = 0;  ///< M clusters per (batch, KV head)
+    int d = 128;       ///< head dim, multiple of 32, <= 256
+    float scale = 0;   ///< score scale (1/sqrt(d) when 0)
+};
+
+/// Bytes of device scratch cluster_rank needs (scores and the segmented sort's temporaries).
+size_t cluster_rank_workspace(const ClusterScoreShape& s);
+
+/// Ranks the clusters of every (b, kv head): agg[j] = sum over the group's g heads of
+/// softmax_j(scale * q_h . c_j) over the valid clusters; ranked = cluster ids by agg descending, ties by
+/// lower id (invalid clusters last). The caller takes the first r (retrieval) and next e (estimation).
+/// d_q: [B, Hkv*g, d] f32; d_centroids: [B*Hkv, M, d] fp16; d_valid: [B*Hkv, M] uint8 (nullptr = all);
+/// d_agg: [B*Hkv, M] f32 out (invalid = -inf); d_ranked: [B*Hkv, M] int32 out;
+/// d_work: cluster_rank_workspace(s) bytes.
+void cluster_rank(const ClusterScoreShape& s, const float* d_q, const uint16_t* d_centroids,
+                  const uint8_t* d_valid, float* d_agg, int32_t* d_ranked, void* d_work, size_t work_bytes,
+                  void* stream = nullptr);
+
+// ---- estimation zone (CPU reference: lib/attention add_estimated_cluster) ----
+
+/// Estimated attention over E clusters per (b, kv head) (RetroInfer Eq. 2-4): each cluster counts
+/// size_j times with score scale * q.c_j and value vsum_j / size_j. Writes out = acc / l and
+/// lse = m + log l per query head (out 0 and lse -inf when E = 0 or all sizes are 0).
+/// d_ids: [B*Hkv, E] int32 cluster ids (< M); d_centroids, d_vsums: [B*Hkv, M, d] fp16;
+/// d_sizes: [B*Hkv, M] int32; d_q: [B, Hkv*g, d] f32; d_out: [B, Hkv*g, d] f32; d_lse: [B, Hkv*g] f32.
+void estimate_attention(const ClusterScoreShape& s, int E, const int32_t* d_ids, const float* d_q,
+                        const uint16_t* d_centroids, const uint16_t* d_vsums, const int32_t* d_sizes,
+                        float* d_out, float* d_lse, void* stream = nullptr);
+
+// ---- execution-buffer assembly (CPU reference: copy_segments_ref in kernels/checks.cpp) ----
+
+/// One contiguous run of tokens copied from (src_k, src_v) to (dst_k, dst_v); each token is d fp16.
+/// Sources may be device memory or pinned host memory (zero-copy reads through UVA); destinations are
+/// device memory. Pointers must be 16-byte aligned and d a multiple of 8.
+struct CopySegment {
+    const uint16_t* src_k = nullptr;
+    const uint16_t* src_v = nullptr;
+    uint16_t* dst_k = nullptr;
+    uint16_t* dst_v = nullptr;
+    int64_t tokens = 0;
+};
+
+/// Copies every segment with one kernel (one block per 64 tokens of a segment).
+/// d_segs: [n] in device memory; max_tokens >= the longest segment's tokens (sizes the grid).
+/// Used for the execution buffer (steady zone + GPU block-cache blocks + zero-copy CPU blocks) and for
+/// the cache admission scatter (execution buffer -> cache slots).
+void copy_segments(const CopySegment* d_segs, int n, int d, int64_t max_tokens, void* stream = nullptr);
+
+/// The comparison variant: one cudaMemcpyAsync per segment and tensor. h_segs: [n] in host memory.
+void copy_segments_memcpy(const CopySegment* h_segs, int n, int d, void* stream = nullptr);
+
+// ---- decode attention (flash-decoding; CPU reference: lib/attention partial_attention_ids + merge) ----
+
+struct DecodeShape {
+    int batch = 1;
+    int kv_heads = 1;
+    int group = 1;      ///< <= 8
+    int d = 128;        ///< 64, 128 or 256
+    int capacity = 0;   ///< token rows per (b, kv head) in K/V (the row stride)
+    int split = 512;    ///< tokens per split (one block each)
+    float scale = 0;    ///< 1/sqrt(d) when 0
+    int splits() const { return (capacity + split - 1) / split; }
+};
+
+/// Floats of workspace decode_attention needs: B * Hkv*g * splits * (d + 2).
+size_t decode_workspace_floats(const DecodeShape& s);
+
+/// out = attention of each query head over its KV head's first lens[b*Hkv + kvh] tokens (all capacity
+/// when d_lens is null), merged by LSE with an extra partial (d_extra_out, d_extra_lse: the estimation
+/// zone) when given. d_q: [B, Hkv*g, d] f32; d_k, d_v: [B*Hkv, capacity, d] fp16;
+/// d_lens: [B*Hkv] int32 or null; d_extra_out: [B, Hkv*g, d] f32 or null; d_extra_lse: [B, Hkv*g] or null;
+/// d_out: [B, Hkv*g, d] f32; d_lse: [B, Hkv*g] f32 or null; d_work: decode_workspace_floats(s) floats.
+void decode_attention(const DecodeShape& s, const float* d_q, const uint16_t* d_k, const uint16_t* d_v,
+                      const int32_t* d_lens, const float* d_extra_out, const float* d_extra_lse,
+                      float* d_out, float* d_lse, float* d_work, void* stream = nullptr);
+
+// ---- segmented k-means (kernels/kmeans.cu; CPU reference: lib/cluster/kmeans) ----
+
+/// assign[i] = argmax_{j in [c_begin[seg(i)], c_end[seg(i)])} x_i . c_j (lowest j on ties), where row i
+/// lies in segment seg(i) = the s with row_begin[s] <= i < row_begin[s+1]. global_assign: every row
+/// against all k centroids. d_x: [n, d] f32; d_c: [k, d] f32; d_row_begin, d_cluster_begin: [S + 1];
+/// d_assign: [n] int32 out.
+void kmeans_assign(const float* d_x, int n, int d, const float* d_c, int k, const int32_t* d_row_begin,
+                   const int32_t* d_cluster_begin, int S, bool global_assign, int32_t* d_assign,
+                   void* stream = nullptr);
+
+/// Segmented spherical k-means on the GPU with the CPU version's plan, initialisation (seed 0 only),
+/// iterations and final un-normalized means: same contract as retro::segmented_kmeans. x: [n, d] host.
+retro::KMeansResult segmented_kmeans_gpu(const float* x, int n, int d, const retro::KMeansParams& p);
+
+}  // namespace retro::cuda

@@ -1,0 +1,134 @@
+// retro_gpu_check: runs every CUDA kernel check and microbenchmark without GTest (the RETRO_GPU_ONLY
+// build of scripts/gpu-check.sh) and writes OUT/gpu-report.json and OUT/gpu-report.txt.
+//   retro_gpu_check [--out DIR] [--quick] [--checks-only] [--filter SUBSTRING]
+// Exit status: 0 all checks passed, 1 a check failed or threw, 77 no CUDA device (everything skipped),
+// 2 bad arguments.
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <exception>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "checks.hpp"
+#include "core/check.hpp"
+#include "cuda_api.hpp"
+
+using namespace retro;
+using namespace retro::cuda;
+
+namespace {
+
+std::string num(double v) {
+    if (!(v == v) || v == 1.0 / 0.0 || v == -1.0 / 0.0) return "null";
+    char b[64];
+    std::snprintf(b, sizeof b, "%.6g", v);
+    return b;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    std::string out_dir = ".", filter;
+    bool quick = false, checks_only = false;
+    for (int i = 1; i < argc; ++i) {
+        const std::string a = argv[i];
+        if (a == "--out" && i + 1 < argc) out_dir = argv[++i];
+        else if (a == "--filter" && i + 1 < argc) filter = argv[++i];
+        else if (a == "--quick") quick = true;
+        else if (a == "--checks-only") checks_only = true;
+        else {
+            std::fprintf(stderr, "usage: retro_gpu_check [--out DIR] [--quick] [--checks-only] [--filter S]\n");
+            return 2;
+        }
+    }
+    std::ostringstream js, txt;
+    const bool have = device_available();
+    const std::string dev = have ? device_name() : "";
+    char when[64];
+    const std::time_t now = std::time(nullptr);
+    std::strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+    js << "{\n  \"time\": " << json_quote(when) << ",\n  \"device\": " << json_quote(dev)
+       << ",\n  \"compute_capability\": " << (have ? device_cc() : 0) << ",\n";
+    txt << "retro-bench GPU check  " << when << "\ndevice: " << (have ? dev : "(none: all skipped)") << "\n\n";
+
+    int failed = 0, passed = 0;
+    js << "  \"checks\": [";
+    bool first = true;
+    for (const CheckCase& c : gpu_checks()) {
+        if (!filter.empty() && c.name.find(filter) == std::string::npos) continue;
+        std::string status;
+        Checker ck;
+        if (!have) {
+            status = "skipped";
+        } else {
+            try {
+                c.body(ck);
+            } catch (const std::exception& e) {
+                ck.expect(false, std::string("threw: ") + e.what());
+            }
+            status = ck.ok() ? "passed" : "failed";
+            (ck.ok() ? passed : failed)++;
+        }
+        std::fprintf(stderr, "[%s] %s\n", status.c_str(), c.name.c_str());
+        txt << status << "  " << c.name << "\n" << ck.report();
+        js << (first ? "\n" : ",\n") << "    {\"name\": " << json_quote(c.name) << ", \"status\": " << json_quote(status)
+           << ", \"failures\": [";
+        for (size_t i = 0; i < ck.failures().size(); ++i) js << (i ? ", " : "") << json_quote(ck.failures()[i]);
+        js << "], \"notes\": [";
+        for (size_t i = 0; i < ck.notes().size(); ++i) js << (i ? ", " : "") << json_quote(ck.notes()[i]);
+        js << "]}";
+        first = false;
+    }
+    js << "\n  ],\n  \"checks_passed\": " << passed << ",\n  \"checks_failed\": " << failed << ",\n";
+    txt << "\nchecks: " << passed << " passed, " << failed << " failed\n";
+
+    if (have && !checks_only) {
+        try {
+            std::fprintf(stderr, "measuring ceilings...\n");
+            const DeviceCeilings c = measure_ceilings(quick);
+            js << "  \"d2d_bytes_per_s\": " << num(c.d2d_bytes_per_s) << ",\n  \"h2d_pinned_bytes_per_s\": "
+               << num(c.h2d_pinned_bytes_per_s) << ",\n  \"fp32_flop_per_s\": " << num(c.fp32_flop_per_s) << ",\n";
+            txt << "\nD2D copy bandwidth (read+write): " << c.d2d_bytes_per_s / 1e9 << " GB/s\n"
+                << "pinned H2D bandwidth: " << c.h2d_pinned_bytes_per_s / 1e9 << " GB/s\n"
+                << "FP32 FMA peak (SMs x clock x 256): " << c.fp32_flop_per_s / 1e12 << " TFLOP/s\n\n";
+            std::fprintf(stderr, "running benchmarks...\n");
+            BenchOptions bo;
+            bo.quick = quick;
+            const auto rows = run_benches(bo, c);
+            js << "  \"benchmarks\": [";
+            for (size_t i = 0; i < rows.size(); ++i) {
+                const BenchRow& r = rows[i];
+                js << (i ? ",\n" : "\n") << "    {\"name\": " << json_quote(r.name) << ", \"params\": "
+                   << json_quote(r.params) << ", \"time_us\": " << num(r.time_us) << ", \"bytes\": " << num(r.bytes)
+                   << ", \"flops\": " << num(r.flops) << ", \"rate\": " << num(r.rate) << ", \"unit\": "
+                   << json_quote(r.unit) << ", \"ceiling\": " << num(r.ceiling) << ", \"ceiling_name\": "
+                   << json_quote(r.ceiling_name) << ", \"fraction\": " << num(r.fraction);
+                if (!r.extra.empty()) js << ", " << r.extra;
+                js << "}";
+                char line[512];
+                if (r.unit == "us")
+                    std::snprintf(line, sizeof line, "%-22s %-44s %10.1f us  (full %.1f us, ratio %.3f)  {%s}\n",
+                                  r.name.c_str(), r.params.c_str(), r.time_us, r.ceiling, r.fraction, r.extra.c_str());
+                else
+                    std::snprintf(line, sizeof line, "%-22s %-44s %10.1f us  %9.3g %-6s  %5.1f%% of %s\n", r.name.c_str(),
+                                  r.params.c_str(), r.time_us, r.rate, r.unit.c_str(), 100 * r.fraction,
+                                  r.ceiling_name.c_str());
+                txt << line;
+            }
+            js << "\n  ],\n";
+        } catch (const std::exception& e) {
+            txt << "benchmarks failed: " << e.what() << "\n";
+            js << "  \"benchmark_error\": " << json_quote(e.what()) << ",\n";
+            ++failed;
+        }
+    }
+    js << "  \"status\": " << json_quote(!have ? "skipped" : failed ? "failed" : "passed") << "\n}\n";
+    std::ofstream(out_dir + "/gpu-report.json") << js.str();
+    std::ofstream(out_dir + "/gpu-report.txt") << txt.str();
+    std::fputs(txt.str().c_str(), stdout);
+    if (!have) return 77;
+    return failed ? 1 : 0;
+}

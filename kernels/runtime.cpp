@@ -1,0 +1,111 @@
+// CUDA runtime wrappers of cuda_api.hpp (host code; compiled by the host compiler).
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "core/error.hpp"
+#include "cuda_api.hpp"
+
+namespace retro::cuda {
+
+namespace {
+void check(cudaError_t e, const char* what) {
+    if (e != cudaSuccess) throw Error(std::string("cuda: ") + what + ": " + cudaGetErrorString(e));
+}
+cudaStream_t st(void* s) { return static_cast<cudaStream_t>(s); }
+}  // namespace
+
+bool device_available() {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
+        cudaGetLastError();  // clear the sticky "no device" error so later calls start clean
+        return false;
+    }
+    // cudaFree(0) creates the context: a driver/runtime mismatch shows up here, not at the count.
+    if (cudaFree(nullptr) != cudaSuccess) {
+        cudaGetLastError();
+        return false;
+    }
+    return true;
+}
+
+std::string device_name() {
+    if (!device_available()) return "";
+    cudaDeviceProp p{};
+    check(cudaGetDeviceProperties(&p, 0), "cudaGetDeviceProperties");
+    return p.name;
+}
+
+int device_cc() {
+    if (!device_available()) return 0;
+    cudaDeviceProp p{};
+    check(cudaGetDeviceProperties(&p, 0), "cudaGetDeviceProperties");
+    return p.major * 10 + p.minor;
+}
+
+double device_fp32_peak() {
+    if (!device_available()) return 0;
+    int sms = 0, khz = 0;
+    if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0) != cudaSuccess ||
+        cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, 0) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return (double)sms * khz * 1e3 * 128 * 2;
+}
+
+void* dev_alloc(size_t bytes) {
+    void* p = nullptr;
+    check(cudaMalloc(&p, bytes), "cudaMalloc");
+    return p;
+}
+void dev_free(void* p) {
+    if (p) cudaFree(p);
+}
+void* pinned_alloc(size_t bytes) {
+    void* p = nullptr;
+    check(cudaHostAlloc(&p, bytes, cudaHostAllocMapped | cudaHostAllocPortable), "cudaHostAlloc");
+    return p;
+}
+void pinned_free(void* p) {
+    if (p) cudaFreeHost(p);
+}
+void copy_h2d(void* d, const void* s, size_t b) { check(cudaMemcpy(d, s, b, cudaMemcpyHostToDevice), "h2d"); }
+void copy_d2h(void* d, const void* s, size_t b) { check(cudaMemcpy(d, s, b, cudaMemcpyDeviceToHost), "d2h"); }
+void copy_d2d(void* d, const void* s, size_t b) {
+    check(cudaMemcpy(d, s, b, cudaMemcpyDeviceToDevice), "d2d");
+}
+void copy_h2d_async(void* d, const void* s, size_t b, void* stream) {
+    check(cudaMemcpyAsync(d, s, b, cudaMemcpyHostToDevice, st(stream)), "h2d async");
+}
+void dev_memset(void* d, int byte, size_t b) { check(cudaMemset(d, byte, b), "cudaMemset"); }
+void synchronize() { check(cudaDeviceSynchronize(), "cudaDeviceSynchronize"); }
+
+EventTimer::EventTimer(void* stream) : stream_(stream) {
+    cudaEvent_t a, b;
+    check(cudaEventCreate(&a), "cudaEventCreate");
+    check(cudaEventCreate(&b), "cudaEventCreate");
+    a_ = a, b_ = b;
+}
+EventTimer::~EventTimer() {
+    cudaEventDestroy(static_cast<cudaEvent_t>(a_));
+    cudaEventDestroy(static_cast<cudaEvent_t>(b_));
+}
+void EventTimer::start() { check(cudaEventRecord(static_cast<cudaEvent_t>(a_), st(stream_)), "event"); }
+void EventTimer::stop() { check(cudaEventRecord(static_cast<cudaEvent_t>(b_), st(stream_)), "event"); }
+float EventTimer::elapsed_ms() {
+    check(cudaEventSynchronize(static_cast<cudaEvent_t>(b_)), "cudaEventSynchronize");
+    float ms = 0;
+    check(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(a_), static_cast<cudaEvent_t>(b_)), "elapsed");
+    return ms;
+}
+
+void copy_segments_memcpy(const CopySegment* segs, int n, int d, void* stream) {
+    for (int i = 0; i < n; ++i) {
+        const size_t b = (size_t)segs[i].tokens * d * 2;
+        check(cudaMemcpyAsync(segs[i].dst_k, segs[i].src_k, b, cudaMemcpyDefault, st(stream)), "segment k");
+        check(cudaMemcpyAsync(segs[i].dst_v, segs[i].src_v, b, cudaMemcpyDefault, st(stream)), "segment v");
+    }
+}
+
+}  // namespace retro::cuda

@@ -1,0 +1,90 @@
+// CUDA kernel checks under GTest (docs/cuda.md). The check bodies live in kernels/checks.cpp and are
+// shared with the stand-alone driver retro_gpu_check; here each becomes one test that reports SKIPPED
+// when the build has no CUDA or the machine no GPU. The harness itself (comparison, poison, JSON) is
+// host code and is tested everywhere.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+
+#include "core/check.hpp"
+#include "core/half.hpp"
+#ifdef RETRO_HAVE_CUDA
+#include "checks.hpp"
+#include "cuda_api.hpp"
+#endif
+
+namespace retro {
+namespace {
+
+TEST(GpuHarness, CompareMeasuresRelativeError) {
+    const float ref[4] = {1, 2, 3, 4}, got[4] = {1, 2, 3, 4.04f};
+    const ErrorStats s = compare(got, ref, 4);
+    EXPECT_EQ(s.nonfinite, 0u);
+    EXPECT_NEAR(s.rel_l2, 0.04 / std::sqrt(30.0), 1e-6);
+    EXPECT_NEAR(s.max_abs, 0.04, 1e-6);
+}
+
+TEST(GpuHarness, PoisonIsNaNInBothWidthsAndFailsComparison) {
+    float f;
+    uint32_t bits;
+    std::memset(&bits, kPoisonByte, 4);
+    std::memcpy(&f, &bits, 4);
+    EXPECT_TRUE(std::isnan(f));
+    uint16_t h;
+    std::memset(&h, kPoisonByte, 2);
+    EXPECT_TRUE(std::isnan(half_to_float(h)));
+    const float ref[3] = {1, 2, 3}, got[3] = {1, f, 3};
+    Checker c;
+    EXPECT_FALSE(c.expect_close("poisoned", got, ref, 3, 1.0));
+    EXPECT_FALSE(c.ok());
+    EXPECT_EQ(c.failures().size(), 1u);
+    EXPECT_NE(c.report().find("nonfinite=1"), std::string::npos);
+}
+
+TEST(GpuHarness, MatchingInfinitiesAreEqual) {
+    const float inf = std::numeric_limits<float>::infinity();
+    const float ref[2] = {-inf, 1}, same[2] = {-inf, 1}, other[2] = {inf, 1};
+    EXPECT_EQ(compare(same, ref, 2).nonfinite, 0u);
+    EXPECT_EQ(compare(other, ref, 2).nonfinite, 1u);
+    Checker c;
+    EXPECT_TRUE(c.expect_close("lse", same, ref, 2, 1e-6));
+    EXPECT_TRUE(c.ok());
+}
+
+TEST(GpuHarness, JsonQuoteEscapes) {
+    EXPECT_EQ(json_quote("a\"b\\c\n"), "\"a\\\"b\\\\c\\u000a\"");
+}
+
+#ifdef RETRO_HAVE_CUDA
+class GpuKernel : public testing::TestWithParam<std::string> {};
+
+TEST_P(GpuKernel, MatchesCpuReference) {
+    if (!cuda::device_available()) GTEST_SKIP() << "no CUDA device";
+    for (const CheckCase& c : cuda::gpu_checks()) {
+        if (c.name != GetParam()) continue;
+        Checker ck;
+        c.body(ck);
+        EXPECT_TRUE(ck.ok()) << ck.report();
+        return;
+    }
+    FAIL() << "no check named " << GetParam();
+}
+
+INSTANTIATE_TEST_SUITE_P(Cuda, GpuKernel,
+                         testing::Values("ClusterRank", "EstimateAttention", "CopySegments", "DecodeAttention",
+                                         "KMeansAssign", "KMeansSegmented"),
+                         [](const testing::TestParamInfo<std::string>& i) { return i.param; });
+
+TEST(GpuKernelList, EveryCheckIsInstantiated) {
+    // host-only: the parameter list above must name every check (a new check is not silently dropped)
+    EXPECT_EQ(cuda::gpu_checks().size(), 6u);
+}
+#else
+TEST(GpuKernel, MatchesCpuReference) { GTEST_SKIP() << "built without CUDA (no nvcc)"; }
+#endif
+
+}  // namespace
+}  // namespace retro
