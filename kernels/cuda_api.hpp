@@ -23,6 +23,8 @@ namespace retro::cuda {
 
 /// True when a CUDA device can be used (cudaGetDeviceCount > 0 and a context can be made).
 bool device_available();
+/// "" when a device is usable, else why not (no device, driver older than the runtime, ...).
+std::string device_status();
 /// Name of device 0 ("" when none) and its compute capability as major*10+minor.
 std::string device_name();
 int device_cc();

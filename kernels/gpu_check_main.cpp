@@ -45,14 +45,16 @@ int main(int argc, char** argv) {
         }
     }
     std::ostringstream js, txt;
-    const bool have = device_available();
+    const std::string why = device_status();
+    const bool have = why.empty();
     const std::string dev = have ? device_name() : "";
     char when[64];
     const std::time_t now = std::time(nullptr);
     std::strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
     js << "{\n  \"time\": " << json_quote(when) << ",\n  \"device\": " << json_quote(dev)
+       << ",\n  \"device_status\": " << json_quote(have ? "ok" : why)
        << ",\n  \"compute_capability\": " << (have ? device_cc() : 0) << ",\n";
-    txt << "retro-bench GPU check  " << when << "\ndevice: " << (have ? dev : "(none: all skipped)") << "\n\n";
+    txt << "retro-bench GPU check  " << when << "\ndevice: " << (have ? dev : "(none: " + why + "; all checks skipped)") << "\n\n";
 
     int failed = 0, passed = 0;
     js << "  \"checks\": [";

@@ -15,19 +15,20 @@ void check(cudaError_t e, const char* what) {
 cudaStream_t st(void* s) { return static_cast<cudaStream_t>(s); }
 }  // namespace
 
-bool device_available() {
+std::string device_status() {
     int n = 0;
-    if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
-        cudaGetLastError();  // clear the sticky "no device" error so later calls start clean
-        return false;
-    }
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e == cudaSuccess && n == 0) return "no CUDA device";
     // cudaFree(0) creates the context: a driver/runtime mismatch shows up here, not at the count.
-    if (cudaFree(nullptr) != cudaSuccess) {
-        cudaGetLastError();
-        return false;
+    if (e == cudaSuccess) e = cudaFree(nullptr);
+    if (e != cudaSuccess) {
+        cudaGetLastError();  // clear the error so later calls start clean
+        return cudaGetErrorString(e);
     }
-    return true;
+    return "";
 }
+
+bool device_available() { return device_status().empty(); }
 
 std::string device_name() {
     if (!device_available()) return "";
