@@ -207,6 +207,7 @@ __global__ void estimate_kernel(ClusterScoreShape s, float scale, int E, const i
     const int b = bk / s.kv_heads, kvh = bk % s.kv_heads, g = s.group, d = s.d, M = s.clusters;
     const int per = d / 32;
     float qr[kMaxGroup][PER], acc[kMaxGroup][PER], m[kMaxGroup], l[kMaxGroup];
+#pragma unroll
     for (int h = 0; h < kMaxGroup; ++h) {
         m[h] = -INFINITY, l[h] = 0;
         for (int i = 0; i < PER; ++i) {
@@ -225,20 +226,30 @@ __global__ void estimate_kernel(ClusterScoreShape s, float scale, int E, const i
             vv[i] = i < per ? h2f(vsum[base + lane + 32 * i]) : 0.0f;
         }
         if (n <= 0) continue;  // warp-uniform: an empty cluster contributes nothing
-        for (int h = 0; h < g; ++h) {
+#pragma unroll
+        for (int h = 0; h < kMaxGroup; ++h) {
+            if (h >= g) break;
             float dot = 0;
+#pragma unroll
             for (int i = 0; i < PER; ++i) dot += qr[h][i] * cv[i];
             const float sc = scale * warp_sum(dot);
             const float mn = fmaxf(m[h], sc);
             const float corr = __expf(m[h] - mn), p = __expf(sc - mn);
             l[h] = l[h] * corr + n * p;
+#pragma unroll
             for (int i = 0; i < PER; ++i) acc[h][i] = acc[h][i] * corr + p * vv[i];
             m[h] = mn;
         }
     }
-    for (int h = 0; h < g; ++h) {
+    // constant trip counts (guarded) keep m/l/acc in registers: a runtime bound would index them
+    // dynamically and push the arrays to local memory
+#pragma unroll
+    for (int h = 0; h < kMaxGroup; ++h) {
+        if (h >= g) break;
         if (lane == 0) sh_m[warp][h] = m[h], sh_l[warp][h] = l[h];
-        for (int i = 0; i < per; ++i) sh_acc[warp][h][lane + 32 * i] = acc[h][i];
+#pragma unroll
+        for (int i = 0; i < PER; ++i)
+            if (i < per) sh_acc[warp][h][lane + 32 * i] = acc[h][i];
     }
     __syncthreads();
     for (int idx = threadIdx.x; idx < g * d; idx += blockDim.x) {
@@ -323,6 +334,7 @@ constexpr int kDecodeThreads = 128;
 // time. Each lane group keeps an online-softmax state per query head of the group, so K/V are read
 // once for all g heads. The block then merges its lane groups and writes one partial (m, l, acc[d]) per
 // query head and split: work[b, qh, split, 0] = m, [1] = l, [2 + e] = acc[e].
+template <int G>  // G >= group: register arrays sized for the group (occupancy), 1/2/4/8
 __global__ void decode_split_kernel(DecodeShape s, float scale, const float* q, const uint16_t* K,
                                     const uint16_t* V, const int32_t* lens, float* work) {
     extern __shared__ float sh[];
@@ -333,8 +345,9 @@ __global__ void decode_split_kernel(DecodeShape s, float scale, const float* q, 
     const int len = lens ? min(lens[bk], s.capacity) : s.capacity;
     const int t_begin = split * s.split, t_end = min(len, t_begin + s.split);
 
-    float qr[kMaxGroup][8], acc[kMaxGroup][8], m[kMaxGroup], l[kMaxGroup];
-    for (int h = 0; h < kMaxGroup; ++h) {
+    float qr[G][8], acc[G][8], m[G], l[G];
+#pragma unroll
+    for (int h = 0; h < G; ++h) {
         m[h] = -INFINITY, l[h] = 0;
         for (int i = 0; i < 8; ++i) {
             acc[h][i] = 0;
@@ -344,34 +357,47 @@ __global__ void decode_split_kernel(DecodeShape s, float scale, const float* q, 
     const size_t row0 = (size_t)bk * s.capacity;
     // base is uniform across the block so every lane runs the same number of iterations (the shuffles
     // below need the whole lane group present)
-    for (int base = t_begin; base < t_end; base += NS) {
-        const int t = base + slot;
-        const bool ok = t < t_end;
-        float kf[8], vf[8];
-        if (ok) {
-            const uint4 kk = *reinterpret_cast<const uint4*>(K + (row0 + t) * d + part * 8);
-            const uint4 vv = *reinterpret_cast<const uint4*>(V + (row0 + t) * d + part * 8);
-            const __half2* k2 = reinterpret_cast<const __half2*>(&kk);
-            const __half2* v2 = reinterpret_cast<const __half2*>(&vv);
-            for (int i = 0; i < 4; ++i) {
-                const float2 a = __half22float2(k2[i]), c = __half22float2(v2[i]);
-                kf[2 * i] = a.x, kf[2 * i + 1] = a.y, vf[2 * i] = c.x, vf[2 * i + 1] = c.y;
+    constexpr int U = 2;  // tokens per lane group per iteration: both loads are issued before the math
+    for (int base = t_begin; base < t_end; base += NS * U) {
+        float kf[U][8], vf[U][8];
+        bool ok[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const int t = base + u * NS + slot;
+            ok[u] = t < t_end;
+            if (ok[u]) {
+                const uint4 kk = *reinterpret_cast<const uint4*>(K + (row0 + t) * d + part * 8);
+                const uint4 vv = *reinterpret_cast<const uint4*>(V + (row0 + t) * d + part * 8);
+                const __half2* k2 = reinterpret_cast<const __half2*>(&kk);
+                const __half2* v2 = reinterpret_cast<const __half2*>(&vv);
+#pragma unroll
+                for (int i = 0; i < 4; ++i) {
+                    const float2 a = __half22float2(k2[i]), c = __half22float2(v2[i]);
+                    kf[u][2 * i] = a.x, kf[u][2 * i + 1] = a.y, vf[u][2 * i] = c.x, vf[u][2 * i + 1] = c.y;
+                }
+            } else {
+#pragma unroll
+                for (int i = 0; i < 8; ++i) kf[u][i] = 0, vf[u][i] = 0;
             }
-        } else {
-            for (int i = 0; i < 8; ++i) kf[i] = 0, vf[i] = 0;
         }
-        for (int h = 0; h < kMaxGroup; ++h) {
-            if (h >= g) break;
-            float dot = 0;
-            for (int i = 0; i < 8; ++i) dot += qr[h][i] * kf[i];
-            for (int o = TPT / 2; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o, TPT);
-            if (ok) {
-                const float sc = scale * dot;
-                const float mn = fmaxf(m[h], sc);
-                const float corr = __expf(m[h] - mn), p = __expf(sc - mn);
-                l[h] = l[h] * corr + p;
-                for (int i = 0; i < 8; ++i) acc[h][i] = acc[h][i] * corr + p * vf[i];
-                m[h] = mn;
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+#pragma unroll
+            for (int h = 0; h < G; ++h) {
+                if (h >= g) break;
+                float dot = 0;
+#pragma unroll
+                for (int i = 0; i < 8; ++i) dot += qr[h][i] * kf[u][i];
+                for (int o = TPT / 2; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o, TPT);
+                if (ok[u]) {
+                    const float sc = scale * dot;
+                    const float mn = fmaxf(m[h], sc);
+                    const float corr = __expf(m[h] - mn), p = __expf(sc - mn);
+                    l[h] = l[h] * corr + p;
+#pragma unroll
+                    for (int i = 0; i < 8; ++i) acc[h][i] = acc[h][i] * corr + p * vf[u][i];
+                    m[h] = mn;
+                }
             }
         }
     }
@@ -379,8 +405,11 @@ __global__ void decode_split_kernel(DecodeShape s, float scale, const float* q, 
     float* sm = sh;
     float* sl = sm + NS * g;
     float* sa = sl + NS * g;
-    for (int h = 0; h < g; ++h) {
+#pragma unroll
+    for (int h = 0; h < G; ++h) {  // constant bound: acc stays in registers (see estimate_kernel)
+        if (h >= g) break;
         if (part == 0) sm[slot * g + h] = m[h], sl[slot * g + h] = l[h];
+#pragma unroll
         for (int i = 0; i < 8; ++i) sa[((size_t)slot * g + h) * d + part * 8 + i] = acc[h][i];
     }
     __syncthreads();
@@ -457,8 +486,11 @@ void decode_attention(const DecodeShape& s, const float* q, const uint16_t* K, c
     if (splits > 0) {
         const int NS = kDecodeThreads / (s.d / 8);
         const size_t shmem = (size_t)NS * s.group * (s.d + 2) * sizeof(float);
-        decode_split_kernel<<<dim3(splits, s.batch * s.kv_heads), kDecodeThreads, shmem, st(stream)>>>(
-            s, scale, q, K, V, lens, work);
+        const dim3 grid(splits, s.batch * s.kv_heads);
+        if (s.group == 1) decode_split_kernel<1><<<grid, kDecodeThreads, shmem, st(stream)>>>(s, scale, q, K, V, lens, work);
+        else if (s.group == 2) decode_split_kernel<2><<<grid, kDecodeThreads, shmem, st(stream)>>>(s, scale, q, K, V, lens, work);
+        else if (s.group <= 4) decode_split_kernel<4><<<grid, kDecodeThreads, shmem, st(stream)>>>(s, scale, q, K, V, lens, work);
+        else decode_split_kernel<8><<<grid, kDecodeThreads, shmem, st(stream)>>>(s, scale, q, K, V, lens, work);
         check_launch("decode_split");
     }
     decode_combine_kernel<<<s.batch * s.kv_heads * s.group, s.d, 0, st(stream)>>>(s, work, extra_out, extra_lse,

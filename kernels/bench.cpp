@@ -197,7 +197,9 @@ std::vector<BenchRow> run_benches(const BenchOptions& o, const DeviceCeilings& c
             }
             auto dsegs = upload(segs);
             DecodeShape ws;
-            ws.batch = B, ws.kv_heads = kHkv, ws.group = kG, ws.d = kD, ws.capacity = cap, ws.split = 256;
+            ws.batch = B, ws.kv_heads = kHkv, ws.group = kG, ws.d = kD, ws.capacity = cap;
+            // enough blocks to fill the GPU at batch 1 (the execution buffer is short): ~4 per SM of 132
+            ws.split = std::max(64, std::min(512, (int)((int64_t)cap * nbk / 528) / 64 * 64));
             DeviceBuffer<float> wwork(decode_workspace_floats(ws));
             const auto select = [&] {
                 cluster_rank(cs, dq.get(), cent.get(), nullptr, agg.get(), ranked.get(), rw.get(), rw.size());
