@@ -7,7 +7,10 @@
 // Each method is built and replayed like `retro-bench run` does (build on the prompt, append every decode
 // token, select at every step); for each head and step, `in_exact` = the share of the needle's tokens in
 // the method's exact list for that head. Heads are ranked by mean needle_mass; the top N are printed with
-// each method's mean in_exact and the share of steps where every needle token was exact (`all`).
+// each method's mean in_exact, the share of steps where every needle token was exact (`all`), and
+// `covered` = the needle's attention mass inside the exact set / the needle's whole attention mass
+// (summed over steps): whether the needle tokens that matter are attended exactly.
+// --steps A:B restricts to decode steps [A, B) (e.g. the steps that write the answer).
 #include <fmt/format.h>
 #include <omp.h>
 
@@ -30,7 +33,7 @@ namespace {
 using json = nlohmann::json;
 
 struct NeedleArgs {
-    std::string trace, tokens, layers, kv_heads, json_out;
+    std::string trace, tokens, layers, kv_heads, json_out, steps;
     std::vector<std::string> methods;
     int top = 10;
     int threads = 0;
@@ -45,6 +48,8 @@ struct HeadRow {
     int layer = 0, kv_head = 0, q_head = 0;
     double needle_mass = 0;
     std::vector<double> in_exact, all_exact;  // per method, means over steps
+    std::vector<double> covered;              // per method: needle mass in the exact set / needle mass
+    double needle_mass_sum = 0;
 };
 
 int run_needle(const NeedleArgs& a) {
@@ -88,6 +93,15 @@ int run_needle(const NeedleArgs& a) {
         ms.push_back(std::move(s));
     }
 
+    int s0 = 0, s1 = info.num_decode_steps;
+    if (!a.steps.empty()) {
+        const auto c = a.steps.find(':');
+        if (c == std::string::npos) throw ConfigError("--steps: expected A:B (decode steps [A, B))");
+        s0 = std::stoi(a.steps.substr(0, c));
+        s1 = std::stoi(a.steps.substr(c + 1));
+        if (s0 < 0 || s1 <= s0 || s1 > info.num_decode_steps)
+            throw ConfigError(fmt::format("--steps {}:{}: need 0 <= A < B <= num_decode_steps ({})", s0, s1, info.num_decode_steps));
+    }
     const HeadSelection hs = select_heads(reader, a.trace, a.layers, a.kv_heads);
     std::vector<std::pair<int, int>> jobs;
     for (int l : hs.layers)
@@ -102,7 +116,7 @@ int run_needle(const NeedleArgs& a) {
         try {
             const auto [layer, kvh] = jobs[(size_t)ji];
             const HeadSlice s = reader.read_head(layer, kvh);
-            const int d = s.head_dim, g = s.group, T = s.num_steps;
+            const int d = s.head_dim, g = s.group, T = s1 - s0;
             MethodContext ctx;
             ctx.layer = layer;
             ctx.kv_head = kvh;
@@ -128,14 +142,17 @@ int run_needle(const NeedleArgs& a) {
                 local[(size_t)h].q_head = s.first_q_head + h;
                 local[(size_t)h].in_exact.assign(ms.size(), 0.0);
                 local[(size_t)h].all_exact.assign(ms.size(), 0.0);
+                local[(size_t)h].covered.assign(ms.size(), 0.0);
             }
             std::vector<float> qbuf((size_t)g * d);
             std::vector<double> sc;
             Selection sel;
-            for (int t = 0; t < T; ++t) {
+            std::vector<double> nw((size_t)g * (B - A));  // needle weights of this step, per head
+            for (int t = 0; t < s1; ++t) {
                 const int n = s.visible(t);
                 const KVView kv{s.keys.data(), s.values.data(), n, d};
                 for (auto& p : inst) p->append(kv, s.prompt_len + t);
+                if (t < s0) continue;
                 for (int h = 0; h < g; ++h) {
                     const float* q = s.query(h, t);
                     std::copy(q, q + d, qbuf.begin() + (size_t)h * d);
@@ -154,7 +171,9 @@ int run_needle(const NeedleArgs& a) {
                         z += w;
                         if (i >= A && i < B) zn += w;
                     }
+                    for (int i = A; i < B; ++i) nw[(size_t)h * (B - A) + (i - A)] = std::exp(sc[(size_t)i] - mx) / z;
                     local[(size_t)h].needle_mass += zn / z / T;
+                    local[(size_t)h].needle_mass_sum += zn / z;
                 }
                 for (size_t mi = 0; mi < inst.size(); ++mi) {
                     sel.clear();
@@ -162,12 +181,18 @@ int run_needle(const NeedleArgs& a) {
                     for (int h = 0; h < g; ++h) {
                         const auto ex = sel.exact_for(h);
                         int hit = 0;
-                        for (int32_t id : ex) hit += (id >= A && id < B);
+                        for (int32_t id : ex) {
+                            if (id < A || id >= B) continue;
+                            ++hit;
+                            local[(size_t)h].covered[mi] += nw[(size_t)h * (B - A) + (id - A)];
+                        }
                         local[(size_t)h].in_exact[mi] += (double)hit / (B - A) / T;
                         local[(size_t)h].all_exact[mi] += (hit == B - A ? 1.0 : 0.0) / T;
                     }
                 }
             }
+            for (auto& r : local)
+                for (auto& c : r.covered) c = r.needle_mass_sum > 0 ? c / r.needle_mass_sum : 0.0;
             std::lock_guard<std::mutex> lk(mu);
             for (auto& r : local) rows.push_back(std::move(r));
         } catch (...) {
@@ -178,15 +203,15 @@ int run_needle(const NeedleArgs& a) {
     if (err) std::rethrow_exception(err);
     std::sort(rows.begin(), rows.end(), [](const HeadRow& x, const HeadRow& y) { return x.needle_mass > y.needle_mass; });
 
-    fmt::print("{}: needle tokens [{}, {}) ({} tokens) of prompt {}; {} (layer, q head) rows, {} steps\n", a.trace, A,
-               B, B - A, info.prompt_len, rows.size(), info.num_decode_steps);
+    fmt::print("{}: needle tokens [{}, {}) ({} tokens) of prompt {}; {} (layer, q head) rows, decode steps [{}, {})\n",
+               a.trace, A, B, B - A, info.prompt_len, rows.size(), s0, s1);
     fmt::print("{:<14} {:>8}", "layer/qhead", "needle");
     for (const auto& m : ms) fmt::print("  {:>22}", m.label.substr(0, 22));
     fmt::print("\n{:<14} {:>8}", "", "mass");
-    for (size_t i = 0; i < ms.size(); ++i) fmt::print("  {:>22}", "in_exact / all");
+    for (size_t i = 0; i < ms.size(); ++i) fmt::print("  {:>22}", "in_exact/all/covered");
     fmt::print("\n");
     const int top = std::min<int>(a.top, (int)rows.size());
-    std::vector<double> mean_in(ms.size(), 0.0), mean_all(ms.size(), 0.0), all_in(ms.size(), 0.0);
+    std::vector<double> mean_in(ms.size(), 0.0), mean_all(ms.size(), 0.0), all_in(ms.size(), 0.0), mean_cov(ms.size(), 0.0);
     for (int r = 0; r < (int)rows.size(); ++r) {
         const auto& x = rows[(size_t)r];
         for (size_t i = 0; i < ms.size(); ++i) {
@@ -194,15 +219,16 @@ int run_needle(const NeedleArgs& a) {
             if (r < top) {
                 mean_in[i] += x.in_exact[i] / top;
                 mean_all[i] += x.all_exact[i] / top;
+                mean_cov[i] += x.covered[i] / top;
             }
         }
         if (r >= top) continue;
         fmt::print("{:<14} {:>8.4f}", fmt::format("L{} q{} kv{}", x.layer, x.q_head, x.kv_head), x.needle_mass);
-        for (size_t i = 0; i < ms.size(); ++i) fmt::print("  {:>13.3f} / {:>6.3f}", x.in_exact[i], x.all_exact[i]);
+        for (size_t i = 0; i < ms.size(); ++i) fmt::print("  {:>8.3f} /{:>5.2f} /{:>6.3f}", x.in_exact[i], x.all_exact[i], x.covered[i]);
         fmt::print("\n");
     }
     fmt::print("{:<14} {:>8}", fmt::format("top {} mean", top), "");
-    for (size_t i = 0; i < ms.size(); ++i) fmt::print("  {:>13.3f} / {:>6.3f}", mean_in[i], mean_all[i]);
+    for (size_t i = 0; i < ms.size(); ++i) fmt::print("  {:>8.3f} /{:>5.2f} /{:>6.3f}", mean_in[i], mean_all[i], mean_cov[i]);
     fmt::print("\n{:<14} {:>8}", "all heads", "");
     for (size_t i = 0; i < ms.size(); ++i) fmt::print("  {:>13.3f}         ", all_in[i]);
     fmt::print("\n");
@@ -216,7 +242,7 @@ int run_needle(const NeedleArgs& a) {
         j["heads"] = json::array();
         for (const auto& x : rows)
             j["heads"].push_back({{"layer", x.layer}, {"kv_head", x.kv_head}, {"q_head", x.q_head},
-                                  {"needle_mass", x.needle_mass}, {"in_exact", x.in_exact}, {"all_exact", x.all_exact}});
+                                  {"needle_mass", x.needle_mass}, {"in_exact", x.in_exact}, {"all_exact", x.all_exact}, {"covered", x.covered}});
         write_file_atomic(a.json_out, j.dump(1) + "\n");
     }
     return 0;
@@ -230,6 +256,7 @@ const CommandRegistrar reg(95, [](CLI::App& app) -> std::function<int()> {
     c->add_option("--method", a->methods, "NAME or NAME:{JSON params}; repeatable (default: wave, oracle_topk)");
     c->add_option("--layers", a->layers, "comma-separated layers (default all in the file)");
     c->add_option("--kv-heads", a->kv_heads, "comma-separated KV heads (default all)");
+    c->add_option("--steps", a->steps, "decode steps A:B measured (default all)");
     c->add_option("--top", a->top, "heads printed, by needle mass (default 10)");
     c->add_option("--json", a->json_out, "also write every head to this JSON file");
     c->add_option("--threads", a->threads, "threads over (layer, KV head) slices (default OpenMP's)");
