@@ -1,0 +1,184 @@
+// A CPU emulation of cuda_api.hpp, float32 like the kernels but written independently of them and of the
+// lib/ references: "device" memory is host memory, launches run at once. Linked with the check bodies
+// (checks.cpp) into retro_check_emulation, it tests the checks themselves (input layouts, references,
+// tolerances, poisoning) on machines without a GPU. It says nothing about the CUDA kernels.
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <numeric>
+#include <vector>
+#include "checks.hpp"
+#include "core/error.hpp"
+#include "cuda_api.hpp"
+#include "core/half.hpp"
+namespace retro::cuda {
+std::string device_status() { return ""; }
+bool device_available() { return true; }
+std::string device_name() { return "CPU emulation (not a GPU)"; }
+int device_cc() { return 0; }
+double device_fp32_peak() { return 0; }
+void* dev_alloc(size_t b) { return std::aligned_alloc(256, (b + 255) / 256 * 256); }
+void dev_free(void* p) { std::free(p); }
+void* pinned_alloc(size_t b) { return dev_alloc(b); }
+void pinned_free(void* p) { std::free(p); }
+void copy_h2d(void* d, const void* s, size_t b) { std::memcpy(d, s, b); }
+void copy_d2h(void* d, const void* s, size_t b) { std::memcpy(d, s, b); }
+void copy_d2d(void* d, const void* s, size_t b) { std::memcpy(d, s, b); }
+void copy_h2d_async(void* d, const void* s, size_t b, void*) { std::memcpy(d, s, b); }
+void dev_memset(void* d, int x, size_t b) { std::memset(d, x, b); }
+void synchronize() {}
+EventTimer::EventTimer(void* s) : stream_(s) {}
+EventTimer::~EventTimer() {}
+void EventTimer::start() {}
+void EventTimer::stop() {}
+float EventTimer::elapsed_ms() { return 1; }
+size_t cluster_rank_workspace(const ClusterScoreShape&) { return 16; }
+static float h(uint16_t b) { return half_to_float(b); }
+void cluster_rank(const ClusterScoreShape& s, const float* q, const uint16_t* c, const uint8_t* valid, float* agg,
+                  int32_t* ranked, void*, size_t, void*) {
+    const float sc = s.scale ? s.scale : 1 / std::sqrt((float)s.d);
+    const int M = s.clusters, g = s.group, d = s.d;
+    for (int bk = 0; bk < s.batch * s.kv_heads; ++bk) {
+        int b = bk / s.kv_heads, kvh = bk % s.kv_heads;
+        float* a = agg + (size_t)bk * M;
+        for (int j = 0; j < M; ++j) a[j] = 0;
+        std::vector<float> S(M);
+        for (int hh = 0; hh < g; ++hh) {
+            const float* qh = q + ((size_t)b * s.kv_heads * g + kvh * g + hh) * d;
+            float mx = -INFINITY;
+            for (int j = 0; j < M; ++j) {
+                float acc = 0;
+                for (int e = 0; e < d; ++e) acc += qh[e] * h(c[((size_t)bk * M + j) * d + e]);
+                S[j] = (valid && !valid[(size_t)bk * M + j]) ? -INFINITY : sc * acc;
+                mx = std::max(mx, S[j]);
+            }
+            float sum = 0;
+            for (int j = 0; j < M; ++j) sum += std::exp(S[j] - mx);
+            for (int j = 0; j < M; ++j) if (S[j] != -INFINITY) a[j] += std::exp(S[j] - mx) / sum;
+        }
+        for (int j = 0; j < M; ++j) if (valid && !valid[(size_t)bk * M + j]) a[j] = -INFINITY;
+        int32_t* r = ranked + (size_t)bk * M;
+        std::iota(r, r + M, 0);
+        std::stable_sort(r, r + M, [&](int x, int y) { return a[x] > a[y]; });
+    }
+}
+void estimate_attention(const ClusterScoreShape& s, int E, const int32_t* ids, const float* q, const uint16_t* c,
+                        const uint16_t* vs, const int32_t* sizes, float* out, float* lse, void*) {
+    const float sc = s.scale ? s.scale : 1 / std::sqrt((float)s.d);
+    const int M = s.clusters, g = s.group, d = s.d;
+    for (int bk = 0; bk < s.batch * s.kv_heads; ++bk) {
+        int b = bk / s.kv_heads, kvh = bk % s.kv_heads;
+        for (int hh = 0; hh < g; ++hh) {
+            size_t qh = (size_t)b * s.kv_heads * g + kvh * g + hh;
+            float m = -INFINITY, l = 0;
+            std::vector<float> acc(d, 0);
+            for (int t = 0; t < E; ++t) {
+                int cl = ids[(size_t)bk * E + t];
+                float n = sizes[(size_t)bk * M + cl];
+                if (n <= 0) continue;
+                float dot = 0;
+                for (int e = 0; e < d; ++e) dot += q[qh * d + e] * h(c[((size_t)bk * M + cl) * d + e]);
+                float x = sc * dot, mn = std::max(m, x), corr = std::exp(m - mn), p = std::exp(x - mn);
+                l = l * corr + n * p;
+                for (int e = 0; e < d; ++e) acc[e] = acc[e] * corr + p * h(vs[((size_t)bk * M + cl) * d + e]);
+                m = mn;
+            }
+            for (int e = 0; e < d; ++e) out[qh * d + e] = l > 0 ? acc[e] / l : 0;
+            lse[qh] = l > 0 ? m + std::log(l) : -INFINITY;
+        }
+    }
+}
+void copy_segments(const CopySegment* segs, int n, int d, int64_t, void*) {
+    for (int i = 0; i < n; ++i) {
+        std::memcpy(segs[i].dst_k, segs[i].src_k, segs[i].tokens * d * 2);
+        std::memcpy(segs[i].dst_v, segs[i].src_v, segs[i].tokens * d * 2);
+    }
+}
+DeviceCeilings measure_ceilings(bool) { throw Error("CPU emulation: no benchmarks"); }
+std::vector<BenchRow> run_benches(const BenchOptions&, const DeviceCeilings&) {
+    throw Error("CPU emulation: no benchmarks");
+}
+void copy_segments_memcpy(const CopySegment* segs, int n, int d, void* st) { copy_segments(segs, n, d, 0, st); }
+size_t decode_workspace_floats(const DecodeShape&) { return 4; }
+void decode_attention(const DecodeShape& s, const float* q, const uint16_t* K, const uint16_t* V, const int32_t* lens,
+                      const float* xo, const float* xl, float* out, float* lse, float*, void*) {
+    const float sc = s.scale ? s.scale : 1 / std::sqrt((float)s.d);
+    const int g = s.group, d = s.d;
+    for (int bk = 0; bk < s.batch * s.kv_heads; ++bk) {
+        int b = bk / s.kv_heads, kvh = bk % s.kv_heads;
+        int len = lens ? std::min(lens[bk], s.capacity) : s.capacity;
+        for (int hh = 0; hh < g; ++hh) {
+            size_t qh = (size_t)b * s.kv_heads * g + kvh * g + hh;
+            float m = -INFINITY, l = 0;
+            std::vector<float> acc(d, 0);
+            auto add = [&](float x, float w, const float* v) {
+                float mn = std::max(m, x), corr = std::exp(m - mn), p = std::exp(x - mn);
+                l = l * corr + w * p;
+                for (int e = 0; e < d; ++e) acc[e] = acc[e] * corr + p * v[e];
+                m = mn;
+            };
+            std::vector<float> v(d);
+            for (int t = 0; t < len; ++t) {
+                float dot = 0;
+                size_t row = ((size_t)bk * s.capacity + t) * d;
+                for (int e = 0; e < d; ++e) dot += q[qh * d + e] * h(K[row + e]), v[e] = h(V[row + e]);
+                add(sc * dot, 1, v.data());
+            }
+            if (xl && xl[qh] != -INFINITY) add(xl[qh], 1, xo + qh * d);
+            for (int e = 0; e < d; ++e) out[qh * d + e] = l > 0 ? acc[e] / l : 0;
+            if (lse) lse[qh] = l > 0 ? m + std::log(l) : -INFINITY;
+        }
+    }
+}
+void kmeans_assign(const float* x, int n, int d, const float* c, int k, const int32_t* rb, const int32_t* cb, int S,
+                   bool global, int32_t* assign, void*) {
+    for (int r = 0; r < n; ++r) {
+        int s = 0;
+        while (s + 1 < S && rb[s + 1] <= r) ++s;
+        int c0 = global ? 0 : cb[s], c1 = global ? k : cb[s + 1];
+        float best = -INFINITY;
+        int arg = c0;
+        for (int j = c0; j < c1; ++j) {
+            float acc = 0;
+            for (int e = d - 1; e >= 0; --e) acc += x[(size_t)r * d + e] * c[(size_t)j * d + e];
+            if (acc > best) best = acc, arg = j;
+        }
+        assign[r] = arg;
+    }
+}
+KMeansResult segmented_kmeans_gpu(const float* x, int n, int d, const KMeansParams& p) {
+    KMeansResult res;
+    res.plan = kmeans_plan(n, p);
+    res.n = n, res.d = d, res.k = res.plan.k;
+    const int K = res.k, S = res.plan.segments();
+    std::vector<float> centered;
+    const float* xc = kmeans_center(x, n, d, p.center, res.mean, centered);
+    std::vector<float> cent((size_t)K * d);
+    kmeans_initial_centroids(xc, d, res.plan, p, cent.data());
+    res.assign.resize(n);
+    for (int it = 0; it + 1 < p.iters; ++it) {
+        kmeans_assign(xc, n, d, cent.data(), K, res.plan.row_begin.data(), res.plan.cluster_begin.data(), S, false,
+                      res.assign.data());
+        std::vector<float> sum((size_t)K * d, 0);
+        std::vector<int> cnt(K, 0);
+        for (int r = n - 1; r >= 0; --r) {  // reverse order: a different float summation than the CPU's
+            const int j = res.assign[r];
+            cnt[j]++;
+            for (int e = 0; e < d; ++e) sum[(size_t)j * d + e] += xc[(size_t)r * d + e];
+        }
+        for (int j = 0; j < K; ++j) {
+            if (!cnt[j]) continue;
+            float nn = 0;
+            for (int e = 0; e < d; ++e) nn += sum[(size_t)j * d + e] * sum[(size_t)j * d + e];
+            if (!(nn > 0)) continue;
+            const float inv = 1 / std::sqrt(nn);
+            for (int e = 0; e < d; ++e) cent[(size_t)j * d + e] = sum[(size_t)j * d + e] * inv;
+        }
+    }
+    kmeans_assign(xc, n, d, cent.data(), K, res.plan.row_begin.data(), res.plan.cluster_begin.data(), S,
+                  p.final_global_assign && S > 1, res.assign.data());
+    kmeans_finish(x, cent.data(), res);
+    return res;
+}
+}  // namespace retro::cuda
