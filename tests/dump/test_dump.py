@@ -163,6 +163,24 @@ class SmolLM2(unittest.TestCase):
         js = cpp_read(self, out)
         self.assertEqual(js["info"]["layers"], [0, 15])
         self.assertEqual(len(js["heads"]), 18)
+        # retro-bench needle reads needle_tokens and replays methods on the real trace
+        nj = out + ".needle.json"
+        r = subprocess.run([BIN, "needle", out, "--layers", "15", "--method", "wave", "--method",
+                            'oracle_topk:{"k":100000}', "--json", nj], capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        with open(nj) as f:
+            nd = json.load(f)
+        self.assertEqual(nd["needle_tokens"], [n0, n1])
+        self.assertEqual(len(nd["heads"]), 9)
+        masses = [h["needle_mass"] for h in nd["heads"]]
+        self.assertEqual(masses, sorted(masses, reverse=True))
+        for h in nd["heads"]:  # an oracle keeping every token attends the whole needle exactly
+            self.assertAlmostEqual(h["in_exact"][1], 1.0)
+            self.assertAlmostEqual(h["all_exact"][1], 1.0)
+            self.assertTrue(0.0 <= h["covered"][0] <= 1.0 + 1e-9)
+        r = subprocess.run([BIN, "needle", out, "--tokens", "5:3"], capture_output=True, text=True)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("--tokens 5:3", r.stderr)
 
 
 if __name__ == "__main__":
