@@ -365,8 +365,8 @@ def main(argv=None):
                     help="allow prompt + steps beyond the model's max_position_embeddings (recorded)")
     ap.add_argument("--check-samples", type=int, default=8, help="random (head, step) checks per layer [8]")
     ap.add_argument("--check-tol", type=float, default=None,
-                    help="max relative error of the check (default: 1e-4 float32 storage, 1e-2 float16, "
-                         "5e-2 bfloat16; x10 for a non-float32 model)")
+                    help="max relative error of the check (default: 1e-4 float32 storage, 2e-2 float16, "
+                         "0.15 bfloat16; x10 for a non-float32 model)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     args = ap.parse_args(argv)
@@ -509,7 +509,7 @@ def run(args):
                          if perm is not None else "as computed (transformers, rotate_half)")
     tol = args.check_tol
     if tol is None:
-        tol = {"float32": 1e-4, "float16": 1e-2, "bfloat16": 5e-2}[args.dtype]
+        tol = {"float32": 1e-4, "float16": 2e-2, "bfloat16": 1.5e-1}[args.dtype]
         if args.compute_dtype != "float32":
             tol *= 10
 
