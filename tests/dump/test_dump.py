@@ -9,8 +9,10 @@ Needs the dumper's venv (scripts/setup.sh makes it); without it the test exits 7
 Environment: RETRO_BIN (retro-bench), RETRO_DUMP_VENV (default ~/.cache/retro-bench/dump-venv).
 """
 
+import atexit
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -32,6 +34,7 @@ import h5py  # noqa: E402  (Debian's python3-h5py, in the runner's Python)
 import numpy as np  # noqa: E402
 
 TMP = tempfile.mkdtemp(prefix="retro-dump-test-")
+atexit.register(shutil.rmtree, TMP, ignore_errors=True)
 
 
 def dump(out, *args, expect_ok=True):
