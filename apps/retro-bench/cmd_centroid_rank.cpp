@@ -21,8 +21,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <exception>
-#include <mutex>
 #include <numeric>
 
 #include "cluster/wave_index.hpp"
@@ -143,30 +141,8 @@ int run_cr(const CrArgs& a) {
     TraceReader reader(a.trace);
     const TraceInfo& info = reader.info();
     const HeadSelection sel = select_heads(reader, a.trace, a.layers, a.kv_heads);
-    struct Job {
-        int layer, kv;
-    };
-    std::vector<Job> jobs;
-    for (int l : sel.layers)
-        for (int h : sel.kv_heads) jobs.push_back({l, h});
-    std::vector<HeadCurves> res(jobs.size());
-    std::exception_ptr err;
-    std::mutex mu;
-    const int threads = a.threads > 0 ? a.threads : omp_get_max_threads();
-    set_blas_threads(1);
-    ReadOptions ro;
-    ro.prefill_queries = false;
-#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
-    for (size_t i = 0; i < jobs.size(); ++i) {
-        try {
-            const HeadSlice s = reader.read_head(jobs[i].layer, jobs[i].kv, ro);
-            res[i] = curves_for(s, a);
-        } catch (...) {
-            std::lock_guard<std::mutex> lk(mu);
-            if (!err) err = std::current_exception();
-        }
-    }
-    if (err) std::rethrow_exception(err);
+    const std::vector<HeadCurves> res =
+        map_heads(reader, sel, a.threads, [&](const HeadSlice& s) { return curves_for(s, a); });
 
     // mean over heads at log-spaced ranks (every rank up to 16, then ~24 per decade, and the last)
     int m = res[0].m;

@@ -1,15 +1,12 @@
 // `retro-bench inspect TRACE`: shapes, attributes and attention statistics per layer x query head
 // (docs/inspect.md). Reads one (layer, KV head) slice at a time, slices in parallel.
 #include <fmt/format.h>
-#include <omp.h>
 
 #include <cmath>
-#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <sstream>
 
 #include "commands.hpp"
@@ -78,7 +75,6 @@ int run_inspect(const InspectArgs& a) {
 
     const HeadSelection sel = select_heads(reader, a.trace, a.layers, a.kv_heads);
     const std::vector<int>& layers = sel.layers;
-    const std::vector<int>& kvs = sel.kv_heads;
     if (a.step_stride < 1) throw ConfigError("--step-stride must be >= 1");
 
     std::error_code ec;
@@ -110,30 +106,9 @@ int run_inspect(const InspectArgs& a) {
 
     StatsOptions opt;
     opt.step_stride = a.step_stride;
-    struct Job {
-        int layer, kv;
-    };
-    std::vector<Job> jobs;
-    for (int l : layers)
-        for (int k : kvs) jobs.push_back({l, k});
-    std::vector<std::vector<QHeadStats>> results(jobs.size());
-    std::exception_ptr err;
-    std::mutex err_mu;
-    const int threads = a.threads > 0 ? a.threads : omp_get_max_threads();
-    set_blas_threads(1);  // heads run in parallel: keep BLAS calls inside them serial
-    ReadOptions ro;
-    ro.prefill_queries = false;
-#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
-    for (size_t i = 0; i < jobs.size(); ++i) {
-        try {
-            const HeadSlice s = reader.read_head(jobs[i].layer, jobs[i].kv, ro);
-            results[i] = head_stats(s, opt);
-        } catch (...) {
-            std::lock_guard<std::mutex> lk(err_mu);
-            if (!err) err = std::current_exception();
-        }
-    }
-    if (err) std::rethrow_exception(err);
+    const std::vector<HeadRef> jobs = head_refs(sel);
+    const std::vector<std::vector<QHeadStats>> results =
+        map_heads(reader, sel, a.threads, [&](const HeadSlice& s) { return head_stats(s, opt); });
 
     fmt::print("\nattention statistics per query head, mean over decode steps 0..{} stride {} ({} step(s)):\n"
                "  n50/n90/n99 tokens for 50/90/99% of the mass (f = fraction of the visible tokens); top1k = mass "

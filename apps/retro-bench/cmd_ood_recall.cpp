@@ -2,13 +2,10 @@
 // keys, searched with the decode queries and with sampled keys as queries (RetrievalAttention Fig. 3a/6:
 // the out-of-distribution gap). docs/methods/faiss.md.
 #include <fmt/format.h>
-#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
-#include <exception>
 #include <limits>
-#include <mutex>
 #include <sstream>
 
 #include "commands.hpp"
@@ -76,30 +73,9 @@ int run_ood(const OodArgs& a) {
     const std::vector<int>& layers = sel.layers;
     const std::vector<int>& kvs = sel.kv_heads;
 
-    struct Job {
-        int layer, kv;
-    };
-    std::vector<Job> jobs;
-    for (int l : layers)
-        for (int h : kvs) jobs.push_back({l, h});
-    std::vector<OodRecallResult> res(jobs.size());
-    std::exception_ptr err;
-    std::mutex mu;
-    const int threads = a.threads > 0 ? a.threads : omp_get_max_threads();
-    if (threads > 1 && jobs.size() > 1) set_blas_threads(1);
-    ReadOptions ro;
-    ro.prefill_queries = false;
-#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
-    for (size_t i = 0; i < jobs.size(); ++i) {
-        try {
-            const HeadSlice s = reader.read_head(jobs[i].layer, jobs[i].kv, ro);
-            res[i] = ood_recall(s, p);
-        } catch (...) {
-            std::lock_guard<std::mutex> lk(mu);
-            if (!err) err = std::current_exception();
-        }
-    }
-    if (err) std::rethrow_exception(err);
+    const std::vector<HeadRef> jobs = head_refs(sel);
+    const std::vector<OodRecallResult> res =
+        map_heads(reader, sel, a.threads, [&](const HeadSlice& s) { return ood_recall(s, p); });
 
     const std::string setting_desc =
         p.index.kind == AnnKind::ivf    ? fmt::format("IVF-Flat nlist {} (built: {})", a.nlist, res[0].nlist)
