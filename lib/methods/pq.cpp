@@ -12,6 +12,7 @@
 #include "core/error.hpp"
 #include "methods/params.hpp"
 #include "methods/pq.hpp"
+#include "trace/stats.hpp"
 
 namespace retro {
 
@@ -161,13 +162,9 @@ class PqMethod final : public Method {
     }
 
     // ids <- token ids of the k largest of s[0, nc) (ties to the lower position), best first.
-    void top_k(const float* s, int nc, int k, std::vector<int32_t>& ids) {
-        order_.resize((size_t)nc);
-        std::iota(order_.begin(), order_.end(), 0);
-        auto better = [&](int a, int b) { return s[a] > s[b] || (s[a] == s[b] && a < b); };
-        std::partial_sort(order_.begin(), order_.begin() + k, order_.end(), better);
-        ids.resize((size_t)k);
-        for (int r = 0; r < k; ++r) ids[(size_t)r] = s_end_ + order_[(size_t)r];
+    void top_k(const float* s, int nc, int k, std::vector<int32_t>& ids) const {
+        ids = top_k_indices(s, nc, k);
+        for (auto& i : ids) i += s_end_;
     }
 
     PqMethodParams p_;
@@ -181,7 +178,6 @@ class PqMethod final : public Method {
     double pending_d2h_ = 0;
     std::vector<uint16_t> codes_;  ///< [coded_end_ - s_end_, m]
     std::vector<float> scores_, agg_, lut_, ex_;
-    std::vector<int> order_;
     std::vector<int32_t> stat_;
     std::vector<std::vector<int32_t>> found_;
 };
