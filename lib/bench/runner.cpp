@@ -401,6 +401,7 @@ RunOutcome run_config(const RunConfig& cfg, const RunnerOptions& opt) {
                         {"samples_per_metric", parts.size() * (size_t)t.info.group_size() * t.steps.size()},
                         {"revision", git_revision()}};
             const json agg = aggregate_parts(parts, reg);
+            if (!mr.system.is_null()) rec["system"] = mr.system;  // the run's system-model point
             rec["metrics"] = agg["metrics"];
             rec["per_layer"] = agg["per_layer"];
             if (!cfg.throughput.is_null())  // decode throughput vs batch (lib/system/cost_model.hpp)

@@ -39,23 +39,13 @@ std::string params_text(const json& p, const std::set<std::string>& varying, con
     }
     return s.empty() ? "defaults" : s;
 }
-// The system point of a run ("policy=lru,cache=0.05,..." from its label's "@system(...)"), as key ->
-// value; empty when the config has no "system" section.
+// The system point of a run (its record's "system": cache, policy, ...), values as text; empty when the
+// config has no "system" section.
 std::map<std::string, std::string> system_point(const json& rec) {
     std::map<std::string, std::string> out;
-    const std::string label = rec.value("label", "");
-    const size_t a = label.find("@system(");
-    if (a == std::string::npos) return out;
-    const size_t b = label.rfind(')');
-    std::string body = label.substr(a + 8, b == std::string::npos || b < a + 8 ? std::string::npos : b - a - 8);
-    size_t pos = 0;
-    while (pos <= body.size()) {
-        const size_t comma = std::min(body.find(',', pos), body.size());
-        const std::string kv = body.substr(pos, comma - pos);
-        const size_t eq = kv.find('=');
-        if (eq != std::string::npos) out[kv.substr(0, eq)] = kv.substr(eq + 1);
-        pos = comma + 1;
-    }
+    if (!rec.contains("system") || !rec["system"].is_object()) return out;
+    for (auto it = rec["system"].begin(); it != rec["system"].end(); ++it)
+        out[it.key()] = it->is_string() ? it->get<std::string>() : it->dump();
     return out;
 }
 std::string stat(const json& rec, const std::string& metric, const char* which, const char* f) {
