@@ -12,15 +12,14 @@
 // (summed over steps): whether the needle tokens that matter are attended exactly.
 // --steps A:B restricts to decode steps [A, B) (e.g. the steps that write the answer).
 #include <fmt/format.h>
-#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
-#include <mutex>
 #include <numeric>
 
 #include "commands.hpp"
 #include "core/error.hpp"
+#include "attention/attention.hpp"
 #include "core/fs.hpp"
 #include "head_args.hpp"
 #include "methods/method.hpp"
@@ -103,19 +102,10 @@ int run_needle(const NeedleArgs& a) {
             throw ConfigError(fmt::format("--steps {}:{}: need 0 <= A < B <= num_decode_steps ({})", s0, s1, info.num_decode_steps));
     }
     const HeadSelection hs = select_heads(reader, a.trace, a.layers, a.kv_heads);
-    std::vector<std::pair<int, int>> jobs;
-    for (int l : hs.layers)
-        for (int k : hs.kv_heads) jobs.emplace_back(l, k);
-
-    std::vector<HeadRow> rows;
-    std::mutex mu;
-    std::exception_ptr err;
-    if (a.threads > 0) omp_set_num_threads(a.threads);
-#pragma omp parallel for schedule(dynamic, 1)
-    for (int ji = 0; ji < (int)jobs.size(); ++ji) {
-        try {
-            const auto [layer, kvh] = jobs[(size_t)ji];
-            const HeadSlice s = reader.read_head(layer, kvh);
+    // per head: build every method, replay decode steps [0, s1), score steps [s0, s1) (prefill queries read
+    // too: query-aware methods need them)
+    const auto per_head = map_heads(reader, hs, a.threads, [&](const HeadSlice& s) {
+            const int layer = s.layer, kvh = s.kv_head;
             const int d = s.head_dim, g = s.group, T = s1 - s0;
             MethodContext ctx;
             ctx.layer = layer;
@@ -145,7 +135,7 @@ int run_needle(const NeedleArgs& a) {
                 local[(size_t)h].covered.assign(ms.size(), 0.0);
             }
             std::vector<float> qbuf((size_t)g * d);
-            std::vector<double> sc;
+            std::vector<float> sc;
             Selection sel;
             std::vector<double> nw((size_t)g * (B - A));  // needle weights of this step, per head
             for (int t = 0; t < s1; ++t) {
@@ -156,24 +146,14 @@ int run_needle(const NeedleArgs& a) {
                 for (int h = 0; h < g; ++h) {
                     const float* q = s.query(h, t);
                     std::copy(q, q + d, qbuf.begin() + (size_t)h * d);
-                    sc.assign((size_t)n, 0.0);
-                    double mx = -1e300;
-                    for (int i = 0; i < n; ++i) {
-                        const float* k = s.key(i);
-                        double dot = 0;
-                        for (int j = 0; j < d; ++j) dot += (double)q[j] * k[j];
-                        sc[(size_t)i] = dot / std::sqrt((double)d);
-                        mx = std::max(mx, sc[(size_t)i]);
-                    }
-                    double z = 0, zn = 0;
-                    for (int i = 0; i < n; ++i) {
-                        const double w = std::exp(sc[(size_t)i] - mx);
-                        z += w;
-                        if (i >= A && i < B) zn += w;
-                    }
-                    for (int i = A; i < B; ++i) nw[(size_t)h * (B - A) + (i - A)] = std::exp(sc[(size_t)i] - mx) / z;
-                    local[(size_t)h].needle_mass += zn / z / T;
-                    local[(size_t)h].needle_mass_sum += zn / z;
+                    // exact attention weights of this query head over the n visible tokens
+                    sc.resize((size_t)n);
+                    attention_scores(q, s.keys.data(), n, d, ctx.scale, sc.data());
+                    softmax_inplace(sc.data(), n);
+                    double zn = 0;
+                    for (int i = A; i < B; ++i) zn += nw[(size_t)h * (B - A) + (i - A)] = sc[(size_t)i];
+                    local[(size_t)h].needle_mass += zn / T;
+                    local[(size_t)h].needle_mass_sum += zn;
                 }
                 for (size_t mi = 0; mi < inst.size(); ++mi) {
                     sel.clear();
@@ -193,14 +173,12 @@ int run_needle(const NeedleArgs& a) {
             }
             for (auto& r : local)
                 for (auto& c : r.covered) c = r.needle_mass_sum > 0 ? c / r.needle_mass_sum : 0.0;
-            std::lock_guard<std::mutex> lk(mu);
-            for (auto& r : local) rows.push_back(std::move(r));
-        } catch (...) {
-            std::lock_guard<std::mutex> lk(mu);
-            if (!err) err = std::current_exception();
-        }
-    }
-    if (err) std::rethrow_exception(err);
+            return local;
+        },
+        ReadOptions{});
+    std::vector<HeadRow> rows;
+    for (auto& v : per_head)
+        for (auto& r : v) rows.push_back(std::move(r));
     std::sort(rows.begin(), rows.end(), [](const HeadRow& x, const HeadRow& y) { return x.needle_mass > y.needle_mass; });
 
     fmt::print("{}: needle tokens [{}, {}) ({} tokens) of prompt {}; {} (layer, q head) rows, decode steps [{}, {})\n",
