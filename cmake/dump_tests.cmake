@@ -1,8 +1,9 @@
 # Trace dumper tests (tests/dump/, scripts/dump/, docs/traces.md): a tiny randomly initialized Llama (both
 # RoPE layouts, GQA) and a ~1K-token SmolLM2 trace of two layers, from the GGUF and from the Hugging Face
 # checkpoint exported from it (--export-hf; the two traces compared), each checked against the model's own
-# attention output and read back through retro-bench validate/inspect (32 s idle, ~60 s on busy cores). Run by Debian's /usr/bin/python3;
-# the dumper itself runs in the pinned venv scripts/setup.sh makes (exit 77 = skipped when it is missing).
+# attention output and read back through retro-bench validate/inspect (32 s idle, ~60 s on busy cores).
+# Run by Debian's /usr/bin/python3; the dumper itself runs in the pinned venv scripts/setup.sh makes
+# (exit 77 = skipped when it is missing).
 # Included from tests/CMakeLists.txt after the retro-bench target exists.
 get_filename_component(_retro_dump_root "${CMAKE_CURRENT_LIST_DIR}/.." ABSOLUTE)
 if(EXISTS /usr/bin/python3)
