@@ -3,6 +3,7 @@
 // (checks.cpp) into retro_check_emulation, it tests the checks themselves (input layouts, references,
 // tolerances, poisoning) on machines without a GPU. It says nothing about the CUDA kernels.
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -28,6 +29,21 @@ void copy_d2d(void* d, const void* s, size_t b) { std::memcpy(d, s, b); }
 void copy_h2d_async(void* d, const void* s, size_t b, void*) { std::memcpy(d, s, b); }
 void dev_memset(void* d, int x, size_t b) { std::memset(d, x, b); }
 void synchronize() {}
+void copy_d2h_async(void* d, const void* s, size_t b, void*) { std::memcpy(d, s, b); }
+void copy_2d_async(void* d, size_t dp, const void* s, size_t sp, size_t w, size_t rows, void*) {
+    for (size_t i = 0; i < rows; ++i) std::memcpy((char*)d + i * dp, (const char*)s + i * sp, w);
+}
+size_t device_free_bytes() { return (size_t)1 << 40; }
+Stream::Stream() {}
+Stream::~Stream() {}
+void Stream::synchronize() {}
+Event::Event() {}
+Event::~Event() {}
+void Event::record(void*) {  // launches ran already: the host clock is the event's time
+    host_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+void Event::synchronize() {}
+float Event::ms_since(const Event& start) { return (float)(host_ms_ - start.host_ms_); }
 EventTimer::EventTimer(void* s) : stream_(s) {}
 EventTimer::~EventTimer() {}
 void EventTimer::start() {}

@@ -42,6 +42,44 @@ void copy_h2d_async(void* d_dst, const void* src, size_t bytes, void* stream = n
 /// Fills bytes with `byte` (0xFF = NaN in both fp32 and fp16: the checks' poison).
 void dev_memset(void* d_dst, int byte, size_t bytes);
 void synchronize();
+void copy_d2h_async(void* dst, const void* d_src, size_t bytes, void* stream = nullptr);
+/// `rows` rows of `width` bytes, row i from src + i*spitch to dst + i*dpitch, any direction (device or
+/// pinned host pointers, unified addressing: cudaMemcpy2DAsync with cudaMemcpyDefault).
+void copy_2d_async(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t rows,
+                   void* stream = nullptr);
+/// Free device memory in bytes (cudaMemGetInfo).
+size_t device_free_bytes();
+
+/// RAII CUDA stream (cudaStreamCreate); get() is what the launchers take as `stream`.
+class Stream {
+  public:
+    Stream();
+    ~Stream();
+    Stream(const Stream&) = delete;
+    Stream& operator=(const Stream&) = delete;
+    void* get() const { return s_; }
+    void synchronize();
+
+  private:
+    void* s_ = nullptr;
+};
+
+/// RAII CUDA event: recorded on a stream, waited on by the host, timed against another event.
+class Event {
+  public:
+    Event();
+    ~Event();
+    Event(const Event&) = delete;
+    Event& operator=(const Event&) = delete;
+    void record(void* stream);
+    void synchronize();
+    /// Milliseconds from `start` to this event (both recorded); synchronizes on this one.
+    float ms_since(const Event& start);
+
+  private:
+    void* e_ = nullptr;
+    double host_ms_ = 0;  ///< the CPU emulation's clock (unused by the CUDA runtime)
+};
 
 /// RAII device buffer of n elements of T.
 template <class T>
@@ -60,6 +98,31 @@ class DeviceBuffer {
     T* get() const { return p_; }
     size_t size() const { return n_; }
     size_t bytes() const { return n_ * sizeof(T); }
+
+  private:
+    size_t n_ = 0;
+    T* p_ = nullptr;
+};
+
+/// RAII pinned (page-locked, mapped) host buffer of n elements of T: readable by kernels through
+/// unified addressing (zero-copy) and the source of asynchronous copies.
+template <class T>
+class PinnedBuffer {
+  public:
+    PinnedBuffer() = default;
+    explicit PinnedBuffer(size_t n) : n_(n), p_(static_cast<T*>(pinned_alloc(n * sizeof(T) + (n == 0)))) {}
+    ~PinnedBuffer() { pinned_free(p_); }
+    PinnedBuffer(const PinnedBuffer&) = delete;
+    PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+    PinnedBuffer(PinnedBuffer&& o) noexcept : n_(o.n_), p_(o.p_) { o.p_ = nullptr, o.n_ = 0; }
+    PinnedBuffer& operator=(PinnedBuffer&& o) noexcept {
+        std::swap(n_, o.n_), std::swap(p_, o.p_);
+        return *this;
+    }
+    T* get() const { return p_; }
+    size_t size() const { return n_; }
+    size_t bytes() const { return n_ * sizeof(T); }
+    T& operator[](size_t i) const { return p_[i]; }
 
   private:
     size_t n_ = 0;

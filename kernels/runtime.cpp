@@ -82,6 +82,42 @@ void copy_h2d_async(void* d, const void* s, size_t b, void* stream) {
 void dev_memset(void* d, int byte, size_t b) { check(cudaMemset(d, byte, b), "cudaMemset"); }
 void synchronize() { check(cudaDeviceSynchronize(), "cudaDeviceSynchronize"); }
 
+void copy_d2h_async(void* d, const void* s, size_t b, void* stream) {
+    check(cudaMemcpyAsync(d, s, b, cudaMemcpyDeviceToHost, st(stream)), "d2h async");
+}
+void copy_2d_async(void* d, size_t dp, const void* s, size_t sp, size_t w, size_t rows, void* stream) {
+    if (w == 0 || rows == 0) return;
+    check(cudaMemcpy2DAsync(d, dp, s, sp, w, rows, cudaMemcpyDefault, st(stream)), "2d copy");
+}
+size_t device_free_bytes() {
+    size_t free = 0, total = 0;
+    check(cudaMemGetInfo(&free, &total), "cudaMemGetInfo");
+    return free;
+}
+
+Stream::Stream() {
+    cudaStream_t s;
+    check(cudaStreamCreate(&s), "cudaStreamCreate");
+    s_ = s;
+}
+Stream::~Stream() { cudaStreamDestroy(st(s_)); }
+void Stream::synchronize() { check(cudaStreamSynchronize(st(s_)), "cudaStreamSynchronize"); }
+
+Event::Event() {
+    cudaEvent_t e;
+    check(cudaEventCreate(&e), "cudaEventCreate");
+    e_ = e;
+}
+Event::~Event() { cudaEventDestroy(static_cast<cudaEvent_t>(e_)); }
+void Event::record(void* stream) { check(cudaEventRecord(static_cast<cudaEvent_t>(e_), st(stream)), "event"); }
+void Event::synchronize() { check(cudaEventSynchronize(static_cast<cudaEvent_t>(e_)), "cudaEventSynchronize"); }
+float Event::ms_since(const Event& start) {
+    synchronize();
+    float ms = 0;
+    check(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(start.e_), static_cast<cudaEvent_t>(e_)), "elapsed");
+    return ms;
+}
+
 EventTimer::EventTimer(void* stream) : stream_(stream) {
     cudaEvent_t a, b;
     check(cudaEventCreate(&a), "cudaEventCreate");

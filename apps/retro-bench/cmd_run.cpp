@@ -12,6 +12,9 @@
 #include "core/error.hpp"
 #include "core/fs.hpp"
 #include "ood_recall_cmd.hpp"
+#ifdef RETRO_HAVE_CUDA
+#include "run/cuda_backend.hpp"
+#endif
 
 namespace retro::cli {
 namespace {
@@ -70,16 +73,20 @@ const CommandRegistrar reg(10, [](CLI::App& app) {
         opt.command_line = "retro-bench run " + a->config + (a->resume ? " --resume" : "") +
                            (a->force ? " --force" : "");
         opt.stop = &g_stop;
+#ifdef RETRO_HAVE_CUDA
+        const auto gpu = gpu_run::make_cuda_backend();  // used by "backend": "cuda" configs only
+        opt.gpu = gpu.get();
+#endif
         const bool tty = stderr_is_tty();
         opt.on_note = [](const std::string& s) { fmt::print(stderr, "{}\n", s); };
         int last_line = -1;
         if (!a->quiet)
-            opt.on_progress = [tty, &last_line](const RunProgress& p) {
+            opt.on_progress = [tty, &last_line, unit = cfg.backend == "cuda" ? "layers" : "heads"](const RunProgress& p) {
                 const int total = std::max(1, p.total);
                 if (tty) {
                     const int width = 30, filled = p.done * width / total;
-                    fmt::print(stderr, "\r[{}{}] {}/{} heads{}  {} elapsed  ETA {}   ", std::string(filled, '='),
-                               std::string(width - filled, ' '), p.done, p.total,
+                    fmt::print(stderr, "\r[{}{}] {}/{} {}{}  {} elapsed  ETA {}   ", std::string(filled, '='),
+                               std::string(width - filled, ' '), p.done, p.total, unit,
                                p.skipped ? fmt::format(" (+{} resumed)", p.skipped) : "", hms(p.elapsed_s),
                                hms(p.eta_s));
                     if (p.done == p.total) fmt::print(stderr, "\n");
@@ -88,8 +95,8 @@ const CommandRegistrar reg(10, [](CLI::App& app) {
                     const int decile = p.done * 10 / total;
                     if (decile != last_line || p.done == p.total) {
                         last_line = decile;
-                        fmt::print(stderr, "progress: {}/{} heads ({} resumed) elapsed {} eta {}\n", p.done,
-                                   p.total, p.skipped, hms(p.elapsed_s), hms(p.eta_s));
+                        fmt::print(stderr, "progress: {}/{} {} ({} resumed) elapsed {} eta {}\n", p.done,
+                                   p.total, unit, p.skipped, hms(p.elapsed_s), hms(p.eta_s));
                     }
                 }
             };

@@ -43,6 +43,7 @@ std::string MethodRun::label() const {
             sys += (sys.empty() ? "" : ",") + it.key() + "=" + (it->is_string() ? it->get<std::string>() : it->dump());
         s += "@system(" + sys + ")";
     }
+    if (batch > 0) s += "@cuda(batch=" + std::to_string(batch) + ")";
     return s;
 }
 
@@ -101,7 +102,7 @@ RunConfig parse_config(const json& j, const std::string& origin) {
     const std::string w = origin.empty() ? "config" : origin;
     if (!j.is_object()) throw ConfigError(w + ": expected a JSON object at top level");
     check_keys(j, {"name", "description", "traces", "layers", "kv_heads", "steps", "metrics", "hardware",
-                   "kv_dtype", "threads", "methods", "figure", "system"},
+                   "kv_dtype", "threads", "methods", "figure", "system", "backend", "cuda"},
                w);
     RunConfig c;
     c.source = j;
@@ -175,6 +176,17 @@ RunConfig parse_config(const json& j, const std::string& origin) {
         c.kv_dtype = v.get<std::string>();
     }
     if (j.contains("threads")) c.threads = get_int(j["threads"], w + ": threads", 0, 4096);
+    if (j.contains("backend")) c.backend = parse_backend(j["backend"], w);
+    if (j.contains("cuda")) {
+        if (c.backend != "cuda")
+            throw ConfigError(w + ": a \"cuda\" section needs \"backend\": \"cuda\" (backend is \"" + c.backend + "\")");
+        c.cuda = CudaOptions::from_json(j["cuda"], w + ": cuda");
+    }
+    if (c.backend == "cuda" && c.kv_dtype != "trace" && c.kv_dtype != "float16")
+        throw ConfigError(w + ": backend 'cuda' stores the KV as float16: kv_dtype = \"" + c.kv_dtype +
+                          "\" (expected \"trace\" or \"float16\")");
+    // backend "cuda": the batch is one more sweep axis (0 = the CPU backend, no axis)
+    const std::vector<int> batches = c.backend == "cuda" ? c.cuda.batch : std::vector<int>{0};
 
     // "system": GPU cache / cost-model settings; list values are sweep axes (lib/system).
     std::vector<json> system_points = {json()};
@@ -225,18 +237,21 @@ RunConfig parse_config(const json& j, const std::string& origin) {
             if (it->is_array() && it->empty())
                 throw ConfigError(mw + ".params." + it.key() + ": empty list of values");
         for (const json& point : expand_grid(params))
-            for (const json& sys : system_points) {
-                MethodRun r;
-                r.method = info->name;
-                r.system = sys;
-                try {
-                    r.params = resolve_params(*info, point);
-                } catch (const ConfigError& e) {
-                    throw ConfigError(mw + ": " + e.what());
+            for (const json& sys : system_points)
+                for (const int batch : batches) {
+                    MethodRun r;
+                    r.method = info->name;
+                    r.system = sys;
+                    r.batch = batch;
+                    try {
+                        r.params = resolve_params(*info, point);
+                    } catch (const ConfigError& e) {
+                        throw ConfigError(mw + ": " + e.what());
+                    }
+                    if (batch > 0) check_cuda_run(r, c.cuda, mw);
+                    if (!seen.insert(r.label()).second) continue;  // the same point listed twice runs once
+                    c.runs.push_back(std::move(r));
                 }
-                if (!seen.insert(r.label()).second) continue;  // the same point listed twice runs once
-                c.runs.push_back(std::move(r));
-            }
     }
     return c;
 }
@@ -269,12 +284,15 @@ json RunConfig::resolved() const {
     j["hardware"] = hardware;
     j["kv_dtype"] = kv_dtype;
     j["threads"] = threads;
+    j["backend"] = backend;
+    if (backend == "cuda") j["cuda"] = cuda.to_json();
     j["runs"] = json::array();
     if (!system.is_null()) j["system"] = system;
     if (!throughput.is_null()) j["throughput"] = throughput;
     for (const auto& r : runs) {
         json rj = {{"method", r.method}, {"params", r.params}};
         if (!r.system.is_null()) rj["system"] = r.system;
+        if (r.batch > 0) rj["batch"] = r.batch;
         j["runs"].push_back(rj);
     }
     return j;

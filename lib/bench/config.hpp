@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "bench/backend_config.hpp"
+
 namespace retro {
 
 struct TraceSpec {
@@ -30,7 +32,9 @@ struct MethodRun {
     /// The resolved "system" point (GPU cache, cost model; lib/system/system_params.hpp), or null when
     /// the config has no "system" key (then the defaults apply and the run id is unchanged).
     nlohmann::json system;
-    std::string label() const;  ///< "oracle_topk(k=100,gqa=per_head)"
+    /// Backend "cuda": the batch of replicas this point runs (a sweep axis); 0 = backend "cpu".
+    int batch = 0;
+    std::string label() const;  ///< "oracle_topk(k=100,gqa=per_head)"; cuda points end "@cuda(batch=8)"
 };
 
 struct RunConfig {
@@ -44,6 +48,8 @@ struct RunConfig {
     std::string hardware = "a100-80gb-pcie4";  ///< hardware profile name (recorded; configs/hardware/)
     std::string kv_dtype = "trace";  ///< dtype for byte accounting: "trace" | float16 | bfloat16 | float32
     int threads = 0;                 ///< worker threads over heads; 0 = all cores
+    std::string backend = "cpu";     ///< "cpu" | "cuda" (bench/backend_config.hpp, docs/cuda.md)
+    CudaOptions cuda;                ///< the "cuda" section (backend "cuda" only)
     std::vector<MethodRun> runs;     ///< the expanded sweep (methods x "system" points)
     nlohmann::json system;           ///< the "system" section as given (null when absent)
     nlohmann::json throughput;       ///< resolved system.throughput (null = no throughput table)

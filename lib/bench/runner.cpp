@@ -11,6 +11,8 @@
 #include <set>
 #include <thread>
 
+#include "bench/cuda_runner.hpp"
+#include "bench/head_run.hpp"
 #include "bench/results.hpp"
 #include "core/error.hpp"
 #include "core/fs.hpp"
@@ -109,6 +111,8 @@ std::string run_id_for(const PreparedTrace& t, const MethodRun& r, const RunConf
     json key = {{"trace", t.trace_id}, {"method", r.method}, {"params", r.params},
                 {"recall_k", cfg.recall_k}, {"steps", t.steps}, {"kv_dtype", cfg.kv_dtype}};
     if (!r.system.is_null()) key["system"] = r.system;  // only configs with a "system" key
+    if (r.batch > 0)  // backend "cuda" only: CPU run ids are unchanged
+        key["cuda"] = {{"batch", r.batch}, {"kmeans", cfg.cuda.kmeans}, {"kv_heads", t.kv_heads}};
     return r.method + "-" + short_hash(key.dump());
 }
 
@@ -129,16 +133,8 @@ void run_head(const RunConfig& cfg, const PreparedTrace& tr, const TraceReader& 
     ro.max_steps = last_step + 1;
     const HeadSlice slice = reader.read_head(job.layer, job.kv_head, ro);
     const int d = slice.head_dim, g = slice.group;
-
-    MethodContext ctx;
-    ctx.layer = job.layer;
-    ctx.kv_head = job.kv_head;
-    ctx.head_dim = d;
-    ctx.group = g;
-    ctx.prompt_len = slice.prompt_len;
-    ctx.scale = 1.0f / std::sqrt((float)d);
-    ctx.storage = cfg.kv_dtype == "trace" ? tr.info.dtype : parse_dtype(cfg.kv_dtype);
-    ctx.slice = &slice;
+    const MethodContext ctx =
+        head_context(slice, cfg.kv_dtype == "trace" ? tr.info.dtype : parse_dtype(cfg.kv_dtype));
 
     struct Instance {
         size_t run;
@@ -174,15 +170,9 @@ void run_head(const RunConfig& cfg, const PreparedTrace& tr, const TraceReader& 
             const SystemParams sp = mr.system.is_null() ? SystemParams{} : SystemParams::from_json(mr.system, "system");
             I.sys = std::make_unique<HeadSystem>(sp, hw, sc);
         }
-        I.part.run_id = run_ids[r];
-        I.part.layer = job.layer;
-        I.part.kv_head = job.kv_head;
-        for (int h = 0; h < g; ++h) I.part.q_heads.push_back(slice.first_q_head + h);
-        I.part.steps = tr.steps;
-        for (const auto& m : reg) {
-            if (m.level == MetricLevel::q_step) I.part.q_metrics[m.name].assign((size_t)g, {});
-            else if (m.level == MetricLevel::kv_step) I.part.kv_metrics[m.name] = {};
-        }
+        const double build_ms = I.part.build_ms;
+        I.part = new_head_part(run_ids[r], slice, tr.steps, reg);
+        I.part.build_ms = build_ms;
         inst.push_back(std::move(I));
     }
 
@@ -204,17 +194,7 @@ void run_head(const RunConfig& cfg, const PreparedTrace& tr, const TraceReader& 
             I.m->select(qbuf.data(), t, kv, I.sel);
             const double select_us = secs_since(t0) * 1e6;
             const double attend_us = ev.evaluate(I.sel, cfg.runs[I.run].method, qm);
-            for (int h = 0; h < g; ++h) {
-                const QueryMetrics& m = qm[(size_t)h];
-                for (size_t k = 0; k < cfg.recall_k.size(); ++k)
-                    I.part.q_metrics["recall@" + std::to_string(cfg.recall_k[k])][(size_t)h].push_back(m.recall[k]);
-                I.part.q_metrics["mass"][(size_t)h].push_back(m.mass);
-                I.part.q_metrics["out_err"][(size_t)h].push_back(m.out_err);
-                I.part.q_metrics["out_cos"][(size_t)h].push_back(m.out_cos);
-                I.part.q_metrics["lse_err"][(size_t)h].push_back(m.lse_err);
-                I.part.q_metrics["exact_frac"][(size_t)h].push_back(m.exact_frac);
-                I.part.q_metrics["est_frac"][(size_t)h].push_back(m.est_frac);
-            }
+            add_query_metrics(I.part, qm, cfg.recall_k);
             const Footprint fp = I.m->footprint();
             I.part.kv_metrics["scan_ops"].push_back(I.sel.scan_ops / kv.n);
             I.sys->record(I.sel, kv.n, fp);  // h2d/d2h/gpu_bytes, cache_hit, model_us: at the end
@@ -227,6 +207,107 @@ void run_head(const RunConfig& cfg, const PreparedTrace& tr, const TraceReader& 
         I.sys->finish(I.part.kv_metrics);  // replays the GPU cache over the steps (Belady needs all)
         rd.write_part(I.part);
     }
+}
+
+/// What both executions need from run_config.
+struct Execution {
+    const RunConfig& cfg;
+    const RunnerOptions& opt;
+    const std::vector<PreparedTrace>& traces;
+    const std::vector<TraceReader*>& readers;
+    const std::vector<std::vector<std::string>>& ids;
+    const std::vector<MetricInfo>& reg;
+    const ResultsDir& rd;
+    const HardwareProfile& hw;
+    json& session;  ///< this session's manifest entry
+};
+
+// Worker threads pull (trace, layer, KV head) jobs. Returns the first error (the others stop).
+std::exception_ptr run_on_cpu(const Execution& x, const std::vector<Job>& jobs, RunOutcome& outcome) {
+    const RunnerOptions& opt = x.opt;
+    int threads = opt.threads >= 0 ? opt.threads : x.cfg.threads;
+    if (threads <= 0) threads = (int)std::max(1u, std::thread::hardware_concurrency());
+    threads = std::min<int>(threads, (int)std::max<size_t>(1, jobs.size()));
+    std::atomic<size_t> next{0};
+    std::atomic<bool> failed{false};
+    std::mutex mu;
+    std::exception_ptr first_error;
+    RunProgress prog;
+    prog.total = (int)jobs.size();
+    prog.skipped = outcome.heads_skipped;
+    const auto t_start = Clock::now();
+    if (opt.on_progress) opt.on_progress(prog);
+    auto worker = [&] {
+        for (;;) {
+            if (failed || (opt.stop && opt.stop->load())) return;
+            const size_t i = next.fetch_add(1);
+            if (i >= jobs.size()) return;
+            try {
+                run_head(x.cfg, x.traces[jobs[i].trace], *x.readers[jobs[i].trace], jobs[i], x.ids[jobs[i].trace],
+                         x.reg, x.rd, x.hw);
+            } catch (...) {
+                std::lock_guard<std::mutex> lk(mu);
+                if (!first_error) first_error = std::current_exception();
+                failed = true;
+                return;
+            }
+            std::lock_guard<std::mutex> lk(mu);
+            ++prog.done;
+            prog.elapsed_s = secs_since(t_start);
+            prog.eta_s = prog.elapsed_s / prog.done * (prog.total - prog.done);
+            if (opt.on_progress) opt.on_progress(prog);
+        }
+    };
+    x.session["threads"] = threads;
+    x.session["jobs"] = jobs.size();
+    if (threads > 1) set_blas_threads(1);  // parallelism is over heads; BLAS inside methods stays serial
+    std::vector<std::thread> pool;
+    for (int i = 0; i < threads; ++i) pool.emplace_back(worker);
+    for (auto& th : pool) th.join();
+    outcome.heads_run = prog.done;
+    outcome.interrupted = prog.done < prog.total;
+    return first_error;
+}
+
+// The device runs one (trace, layer) at a time, every pending run of it (lib/bench/cuda_runner). Runs
+// that do not fit in memory are skipped and listed in the manifest session ("skipped").
+std::exception_ptr run_on_gpu(const Execution& x, const std::vector<Job>& jobs, RunOutcome& outcome) {
+    std::vector<CudaLayerJob> layers;
+    for (const Job& j : jobs) {
+        if (layers.empty() || layers.back().trace != j.trace || layers.back().layer != j.layer)
+            layers.push_back({j.trace, j.layer, {}});
+        auto& runs = layers.back().runs;
+        for (size_t r : j.runs)
+            if (std::find(runs.begin(), runs.end(), r) == runs.end()) runs.push_back(r);
+    }
+    for (auto& l : layers) std::sort(l.runs.begin(), l.runs.end());
+    RunProgress prog;
+    prog.total = (int)layers.size();
+    const auto t_start = Clock::now();
+    if (x.opt.on_progress) x.opt.on_progress(prog);
+    std::vector<std::string> skipped;
+    std::exception_ptr error;
+    x.session["jobs"] = layers.size();
+    for (const CudaLayerJob& l : layers) {
+        if (x.opt.stop && x.opt.stop->load()) break;
+        try {
+            run_cuda_layer(x.cfg, x.traces[l.trace], *x.readers[l.trace], l, x.ids[l.trace], x.reg, x.rd, x.hw,
+                           *x.opt.gpu, skipped);
+        } catch (...) {
+            error = std::current_exception();
+            break;
+        }
+        ++prog.done;
+        prog.elapsed_s = secs_since(t_start);
+        prog.eta_s = prog.elapsed_s / prog.done * (prog.total - prog.done);
+        if (x.opt.on_progress) x.opt.on_progress(prog);
+    }
+    for (const auto& s : skipped)
+        if (x.opt.on_note) x.opt.on_note("skipped (does not fit): " + s);
+    x.session["skipped"] = skipped;
+    outcome.heads_run = prog.done;
+    outcome.interrupted = prog.done < prog.total;
+    return error;
 }
 
 json read_manifest(const std::string& path) {
@@ -247,6 +328,8 @@ RunOutcome run_config(const RunConfig& cfg, const RunnerOptions& opt) {
     const ResultsDir rd(dir);
 
     // ---- everything that can fail on bad input happens before any work ----
+    const bool on_gpu = cfg.backend == "cuda";
+    if (on_gpu) check_cuda_backend(opt.gpu);  // first: before a synthetic trace is generated
     if (rd.has_results() && !opt.resume && !opt.force)
         throw ConfigError(dir + " already holds results: pass --resume to continue it or --force to "
                                 "replace it");
@@ -257,7 +340,13 @@ RunOutcome run_config(const RunConfig& cfg, const RunnerOptions& opt) {
         reader_store.push_back(std::make_unique<TraceReader>(t.spec.path));
         readers.push_back(reader_store.back().get());
     }
-    const auto reg = metric_registry(cfg.recall_k);
+    if (on_gpu)
+        for (const auto& t : traces) check_cuda_trace(t, cfg, *opt.gpu);
+    auto reg = metric_registry(cfg.recall_k);
+    if (on_gpu) {
+        const auto more = gpu_metric_registry();
+        reg.insert(reg.end(), more.begin(), more.end());
+    }
     const HardwareProfile hw = load_hardware_profile(cfg.hardware);  // configs/hardware/<name>.json
     // run ids per trace
     std::vector<std::vector<std::string>> ids(traces.size());
@@ -284,6 +373,9 @@ RunOutcome run_config(const RunConfig& cfg, const RunnerOptions& opt) {
     manifest["config"] = cfg.resolved();
     manifest["config_source"] = cfg.source;
     manifest["hardware_profile"] = cfg.hardware;
+    manifest["backend"] = cfg.backend;
+    const std::string device = on_gpu ? opt.gpu->device_name() : "";
+    if (on_gpu) manifest["device"] = device;
     manifest["host"] = host_info();
     manifest["metrics"] = json::array();
     for (const auto& m : reg)
@@ -315,46 +407,9 @@ RunOutcome run_config(const RunConfig& cfg, const RunnerOptions& opt) {
                 else jobs.push_back(std::move(j));
             }
 
-    // ---- execute in parallel over heads ----
-    int threads = opt.threads >= 0 ? opt.threads : cfg.threads;
-    if (threads <= 0) threads = (int)std::max(1u, std::thread::hardware_concurrency());
-    threads = std::min<int>(threads, (int)std::max<size_t>(1, jobs.size()));
-    std::atomic<size_t> next{0};
-    std::atomic<bool> failed{false};
-    std::mutex mu;
-    std::exception_ptr first_error;
-    RunProgress prog;
-    prog.total = (int)jobs.size();
-    prog.skipped = outcome.heads_skipped;
-    const auto t_start = Clock::now();
-    if (opt.on_progress) opt.on_progress(prog);
-    auto worker = [&] {
-        for (;;) {
-            if (failed || (opt.stop && opt.stop->load())) return;
-            const size_t i = next.fetch_add(1);
-            if (i >= jobs.size()) return;
-            try {
-                run_head(cfg, traces[jobs[i].trace], *readers[jobs[i].trace], jobs[i], ids[jobs[i].trace], reg, rd, hw);
-            } catch (...) {
-                std::lock_guard<std::mutex> lk(mu);
-                if (!first_error) first_error = std::current_exception();
-                failed = true;
-                return;
-            }
-            std::lock_guard<std::mutex> lk(mu);
-            ++prog.done;
-            prog.elapsed_s = secs_since(t_start);
-            prog.eta_s = prog.elapsed_s / prog.done * (prog.total - prog.done);
-            if (opt.on_progress) opt.on_progress(prog);
-        }
-    };
-    manifest["sessions"].back()["threads"] = threads;
-    manifest["sessions"].back()["jobs"] = jobs.size();
-    if (threads > 1) set_blas_threads(1);  // parallelism is over heads; BLAS inside methods stays serial
-    std::vector<std::thread> pool;
-    for (int i = 0; i < threads; ++i) pool.emplace_back(worker);
-    for (auto& th : pool) th.join();
-    outcome.heads_run = prog.done;
+    // ---- execute: in parallel over heads on the CPU, one layer at a time on the GPU ----
+    Execution ex{cfg, opt, traces, readers, ids, reg, rd, hw, manifest["sessions"].back()};
+    const std::exception_ptr first_error = on_gpu ? run_on_gpu(ex, jobs, outcome) : run_on_cpu(ex, jobs, outcome);
 
     auto finish_manifest = [&](const std::string& status) {
         manifest["status"] = status;
@@ -367,7 +422,6 @@ RunOutcome run_config(const RunConfig& cfg, const RunnerOptions& opt) {
         finish_manifest("failed");
         std::rethrow_exception(first_error);
     }
-    outcome.interrupted = prog.done < prog.total;
 
     // ---- records for every run whose heads are all complete ----
     std::string csv = per_head_csv_header(reg);
@@ -402,8 +456,13 @@ RunOutcome run_config(const RunConfig& cfg, const RunnerOptions& opt) {
                         {"revision", git_revision()}};
             const json agg = aggregate_parts(parts, reg);
             if (!mr.system.is_null()) rec["system"] = mr.system;  // the run's system-model point
+            if (mr.batch > 0) {
+                rec["backend"] = "cuda";
+                rec["batch"] = mr.batch;
+            }
             rec["metrics"] = agg["metrics"];
             rec["per_layer"] = agg["per_layer"];
+            if (mr.batch > 0) rec["cuda"] = cuda_record_summary(rec["metrics"], mr.batch, device);
             if (!cfg.throughput.is_null())  // decode throughput vs batch (lib/system/cost_model.hpp)
                 rec["throughput"] = record_throughput(
                     rec["metrics"], t.info.prompt_len + 1.0 + mean_of_steps(t.steps), t.info.head_dim,

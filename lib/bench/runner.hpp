@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "bench/config.hpp"
+#include "gpu/backend.hpp"
 #include "trace/trace.hpp"
 
 namespace retro {
@@ -50,6 +51,9 @@ struct RunnerOptions {
     std::function<void(const RunProgress&)> on_progress;
     std::function<void(const std::string&)> on_note;
     const std::atomic<bool>* stop = nullptr;  ///< set asynchronously (SIGINT) to stop after current heads
+    /// The GPU backend for configs with "backend": "cuda" (kernels/run: make_cuda_backend); null when
+    /// this program was built without CUDA (such a config then fails before any work, saying so).
+    const GpuBackend* gpu = nullptr;
 };
 
 struct RunOutcome {

@@ -42,9 +42,8 @@ void Evaluator::prepare_step(int t) {
     }
 }
 
-double Evaluator::evaluate(const Selection& sel, const std::string& method,
-                           std::vector<QueryMetrics>& out) {
-    const int d = s_.head_dim, g_count = s_.group;
+void Evaluator::check_selection(const Selection& sel, const std::string& method) {
+    const int g_count = s_.group;
     if (!sel.exact.empty() && sel.exact.size() != 1 && sel.exact.size() != (size_t)g_count)
         throw Error("method '" + method + "' returned " + std::to_string(sel.exact.size()) +
                     " exact lists; expected 1 (shared) or " + std::to_string(g_count) +
@@ -78,20 +77,50 @@ double Evaluator::evaluate(const Selection& sel, const std::string& method,
             stamp_[(size_t)id] = gen_;
         }
     }
+}
+
+void Evaluator::score(const Selection& sel, int g, const float* approx, double lse, QueryMetrics& m) const {
+    const int d = s_.head_dim;
+    const HeadReference& r = ref_[(size_t)g];
+    auto ids = sel.exact_for(g);
     double est_tokens = 0;
     for (const auto& c : sel.estimated) est_tokens += c.size;
+    m.recall.assign(recall_k_.size(), 0.0);
+    double mass = 0;
+    for (int32_t id : ids) mass += r.weights[(size_t)id];
+    for (size_t k = 0; k < recall_k_.size(); ++k) {
+        long hits = 0;
+        const float thr = r.recall_threshold[k];
+        for (int32_t id : ids) hits += r.scores[(size_t)id] >= thr;
+        m.recall[k] = (double)std::min<long>(hits, r.recall_kk[k]) / r.recall_kk[k];
+    }
+    m.mass = std::min(mass, 1.0);
+    double num = 0, den = 0, dot = 0, na = 0;
+    for (int j = 0; j < d; ++j) {
+        const double e = (double)approx[j] - r.out[j];
+        num += e * e;
+        den += (double)r.out[j] * r.out[j];
+        dot += (double)approx[j] * r.out[j];
+        na += (double)approx[j] * approx[j];
+    }
+    m.out_err = den > 0 ? std::sqrt(num / den) : (num > 0 ? 1.0 : 0.0);
+    m.out_cos = (na > 0 && den > 0) ? dot / std::sqrt(na * den) : 0.0;
+    m.lse_err = std::isfinite(lse) ? std::abs(lse - r.lse) : std::numeric_limits<double>::infinity();
+    m.exact_frac = (double)ids.size() / n_;
+    m.est_frac = est_tokens / n_;
+}
 
+double Evaluator::evaluate(const Selection& sel, const std::string& method, std::vector<QueryMetrics>& out) {
+    check_selection(sel, method);
+    const int d = s_.head_dim, g_count = s_.group;
     out.resize((size_t)g_count);
     std::vector<float> approx((size_t)d);
     double attend_us = 0;
     for (int g = 0; g < g_count; ++g) {
-        const HeadReference& r = ref_[(size_t)g];
         const float* q = s_.query(g, t_);
-        auto ids = sel.exact_for(g);
-
         const auto t0 = std::chrono::steady_clock::now();
-        PartialAttention p = partial_attention_ids(q, s_.keys.data(), s_.values.data(), ids, d, scale_,
-                                                     sel.log_weight_for(g));
+        PartialAttention p = partial_attention_ids(q, s_.keys.data(), s_.values.data(), sel.exact_for(g), d,
+                                                   scale_, sel.log_weight_for(g));
         for (const auto& c : sel.estimated) {
             float s = 0;
             for (int j = 0; j < d; ++j) s += q[j] * c.centroid[j];
@@ -99,33 +128,17 @@ double Evaluator::evaluate(const Selection& sel, const std::string& method,
         }
         p.output(approx.data());
         attend_us += std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
-
-        QueryMetrics& m = out[(size_t)g];
-        m.recall.assign(recall_k_.size(), 0.0);
-        double mass = 0;
-        for (int32_t id : ids) mass += r.weights[(size_t)id];
-        for (size_t k = 0; k < recall_k_.size(); ++k) {
-            long hits = 0;
-            const float thr = r.recall_threshold[k];
-            for (int32_t id : ids) hits += r.scores[(size_t)id] >= thr;
-            m.recall[k] = (double)std::min<long>(hits, r.recall_kk[k]) / r.recall_kk[k];
-        }
-        m.mass = std::min(mass, 1.0);
-        double num = 0, den = 0, dot = 0, na = 0;
-        for (int j = 0; j < d; ++j) {
-            const double e = (double)approx[j] - r.out[j];
-            num += e * e;
-            den += (double)r.out[j] * r.out[j];
-            dot += (double)approx[j] * r.out[j];
-            na += (double)approx[j] * approx[j];
-        }
-        m.out_err = den > 0 ? std::sqrt(num / den) : (num > 0 ? 1.0 : 0.0);
-        m.out_cos = (na > 0 && den > 0) ? dot / std::sqrt(na * den) : 0.0;
-        m.lse_err = p.empty() ? std::numeric_limits<double>::infinity() : std::abs(p.lse() - r.lse);
-        m.exact_frac = (double)ids.size() / n_;
-        m.est_frac = est_tokens / n_;
+        score(sel, g, approx.data(), p.lse(), out[(size_t)g]);
     }
     return attend_us;
+}
+
+void Evaluator::evaluate_output(const Selection& sel, const std::string& method, const float* out,
+                                const float* lse, std::vector<QueryMetrics>& qm) {
+    check_selection(sel, method);
+    qm.resize((size_t)s_.group);
+    for (int g = 0; g < s_.group; ++g)
+        score(sel, g, out + (size_t)g * s_.head_dim, lse[g], qm[(size_t)g]);
 }
 
 }  // namespace retro

@@ -39,10 +39,20 @@ class Evaluator {
     /// Returns the measured time of the approximate attention for the whole group, in microseconds.
     double evaluate(const Selection& sel, const std::string& method, std::vector<QueryMetrics>& out);
 
+    /// The same metrics for an approximate output computed elsewhere (the CUDA backend, docs/cuda.md):
+    /// recall, mass, exact_frac and est_frac from `sel` (checked as above), out_err, out_cos and lse_err
+    /// from out: [group, d] and lse: [group] (-inf = empty).
+    void evaluate_output(const Selection& sel, const std::string& method, const float* out, const float* lse,
+                         std::vector<QueryMetrics>& qm);
+
     const HeadReference& reference(int g) const { return ref_[(size_t)g]; }
     int visible() const { return n_; }
 
   private:
+    void check_selection(const Selection& sel, const std::string& method);
+    /// Metrics of group member g from the selection and its approximate output approx: [d], lse.
+    void score(const Selection& sel, int g, const float* approx, double lse, QueryMetrics& m) const;
+
     const HeadSlice& s_;
     std::vector<int> recall_k_;
     std::vector<HeadReference> ref_;

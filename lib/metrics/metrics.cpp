@@ -56,6 +56,33 @@ std::vector<MetricInfo> metric_registry(const std::vector<int>& recall_k) {
     return r;
 }
 
+std::vector<MetricInfo> gpu_metric_registry() {
+    using D = Direction;
+    const auto step = [](std::string name, std::string what, std::string unit, D dir = D::lower_better) {
+        return MetricInfo{std::move(name), std::move(what), std::move(unit), dir, MetricLevel::kv_step, 0.0};
+    };
+    const std::string m = "measured with CUDA events, one layer step, the whole batch: ";
+    const std::string p = "cost model on the hardware profile for the measured work at the run's batch: ";
+    return {
+        step("gpu_select_us", m + "cluster ranking + estimation-zone attention", "us"),
+        step("gpu_gather_us", m + "execution-buffer assembly (GPU cache hits, misses zero-copy over PCIe)", "us"),
+        step("gpu_attend_us", m + "decode attention over the execution buffer (full: all KV) with the LSE merge", "us"),
+        step("gpu_step_us", m + "the attention step on the critical path, first kernel to the end of attention "
+                                "(host lookup included)", "us"),
+        step("gpu_host_us", "host wall time of the cache lookup and copy list, one layer step, the whole batch", "us"),
+        step("gpu_admit_us", m + "GPU cache admission scatter after the step (off the critical path)", "us"),
+        step("gpu_h2d_bytes", "KV bytes read from pinned host memory over PCIe, one layer step, the whole batch", "B"),
+        step("gpu_d2h_bytes", "cluster ids read back by the host, one layer step, the whole batch", "B"),
+        step("gpu_head_h2d_bytes", "this KV head's measured PCIe KV bytes for one sequence (h2d_bytes: the "
+                                   "system model's)", "B"),
+        step("gpu_replica_diff", "largest relative L2 difference of a replica's outputs from replica 0's", ""),
+        step("model_select_us", p + "select_us (index reads)", "us"),
+        step("model_h2d_us", p + "h2d_us (PCIe)", "us"),
+        step("model_attend_us", p + "attend_us (exact attention reads)", "us"),
+        step("model_step_us", p + "attention_us (the layer's attention step after overlap)", "us"),
+    };
+}
+
 const MetricInfo* find_metric(const std::vector<MetricInfo>& registry, const std::string& name) {
     for (const auto& m : registry)
         if (m.name == name) return &m;

@@ -26,6 +26,10 @@ struct MetricInfo {
 /// display order.
 std::vector<MetricInfo> metric_registry(const std::vector<int>& recall_k);
 
+/// The metrics the CUDA backend adds (docs/cuda.md): per layer step, measured with CUDA events, and the
+/// cost model's prediction for the same work at the run's batch; repeated on each KV head's samples.
+std::vector<MetricInfo> gpu_metric_registry();
+
 /// Looks a metric up by name in `registry`; nullptr if absent.
 const MetricInfo* find_metric(const std::vector<MetricInfo>& registry, const std::string& name);
 

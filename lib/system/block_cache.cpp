@@ -1,5 +1,7 @@
 #include "system/block_cache.hpp"
 
+#include <algorithm>
+#include <cmath>
 #include <limits>
 #include <list>
 #include <set>
@@ -10,6 +12,17 @@
 #include "core/error.hpp"
 
 namespace retro {
+
+int cache_block_tokens(int block_bytes, int head_dim, double elem_bytes) {
+    return std::max(1, (int)(block_bytes / (head_dim * elem_bytes)));
+}
+
+int64_t cache_capacity_slots(double fraction, double cache_bytes, int prompt_len, int head_dim, double elem_bytes,
+                             int block_tokens) {
+    const double tok = 2.0 * head_dim * elem_bytes;
+    const double slots = cache_bytes > 0 ? cache_bytes / tok : fraction * prompt_len;
+    return (int64_t)std::floor(slots / block_tokens) * block_tokens;
+}
 
 CachePolicy parse_cache_policy(const std::string& s) {
     if (s == "lru") return CachePolicy::lru;

@@ -53,6 +53,17 @@ struct StepTraffic {
     }
 };
 
+/// Tokens per block: block_bytes of keys / (head_dim * elem_bytes), at least 1 (2 KB, d 128, fp16: 8).
+int cache_block_tokens(int block_bytes, int head_dim, double elem_bytes);
+/// Capacity in token slots of a cache of `cache_bytes` (when > 0) or `fraction` x prompt_len tokens of
+/// KV (2 * head_dim * elem_bytes bytes each), rounded down to whole blocks.
+int64_t cache_capacity_slots(double fraction, double cache_bytes, int prompt_len, int head_dim, double elem_bytes,
+                             int block_tokens);
+/// Slots a unit of `tokens` occupies: whole blocks, ceil(tokens / block_tokens) * block_tokens.
+inline int32_t unit_slots(int32_t tokens, int block_tokens) {
+    return (tokens + block_tokens - 1) / block_tokens * block_tokens;
+}
+
 /// An online cache (every policy but Belady; Belady needs `next_use`).
 class BlockCache {
   public:

@@ -13,31 +13,11 @@ namespace retro {
 using json = nlohmann::json;
 namespace fs = std::filesystem;
 
-namespace {
-struct Field {
-    const char* key;
-    double HardwareProfile::*member;
-};
-const Field kFields[] = {
-    {"pcie_h2d_GBps", &HardwareProfile::pcie_h2d_GBps},
-    {"pcie_d2h_GBps", &HardwareProfile::pcie_d2h_GBps},
-    {"pcie_efficiency", &HardwareProfile::pcie_efficiency},
-    {"pcie_latency_us", &HardwareProfile::pcie_latency_us},
-    {"hbm_GBps", &HardwareProfile::hbm_GBps},
-    {"hbm_efficiency", &HardwareProfile::hbm_efficiency},
-    {"gpu_tflops", &HardwareProfile::gpu_tflops},
-    {"gpu_memory_GiB", &HardwareProfile::gpu_memory_GiB},
-    {"gpu_memory_reserved_GiB", &HardwareProfile::gpu_memory_reserved_GiB},
-    {"cpu_cores", &HardwareProfile::cpu_cores},
-    {"dram_GBps", &HardwareProfile::dram_GBps},
-    {"cpu_gflops", &HardwareProfile::cpu_gflops},
-};
-}  // namespace
 
 HardwareProfile HardwareProfile::from_json(const json& j, const std::string& origin) {
     if (!j.is_object()) throw ConfigError(origin + ": expected a JSON object");
     std::set<std::string> allowed = {"name", "description"};
-    for (const auto& f : kFields) allowed.insert(f.key);
+    for (const auto& f : hardware_fields()) allowed.insert(f);
     for (auto it = j.begin(); it != j.end(); ++it)
         if (!allowed.count(it.key())) throw ConfigError(origin + ": unknown key '" + it.key() + "'");
     HardwareProfile p;
@@ -45,19 +25,19 @@ HardwareProfile HardwareProfile::from_json(const json& j, const std::string& ori
     p.name = j["name"].get<std::string>();
     if (j.contains("description")) p.description = j["description"].get<std::string>();
     p.sources = json::object();
-    for (const auto& f : kFields) {
-        const std::string w = origin + ": " + f.key;
-        if (!j.contains(f.key)) throw ConfigError(w + ": missing (expected {\"value\", \"source\"})");
-        const json& v = j[f.key];
+    for (const std::string& f : hardware_fields()) {
+        const std::string w = origin + ": " + f;
+        if (!j.contains(f)) throw ConfigError(w + ": missing (expected {\"value\", \"source\"})");
+        const json& v = j[f];
         if (!v.is_object() || !v.contains("value") || !v["value"].is_number() || !v.contains("source") ||
             !v["source"].is_string() || v["source"].get<std::string>().empty())
             throw ConfigError(w + ": expected {\"value\": number, \"source\": non-empty string}");
         const double x = v["value"].get<double>();
         if (!(x > 0)) throw ConfigError(w + " = " + v["value"].dump() + ": expected a positive value");
-        if ((std::string(f.key).find("efficiency") != std::string::npos) && x > 1)
+        if (f.find("efficiency") != std::string::npos && x > 1)
             throw ConfigError(w + " = " + v["value"].dump() + ": an efficiency is a fraction in (0, 1]");
-        p.*(f.member) = x;
-        p.sources[f.key] = v["source"];
+        *hardware_field(p, f) = x;
+        p.sources[f] = v["source"];
     }
     if (p.gpu_memory_reserved_GiB >= p.gpu_memory_GiB)
         throw ConfigError(origin + ": gpu_memory_reserved_GiB must be below gpu_memory_GiB");
@@ -66,8 +46,8 @@ HardwareProfile HardwareProfile::from_json(const json& j, const std::string& ori
 
 json HardwareProfile::to_json() const {
     json j = {{"name", name}, {"description", description}};
-    for (const auto& f : kFields)
-        j[f.key] = {{"value", this->*(f.member)}, {"source", sources.value(f.key, std::string())}};
+    for (const std::string& f : hardware_fields())
+        j[f] = {{"value", hardware_field(*this, f)}, {"source", sources.value(f, std::string())}};
     return j;
 }
 

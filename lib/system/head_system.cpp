@@ -10,10 +10,9 @@ namespace retro {
 HeadSystem::HeadSystem(const SystemParams& sp, const HardwareProfile& hw, const HeadSystemContext& c)
     : sp_(sp), hw_(hw), c_(c), overlap_(overlap_for_method(c.method, c.params)) {
     // One block holds block_bytes of keys (and a parallel block the values): 2 KB = 8 x 128 x fp16.
-    block_tokens_ = std::max(1, (int)(sp_.block_bytes / (c_.head_dim * c_.elem_bytes)));
-    const double tok = 2.0 * c_.head_dim * c_.elem_bytes;
-    const double slots = sp_.cache_bytes > 0 ? sp_.cache_bytes / tok : sp_.cache * c_.prompt_len;
-    cache_.capacity_slots = (int64_t)std::floor(slots / block_tokens_) * block_tokens_;
+    block_tokens_ = cache_block_tokens(sp_.block_bytes, c_.head_dim, c_.elem_bytes);
+    cache_.capacity_slots =
+        cache_capacity_slots(sp_.cache, sp_.cache_bytes, c_.prompt_len, c_.head_dim, c_.elem_bytes, block_tokens_);
     cache_.policy = sp_.cache_policy();
     cache_.admit_cap_slots = (int64_t)sp_.admit_cap * block_tokens_;
 }
@@ -42,8 +41,7 @@ void HeadSystem::record(const Selection& sel, int n, const Footprint& fp) {
         req.reserve(sel.fetch_units.size());
         for (size_t i = 0; i < sel.fetch_units.size(); ++i) {
             const int32_t t = i < sel.fetch_unit_tokens.size() ? sel.fetch_unit_tokens[i] : 0;
-            const int32_t slots = (int32_t)((t + block_tokens_ - 1) / block_tokens_ * block_tokens_);
-            req.push_back({sel.fetch_units[i], t, slots});
+            req.push_back({sel.fetch_units[i], t, unit_slots(t, block_tokens_)});
             r.needed_tokens += t;
         }
     } else if (!sel.fetch_tokens.empty()) {

@@ -37,6 +37,7 @@ class HeadSystem {
     void finish(std::map<std::string, std::vector<double>>& kv) const;
 
     int block_tokens() const { return block_tokens_; }
+    const CacheParams& cache_params() const { return cache_; }  ///< the GPU block cache of this head
     int64_t capacity_slots() const { return cache_.capacity_slots; }
 
   private:

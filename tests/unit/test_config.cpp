@@ -1,12 +1,18 @@
-// Config parsing: sweep expansion, defaults, and every validation error before work starts.
+// Config parsing: sweep expansion, defaults, and every validation error before work starts; "backend"
+// and "cuda" (docs/config.md, docs/cuda.md), with the runner refusing a backend that cannot run before
+// any work (test doubles of GpuBackend; the real backend's version is in test_cuda_backend.cpp).
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <cstdlib>
+#include <filesystem>
+#include <set>
 
 #include "bench/config.hpp"
+#include "bench/runner.hpp"
 #include "core/error.hpp"
 #include "methods/params.hpp"
+#include "scratch_dir.hpp"
 
 using namespace retro;
 using json = nlohmann::json;
@@ -23,6 +29,24 @@ std::string error_of(const json& j) {
     }
     return "";
 }
+
+json cuda_config() {
+    return json::parse(R"({"name": "t", "traces": ["x.h5"], "backend": "cuda", "cuda": {"batch": [1, 8, 64]},
+                           "methods": [{"name": "full"}, {"name": "wave"}]})");
+}
+
+bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+/// A backend that cannot run: what the runner sees on a machine without a usable device.
+class UnusableBackend final : public GpuBackend {
+  public:
+    std::string status() const override { return "no CUDA device (test double)"; }
+    std::string device_name() const override { return ""; }
+    void check_shape(int, int) const override {}
+    void run_layer(const GpuLayerJob&, const std::function<void(const GpuStep&)>&) const override {
+        ADD_FAILURE() << "run_layer called on an unusable backend";
+    }
+};
 }  // namespace
 
 TEST(Config, CartesianProductOfParameterLists) {
@@ -120,5 +144,103 @@ TEST(Methods, RegistryResolvesBudgets) {
         EXPECT_FALSE(m.description.empty());
         // defaults alone must resolve
         EXPECT_NO_THROW(resolve_params(m, json::object())) << m.name;
+    }
+}
+
+TEST(BackendConfig, DefaultIsCpuAndRunIdsAreUnchanged) {
+    json j = cuda_config();
+    j.erase("backend"), j.erase("cuda");
+    const RunConfig c = parse_config(j, "");
+    EXPECT_EQ(c.backend, "cpu");
+    ASSERT_EQ(c.runs.size(), 2u);
+    EXPECT_EQ(c.runs[0].batch, 0);
+    EXPECT_EQ(c.runs[0].label(), "full(offloaded=false)");
+}
+
+TEST(BackendConfig, BatchIsASweepAxis) {
+    const RunConfig c = parse_config(cuda_config(), "");
+    EXPECT_EQ(c.backend, "cuda");
+    ASSERT_EQ(c.runs.size(), 6u);  // 2 methods x 3 batches
+    EXPECT_EQ(c.runs[0].batch, 1);
+    EXPECT_EQ(c.runs[2].batch, 64);
+    EXPECT_EQ(c.runs[2].label(), "full(offloaded=false)@cuda(batch=64)");
+    EXPECT_EQ(c.runs[3].method, "wave");
+    EXPECT_EQ(c.resolved()["cuda"]["batch"], json({1, 8, 64}));
+    EXPECT_EQ(c.resolved()["runs"][1]["batch"], 8);
+    // run ids differ by batch and from the CPU backend's
+    PreparedTrace t;
+    t.trace_id = "trace";
+    t.steps = {0};
+    std::set<std::string> ids;
+    for (const auto& r : c.runs) ids.insert(run_id_for(t, r, c));
+    MethodRun cpu = c.runs[0];
+    cpu.batch = 0;
+    ids.insert(run_id_for(t, cpu, c));
+    EXPECT_EQ(ids.size(), 7u);
+}
+
+TEST(BackendConfig, ErrorsNameTheKeyAndTheChoices) {
+    json j = cuda_config();
+    j["backend"] = "tpu";
+    const std::string e = error_of(j);
+    EXPECT_TRUE(has(e, "backend = \"tpu\"")) << e;
+    EXPECT_TRUE(has(e, "expected \"cpu\" or \"cuda\"")) << e;
+    EXPECT_EQ(e.rfind("cfg.json", 0), 0u);
+
+    j = cuda_config();
+    j["backend"] = "cpu";
+    EXPECT_TRUE(has(error_of(j), "a \"cuda\" section needs \"backend\": \"cuda\"")) << error_of(j);
+
+    j = cuda_config();
+    j["cuda"] = {{"batch", {1, 0}}};
+    EXPECT_TRUE(has(error_of(j), "cuda.batch")) << error_of(j);
+    j["cuda"] = {{"batch", {2, 2}}};
+    EXPECT_TRUE(has(error_of(j), "duplicate")) << error_of(j);
+    j["cuda"] = {{"kmeans", "tpu"}};
+    EXPECT_TRUE(has(error_of(j), "cuda.kmeans")) << error_of(j);
+    j["cuda"] = {{"batchs", 1}};
+    EXPECT_TRUE(has(error_of(j), "unknown key 'batchs'")) << error_of(j);
+
+    j = cuda_config();
+    j["methods"] = json::parse(R"([{"name": "quest"}])");
+    EXPECT_TRUE(has(error_of(j), "backend 'cuda' runs the methods full and wave only, not 'quest'")) << error_of(j);
+    j["methods"] = json::parse(R"([{"name": "wave", "params": {"gqa": "max"}}])");
+    EXPECT_TRUE(has(error_of(j), "'gqa' = \"max\"")) << error_of(j);
+    j["methods"] = json::parse(R"([{"name": "wave", "params": {"seed": 3}}])");
+    EXPECT_EQ(error_of(j), "");  // k-means on the CPU takes any seed
+    j["cuda"] = {{"kmeans", "gpu"}};
+    EXPECT_TRUE(has(error_of(j), "'seed' must be 0")) << error_of(j);
+
+    j = cuda_config();
+    j["system"] = {{"policy", {"lru", "belady"}}};
+    EXPECT_TRUE(has(error_of(j), "system.policy \"belady\"")) << error_of(j);
+    j = cuda_config();
+    j["kv_dtype"] = "float32";
+    EXPECT_TRUE(has(error_of(j), "stores the KV as float16")) << error_of(j);
+}
+
+// The runner refuses a cuda config before it generates a trace or writes a file: with no backend (a
+// build without CUDA) and with a backend that reports why it cannot run.
+TEST(BackendConfig, UnusableBackendFailsBeforeAnyWork) {
+    test::ScratchDir dir;
+    json j = cuda_config();
+    j["traces"] = json::array({{{"path", dir.path + "/synth.h5"},
+                                {"synth", {{"preset", "smollm2"}, {"prompt_len", 256}, {"decode_steps", 2}}}}});
+    const RunConfig cfg = parse_config(j, "cfg.json");
+    RunnerOptions opt;
+    opt.results_root = dir.path + "/results";
+    const UnusableBackend unusable;
+    for (const GpuBackend* gpu : {(const GpuBackend*)nullptr, (const GpuBackend*)&unusable}) {
+        opt.gpu = gpu;
+        try {
+            run_config(cfg, opt);
+            ADD_FAILURE() << "run_config accepted an unusable backend";
+        } catch (const ConfigError& e) {
+            const std::string m = e.what();
+            EXPECT_TRUE(has(m, "backend 'cuda'")) << m;
+            EXPECT_TRUE(has(m, gpu ? "no usable CUDA device: no CUDA device (test double)" : "built without CUDA")) << m;
+        }
+        EXPECT_FALSE(std::filesystem::exists(opt.results_root));
+        EXPECT_FALSE(std::filesystem::exists(dir.path + "/synth.h5"));  // no work: the trace was not generated
     }
 }

@@ -1,0 +1,26 @@
+#include "run/cuda_backend.hpp"
+
+#include "cuda_api.hpp"
+#include "run/layer_common.hpp"
+#include "run/layer_runs.hpp"
+
+namespace retro::gpu_run {
+
+namespace {
+
+class CudaBackend final : public GpuBackend {
+  public:
+    std::string status() const override { return cuda::device_status(); }
+    std::string device_name() const override { return cuda::device_name(); }
+    void check_shape(int head_dim, int group) const override { check_gpu_shape(head_dim, group); }
+    void run_layer(const GpuLayerJob& job, const std::function<void(const GpuStep&)>& on_step) const override {
+        if (job.method == GpuMethod::wave) run_wave_layer(job, on_step);
+        else run_full_layer(job, on_step);
+    }
+};
+
+}  // namespace
+
+std::unique_ptr<GpuBackend> make_cuda_backend() { return std::make_unique<CudaBackend>(); }
+
+}  // namespace retro::gpu_run

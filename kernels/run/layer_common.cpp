@@ -1,0 +1,77 @@
+#include "run/layer_common.hpp"
+
+#include <algorithm>
+#include <string>
+
+#include "core/half.hpp"
+
+namespace retro::gpu_run {
+
+void check_gpu_shape(int d, int g) {
+    if (!(d == 64 || d == 128 || d == 256) || g < 1 || g > 8)
+        throw ParamError("cuda backend: head_dim " + std::to_string(d) + " and group " + std::to_string(g) +
+                         " are outside the kernels' limits (head_dim 64, 128 or 256; 1-8 query heads per KV head)");
+}
+
+LayerShape check_job(const GpuLayerJob& job) {
+    if (job.heads.empty() || !job.heads[0]) throw ParamError("cuda backend: a layer job without KV heads");
+    if (job.batch < 1) throw ParamError("cuda backend: batch " + std::to_string(job.batch) + " (expected >= 1)");
+    const HeadSlice& h0 = *job.heads[0];
+    LayerShape s;
+    s.H = (int)job.heads.size(), s.g = h0.group, s.d = h0.head_dim, s.B = job.batch;
+    s.prompt = h0.prompt_len, s.tokens = h0.n_tokens();
+    for (const HeadSlice* h : job.heads)
+        if (!h || h->group != s.g || h->head_dim != s.d || h->prompt_len != s.prompt || h->num_steps != h0.num_steps)
+            throw ParamError("cuda backend: the KV heads of a layer job differ in shape");
+    check_gpu_shape(s.d, s.g);
+    if (job.steps.empty()) throw ParamError("cuda backend: a layer job without steps");
+    for (size_t i = 0; i < job.steps.size(); ++i)
+        if (job.steps[i] < 0 || job.steps[i] >= h0.num_steps || (i > 0 && job.steps[i] <= job.steps[i - 1]))
+            throw ParamError("cuda backend: steps must be ascending decode steps of the slices (0.." +
+                             std::to_string(h0.num_steps - 1) + ")");
+    s.last = job.steps.back();
+    if (job.method == GpuMethod::wave && job.wave.gqa != GroupRank::sum)
+        throw ParamError("cuda backend: wave ranks clusters by the sum over the group (gqa = sum) only");
+    return s;
+}
+
+void to_half(const float* x, size_t n, uint16_t* out) {
+    for (size_t i = 0; i < n; ++i) out[i] = float_to_half(x[i]);
+}
+
+void rows_to_half(const HeadSlice& h, const int32_t* ids, size_t count, uint16_t* k_out, uint16_t* v_out) {
+    const size_t d = (size_t)h.head_dim;
+    for (size_t i = 0; i < count; ++i) {
+        to_half(h.key(ids[i]), d, k_out + i * d);
+        to_half(h.value(ids[i]), d, v_out + i * d);
+    }
+}
+
+QueryStage::QueryStage(const GpuLayerJob& job, const LayerShape& s)
+    : job_(job), s_(s), h_((size_t)s.B * s.hq() * s.d), d_(h_.size()) {}
+
+void QueryStage::stage(int t, void* stream) {
+    const size_t d = (size_t)s_.d;
+    for (int b = 0; b < s_.B; ++b)
+        for (int h = 0; h < s_.H; ++h)
+            for (int j = 0; j < s_.g; ++j) {
+                const float* q = job_.heads[(size_t)h]->query(j, t);
+                std::copy(q, q + d, h_.get() + (((size_t)b * s_.H + h) * s_.g + j) * d);
+            }
+    cuda::copy_h2d_async(d_.get(), h_.get(), h_.bytes(), stream);
+}
+
+LayerOutputs::LayerOutputs(const LayerShape& s)
+    : out((size_t)s.B * s.hq() * s.d), lse((size_t)s.B * s.hq()), h_out(out.size()), h_lse(lse.size()) {}
+
+void LayerOutputs::read_back(void* stream) {
+    cuda::copy_d2h_async(h_out.get(), out.get(), out.bytes(), stream);
+    cuda::copy_d2h_async(h_lse.get(), lse.get(), lse.bytes(), stream);
+}
+
+int decode_split(int capacity, int bh) {
+    const long target = (long)capacity * std::max(1, bh) / 528;
+    return (int)std::max(64L, std::min(512L, target / 64 * 64));
+}
+
+}  // namespace retro::gpu_run

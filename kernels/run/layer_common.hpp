@@ -1,0 +1,69 @@
+#pragma once
+// Pieces shared by the GPU layer runs (full_layer.cpp, wave_layer.cpp): the job's shape and its checks,
+// fp16 conversion of KV rows, per-step query staging and output readback. Calls only cuda_api.hpp.
+#include <cstdint>
+#include <vector>
+
+#include "cuda_api.hpp"
+#include "gpu/backend.hpp"
+
+namespace retro::gpu_run {
+
+struct LayerShape {
+    int H = 0;        ///< KV heads in the job
+    int g = 1;        ///< query heads per KV head
+    int d = 0;        ///< head dim
+    int B = 1;        ///< replicas
+    int prompt = 0;   ///< prompt tokens
+    int tokens = 0;   ///< tokens of the trace (prompt + decode steps held by the slices)
+    int last = 0;     ///< last selected step
+    int hq() const { return H * g; }
+    int bh() const { return B * H; }
+    double token_bytes() const { return 2.0 * d * 2; }  ///< K + V of one token, fp16
+};
+
+/// Throws ParamError when (head_dim, group) is outside the kernels' limits: d in {64, 128, 256},
+/// group 1-8 (decode_attention; the ranking and estimation kernels accept these too).
+void check_gpu_shape(int head_dim, int group);
+
+/// Checks the job (heads present and alike, steps ascending inside the slices, batch >= 1, shape).
+LayerShape check_job(const GpuLayerJob& job);
+
+/// x: [n] float -> fp16 bits.
+void to_half(const float* x, size_t n, uint16_t* out);
+
+/// Rows `ids` of a head's keys and values ([*, d] float) as fp16 into k_out, v_out: [ids.size(), d].
+void rows_to_half(const HeadSlice& h, const int32_t* ids, size_t count, uint16_t* k_out, uint16_t* v_out);
+
+/// The queries of one step for every (replica, query head): d_q [B, H*g, d] (replicas alike).
+class QueryStage {
+  public:
+    QueryStage(const GpuLayerJob& job, const LayerShape& s);
+    /// Copies step t's queries to the device on `stream` (asynchronous from pinned memory).
+    void stage(int t, void* stream);
+    const float* device() const { return d_.get(); }
+
+  private:
+    const GpuLayerJob& job_;
+    LayerShape s_;
+    cuda::PinnedBuffer<float> h_;
+    cuda::DeviceBuffer<float> d_;
+};
+
+/// Attention outputs on the device and their host copies: out [B, H*g, d], lse [B, H*g].
+struct LayerOutputs {
+    explicit LayerOutputs(const LayerShape& s);
+    /// Queues the device -> host copies on `stream` (the caller synchronizes).
+    void read_back(void* stream);
+    cuda::DeviceBuffer<float> out, lse;
+    cuda::PinnedBuffer<float> h_out, h_lse;
+};
+
+/// Microseconds between two recorded events.
+inline double us_between(cuda::Event& a, cuda::Event& b) { return 1e3 * (double)b.ms_since(a); }
+
+/// Tokens per split for decode_attention: short buffers (the execution buffer) get smaller splits so
+/// that B*H*splits blocks fill the GPU (~528 blocks: 4 per SM of an H100), between 64 and 512.
+int decode_split(int capacity, int bh);
+
+}  // namespace retro::gpu_run

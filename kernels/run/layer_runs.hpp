@@ -1,0 +1,16 @@
+#pragma once
+// The two layer runs of the CUDA backend (docs/cuda.md): full attention over all KV (GPU memory, or
+// pinned host memory read over PCIe when offloaded) and the wave decode path. Both call only
+// cuda_api.hpp, so they run against the CUDA kernels or against the CPU emulation (kernels/cpu_emulation.cpp).
+#include <functional>
+
+#include "gpu/backend.hpp"
+
+namespace retro::gpu_run {
+
+using StepFn = std::function<void(const GpuStep&)>;
+
+void run_full_layer(const GpuLayerJob& job, const StepFn& on_step);
+void run_wave_layer(const GpuLayerJob& job, const StepFn& on_step);
+
+}  // namespace retro::gpu_run

@@ -1,0 +1,458 @@
+// The wave decode path on the GPU (RetroInfer §4, Fig. 5 steps 1-4; docs/cuda.md) for every KV head of
+// a layer and B replicas of the request:
+//   index    each KV head's wave index is built on the CPU by WaveHead (lib/methods/wave_head, the CPU
+//            method's own code; k-means by segmented_kmeans or segmented_kmeans_gpu) and shared by the
+//            replicas; its meta index goes to the GPU per (replica, head) as cent, vsum: [B*H, M, d]
+//            fp16, sizes: [B*H, M] int32, valid: [B*H, M] uint8; the clustered KV is laid out cluster
+//            after cluster in pinned host memory, store: [B*H, N, d] fp16 (K and V)
+//   steady   sink + every token after the index, kept at the front of each execution buffer
+//            x: [B*H, X, d] fp16
+//   a step   cluster_rank -> ranked ids to the host -> (estimate_attention on the GPU || the host's
+//            cache lookup) -> copy_segments (cache hits from the GPU pool, misses zero-copy from pinned
+//            memory, after the steady rows) -> decode_attention merged with the estimation by LSE;
+//            then the cache admission scatter (off the critical path). One stream, CUDA events.
+#include <algorithm>
+#include <chrono>
+#include <string>
+
+#include "run/gpu_cache_map.hpp"
+#include "run/layer_common.hpp"
+#include "run/layer_runs.hpp"
+
+namespace retro::gpu_run {
+
+using cuda::ClusterScoreShape;
+using cuda::CopySegment;
+using cuda::DecodeShape;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
+
+/// Runs `alloc`, reporting a failed allocation as GpuMemoryError (the runner skips the batch point).
+template <class F>
+void allocating(const std::string& what, F&& alloc) {
+    try {
+        alloc();
+    } catch (const GpuMemoryError&) {
+        throw;
+    } catch (const ParamError&) {
+        throw;
+    } catch (const Error& e) {
+        throw GpuMemoryError(what + ": " + e.what());
+    }
+}
+
+/// A miss or hit placed in the execution buffer this step: cluster `id` at rows [row, row + tokens).
+struct Placed {
+    int64_t id;
+    int row, tokens;
+};
+
+class WaveLayer {
+  public:
+    WaveLayer(const GpuLayerJob& job, const StepFn& on_step)
+        : job_(job), on_step_(on_step), s_(check_job(job)), st_(stream_.get()), q_(job, s_), o_(s_) {}
+
+    void run() {
+        build_heads();
+        for (int t = 0; t <= s_.last; ++t) {
+            const int pos = s_.prompt + t;
+            bool grew = false;
+            for (int h = 0; h < s_.H; ++h) grew |= heads_[(size_t)h].append(kv_of(h, pos + 1), pos);
+            if (grew) layout();
+            if (std::find(job_.steps.begin(), job_.steps.end(), t) == job_.steps.end()) continue;
+            step(t, t == job_.steps.front());
+        }
+    }
+
+  private:
+    KVView kv_of(int h, int n) const {
+        const HeadSlice& hs = *job_.heads[(size_t)h];
+        return {hs.keys.data(), hs.values.data(), n, s_.d};
+    }
+    size_t bh_rows(int rows) const { return (size_t)s_.bh() * rows * s_.d; }
+
+    void build_heads() {
+        const auto t0 = Clock::now();
+        KMeansFn km;
+        if (job_.kmeans_on_gpu)
+            km = [](const float* x, int n, int d, const KMeansParams& p) { return cuda::segmented_kmeans_gpu(x, n, d, p); };
+        for (int h = 0; h < s_.H; ++h) {
+            const HeadSlice& hs = *job_.heads[(size_t)h];
+            heads_.emplace_back(job_.wave, hs.layer, hs.kv_head, km);
+            heads_.back().build(kv_of(h, s_.prompt));
+        }
+        build_ms_ = ms_since(t0);
+        allocating("wave at batch " + std::to_string(s_.B) + ": pinned KV store", [&] {
+            store_k_ = cuda::PinnedBuffer<uint16_t>(bh_rows(s_.tokens));
+            store_v_ = cuda::PinnedBuffer<uint16_t>(store_k_.size());
+        });
+        stored_.assign((size_t)s_.H, 0);
+        caches_.clear();
+        for (int i = 0; i < s_.bh(); ++i) caches_.emplace_back(job_.cache, job_.block_tokens);
+        C_ = caches_[0].blocks() * job_.block_tokens;
+        layout();
+    }
+
+    /// After the index changed: the store gets the new clusters' rows, the GPU the new meta index,
+    /// the execution buffers their (possibly larger) capacity and a fresh steady zone.
+    void layout() {
+        const int m = heads_[0].index().num_clusters();
+        for (const WaveHead& w : heads_)
+            if (w.index().num_clusters() != m)
+                throw Error("cuda backend: the KV heads of a layer have different cluster counts (internal error)");
+        fill_store();
+        const WaveHead::Zones z = heads_[0].budget();
+        M_ = m, R_ = z.r, E_ = z.e;
+        // execution buffer rows: the largest steady zone still to come + the R largest clusters
+        int retr = 0;
+        for (const WaveHead& w : heads_) {
+            std::vector<int32_t> sz(w.index().sizes());
+            std::nth_element(sz.begin(), sz.begin() + std::min<size_t>(R_, sz.size()), sz.end(), std::greater<>());
+            int sum = 0;
+            for (int i = 0; i < R_ && i < (int)sz.size(); ++i) sum += sz[(size_t)i];
+            retr = std::max(retr, sum);
+        }
+        const int X = heads_[0].steady_tokens(s_.tokens) + retr;
+        ClusterScoreShape cs{s_.B, s_.H, s_.g, M_, s_.d, 0.0f};
+        DecodeShape ds;
+        ds.batch = s_.B, ds.kv_heads = s_.H, ds.group = s_.g, ds.d = s_.d, ds.capacity = std::max(X, X_);
+        ds.split = decode_split(ds.capacity, s_.bh());
+        const size_t bh = (size_t)s_.bh(), d = (size_t)s_.d;
+        const size_t need = bh * M_ * (4 * d + 13) + cuda::cluster_rank_workspace(cs) + bh * (E_ + 1) * 4 +
+                            (X > X_ ? 4 * bh * X * d : 0) + (pool_k_.size() == 0 ? 4 * bh * C_ * d : 0) +
+                            cuda::decode_workspace_floats(ds) * 4;
+        if (need > cuda::device_free_bytes())
+            throw GpuMemoryError("wave at batch " + std::to_string(s_.B) + " needs " + std::to_string(need >> 20) +
+                                 " MiB more GPU memory; " + std::to_string(cuda::device_free_bytes() >> 20) +
+                                 " MiB free");
+        allocating("wave at batch " + std::to_string(s_.B), [&] {
+            upload_index(cs);
+            if (X > X_) {
+                X_ = X;
+                xk_ = cuda::DeviceBuffer<uint16_t>(bh_rows(X_));
+                xv_ = cuda::DeviceBuffer<uint16_t>(xk_.size());
+                h_ssegs_ = cuda::PinnedBuffer<CopySegment>(bh), d_ssegs_ = cuda::DeviceBuffer<CopySegment>(bh);
+                const size_t stage = (size_t)s_.H * heads_[0].steady_tokens(s_.tokens) * d;
+                stage_k_ = cuda::PinnedBuffer<uint16_t>(stage), stage_v_ = cuda::PinnedBuffer<uint16_t>(stage);
+                h_lens_ = cuda::PinnedBuffer<int32_t>(bh), d_lens_ = cuda::DeviceBuffer<int32_t>(bh);
+            }
+            // copy descriptors: a hit is one per block at most, a miss one
+            const size_t segs = bh * ((size_t)X_ / job_.block_tokens + R_ + 2);
+            if (h_segs_.size() < segs) {
+                h_segs_ = cuda::PinnedBuffer<CopySegment>(segs), d_segs_ = cuda::DeviceBuffer<CopySegment>(segs);
+                h_adm_ = cuda::PinnedBuffer<CopySegment>(segs), d_adm_ = cuda::DeviceBuffer<CopySegment>(segs);
+            }
+            if (pool_k_.size() == 0 && C_ > 0) {
+                pool_k_ = cuda::DeviceBuffer<uint16_t>(bh_rows((int)C_));
+                pool_v_ = cuda::DeviceBuffer<uint16_t>(pool_k_.size());
+            }
+            ds_ = ds;
+            ds_.capacity = X_;
+            dec_work_ = cuda::DeviceBuffer<float>(cuda::decode_workspace_floats(ds_));
+            if (est_out_.size() == 0) {
+                est_out_ = cuda::DeviceBuffer<float>((size_t)s_.B * s_.hq() * d);
+                est_lse_ = cuda::DeviceBuffer<float>((size_t)s_.B * s_.hq());
+            }
+        });
+        steady_ = 0;  // the index moved: the steady zone is rebuilt at the next step
+    }
+
+    /// Appends the rows of every new cluster member (cluster order) to the pinned store of each replica.
+    void fill_store() {
+        const size_t d = (size_t)s_.d, N = (size_t)s_.tokens;
+        for (int h = 0; h < s_.H; ++h) {
+            const auto& mem = heads_[(size_t)h].index().member_array();
+            const size_t from = (size_t)stored_[(size_t)h], count = mem.size() - from;
+            if (count == 0) continue;
+            uint16_t* k0 = store_k_.get() + ((size_t)h * N + from) * d;
+            uint16_t* v0 = store_v_.get() + ((size_t)h * N + from) * d;
+            rows_to_half(*job_.heads[(size_t)h], mem.data() + from, count, k0, v0);
+            for (int b = 1; b < s_.B; ++b) {
+                const size_t off = (size_t)b * s_.H * N * d;
+                std::copy(k0, k0 + count * d, k0 + off);
+                std::copy(v0, v0 + count * d, v0 + off);
+            }
+            stored_[(size_t)h] = (int)mem.size();
+        }
+    }
+
+    void upload_index(const ClusterScoreShape& cs) {
+        const size_t H = (size_t)s_.H, M = (size_t)M_, d = (size_t)s_.d, bh = (size_t)s_.bh();
+        cent_ = cuda::DeviceBuffer<uint16_t>(bh * M * d), vsum_ = cuda::DeviceBuffer<uint16_t>(bh * M * d);
+        sizes_ = cuda::DeviceBuffer<int32_t>(bh * M), valid_ = cuda::DeviceBuffer<uint8_t>(bh * M);
+        agg_ = cuda::DeviceBuffer<float>(bh * M), ranked_ = cuda::DeviceBuffer<int32_t>(bh * M);
+        rank_work_ = cuda::DeviceBuffer<char>(cuda::cluster_rank_workspace(cs));
+        est_ids_ = cuda::DeviceBuffer<int32_t>(bh * std::max(E_, 1));
+        h_ranked_ = cuda::PinnedBuffer<int32_t>(bh * std::max(R_, 1));
+        h_rank0_ = cuda::PinnedBuffer<int32_t>(H * std::max(R_ + E_, 1));
+        cuda::PinnedBuffer<uint16_t> c(H * M * d), v(H * M * d);
+        cuda::PinnedBuffer<int32_t> sz(H * M);
+        cuda::PinnedBuffer<uint8_t> ok(H * M);
+        for (size_t h = 0; h < H; ++h) {
+            const WaveIndex& ix = heads_[h].index();
+            to_half(ix.centroids().data(), M * d, c.get() + h * M * d);
+            to_half(ix.value_sums().data(), M * d, v.get() + h * M * d);
+            for (size_t j = 0; j < M; ++j) sz[h * M + j] = ix.size((int)j), ok[h * M + j] = ix.size((int)j) > 0;
+        }
+        for (int b = 0; b < s_.B; ++b) {
+            cuda::copy_h2d(cent_.get() + b * H * M * d, c.get(), c.bytes());
+            cuda::copy_h2d(vsum_.get() + b * H * M * d, v.get(), v.bytes());
+            cuda::copy_h2d(sizes_.get() + b * H * M, sz.get(), sz.bytes());
+            cuda::copy_h2d(valid_.get() + b * H * M, ok.get(), ok.bytes());
+        }
+    }
+
+    /// Brings the steady rows at the front of every execution buffer up to n visible tokens.
+    void sync_steady(int n) {
+        ids_.clear();
+        heads_[0].steady_ids(n, ids_);  // the steady zone is the same positions in every head
+        const int from = steady_, count = (int)ids_.size() - from;
+        if (count <= 0) return;
+        const size_t d = (size_t)s_.d;
+        for (int h = 0; h < s_.H; ++h)
+            rows_to_half(*job_.heads[(size_t)h], ids_.data() + from, (size_t)count,
+                         stage_k_.get() + (size_t)h * count * d, stage_v_.get() + (size_t)h * count * d);
+        for (int b = 0; b < s_.B; ++b)
+            for (int h = 0; h < s_.H; ++h) {
+                const size_t x = (((size_t)b * s_.H + h) * X_ + from) * d;
+                h_ssegs_[(size_t)b * s_.H + h] = {stage_k_.get() + (size_t)h * count * d,
+                                                  stage_v_.get() + (size_t)h * count * d, xk_.get() + x, xv_.get() + x,
+                                                  count};
+            }
+        cuda::copy_h2d_async(d_ssegs_.get(), h_ssegs_.get(), h_ssegs_.bytes(), st_);
+        cuda::copy_segments(d_ssegs_.get(), s_.bh(), s_.d, count, st_);
+        steady_ = (int)ids_.size();
+    }
+
+    /// Host side of a step: each (replica, head)'s ranked retrieval clusters looked up in its cache;
+    /// hits copied from the pool, misses from the pinned store, after the steady rows.
+    void lookup(int S, std::vector<std::vector<Placed>>& misses, std::vector<int64_t>& miss_tokens) {
+        const size_t d = (size_t)s_.d, N = (size_t)s_.tokens, bt = (size_t)job_.block_tokens;
+        n_segs_ = 0, max_seg_ = 0;
+        auto add = [&](const uint16_t* sk, const uint16_t* sv, uint16_t* dk, uint16_t* dv, int64_t tokens) {
+            if (n_segs_ > 0) {  // extend the previous segment when both ends continue it
+                CopySegment& p = h_segs_[n_segs_ - 1];
+                if (p.src_k + p.tokens * d == sk && p.dst_k + p.tokens * d == dk && p.src_v + p.tokens * d == sv) {
+                    p.tokens += tokens;
+                    max_seg_ = std::max(max_seg_, p.tokens);
+                    return;
+                }
+            }
+            h_segs_[n_segs_++] = {sk, sv, dk, dv, tokens};
+            max_seg_ = std::max(max_seg_, tokens);
+        };
+        for (int bh = 0; bh < s_.bh(); ++bh) {
+            const WaveIndex& ix = heads_[(size_t)(bh % s_.H)].index();
+            const size_t xrow0 = (size_t)bh * X_, srow0 = (size_t)bh * N, prow0 = (size_t)bh * C_;
+            int row = S;
+            misses[(size_t)bh].clear();
+            reqs_[(size_t)bh].clear();
+            miss_tokens[(size_t)bh] = 0;
+            for (int i = 0; i < R_; ++i) {
+                const int c = h_ranked_[(size_t)bh * R_ + i];
+                const int sz = ix.size(c);
+                if (sz == 0) continue;  // empty clusters rank last: nothing to fetch
+                reqs_[(size_t)bh].push_back({c, sz, unit_slots(sz, job_.block_tokens)});
+                uint16_t* dk = xk_.get() + (xrow0 + row) * d;
+                uint16_t* dv = xv_.get() + (xrow0 + row) * d;
+                if (const auto* blocks = caches_[(size_t)bh].find(c)) {
+                    for (size_t j = 0; j < blocks->size(); ++j) {
+                        const size_t p = (prow0 + (size_t)(*blocks)[j] * bt) * d;
+                        const int64_t rows = std::min<int64_t>((int64_t)bt, sz - (int64_t)(j * bt));
+                        add(pool_k_.get() + p, pool_v_.get() + p, dk + j * bt * d, dv + j * bt * d, rows);
+                    }
+                } else {
+                    const size_t src = (srow0 + (size_t)ix.offsets()[(size_t)c]) * d;
+                    add(store_k_.get() + src, store_v_.get() + src, dk, dv, sz);
+                    misses[(size_t)bh].push_back({c, row, sz});
+                    miss_tokens[(size_t)bh] += sz;
+                }
+                row += sz;
+            }
+            h_lens_[(size_t)bh] = row;
+        }
+    }
+
+    /// After the step: each cache's update, and the admitted clusters copied from the execution buffer
+    /// into their pool blocks.
+    int admit(const std::vector<std::vector<Placed>>& misses) {
+        const size_t d = (size_t)s_.d, bt = (size_t)job_.block_tokens;
+        int n = 0;
+        std::vector<int64_t> admitted;
+        for (int bh = 0; bh < s_.bh(); ++bh) {
+            caches_[(size_t)bh].step(reqs_[(size_t)bh], admitted);
+            auto it = misses[(size_t)bh].begin();  // admissions come in rank order, like the misses
+            for (int64_t id : admitted) {
+                while (it != misses[(size_t)bh].end() && it->id != id) ++it;
+                if (it == misses[(size_t)bh].end()) throw Error("cuda backend: admitted a cluster that did not miss");
+                const std::vector<int32_t>& blocks = *caches_[(size_t)bh].find(id);
+                for (size_t j = 0; j < blocks.size(); ++j) {
+                    const size_t x = ((size_t)bh * X_ + it->row + j * bt) * d;
+                    const size_t p = ((size_t)bh * C_ + (size_t)blocks[j] * bt) * d;
+                    const int64_t rows = std::min<int64_t>((int64_t)bt, it->tokens - (int64_t)(j * bt));
+                    h_adm_[(size_t)n++] = {xk_.get() + x, xv_.get() + x, pool_k_.get() + p, pool_v_.get() + p, rows};
+                }
+            }
+        }
+        return n;
+    }
+
+    void step(int t, bool first) {
+        const int n = s_.prompt + t + 1;
+        sync_steady(n);
+        const int S = steady_;
+        q_.stage(t, st_);
+        const bool ranked = M_ > 0 && R_ + E_ > 0;
+        const ClusterScoreShape cs{s_.B, s_.H, s_.g, M_, s_.d, 0.0f};
+        const auto rank = [&] {
+            if (ranked)
+                cuda::cluster_rank(cs, q_.device(), cent_.get(), valid_.get(), agg_.get(), ranked_.get(),
+                                   rank_work_.get(), rank_work_.size(), st_);
+        };
+        const auto estimate = [&] {
+            if (!ranked || E_ == 0) return;
+            cuda::copy_2d_async(est_ids_.get(), E_ * 4, ranked_.get() + R_, (size_t)M_ * 4, (size_t)E_ * 4,
+                                (size_t)s_.bh(), st_);
+            cuda::estimate_attention(cs, E_, est_ids_.get(), q_.device(), cent_.get(), vsum_.get(), sizes_.get(),
+                                     est_out_.get(), est_lse_.get(), st_);
+        };
+        const bool est = ranked && E_ > 0;
+        const auto attend = [&] {
+            cuda::decode_attention(ds_, q_.device(), xk_.get(), xv_.get(), d_lens_.get(), est ? est_out_.get() : nullptr,
+                                   est ? est_lse_.get() : nullptr, o_.out.get(), o_.lse.get(), dec_work_.get(), st_);
+        };
+        if (first && job_.warmup > 0) {  // the kernels once over the steady rows; the caches untouched
+            std::fill(h_lens_.get(), h_lens_.get() + s_.bh(), S);
+            cuda::copy_h2d_async(d_lens_.get(), h_lens_.get(), h_lens_.bytes(), st_);
+            for (int w = 0; w < job_.warmup; ++w) rank(), estimate(), attend();
+            stream_.synchronize();
+        }
+        std::vector<std::vector<Placed>> misses((size_t)s_.bh());
+        std::vector<int64_t> miss_tokens((size_t)s_.bh(), 0);
+        reqs_.resize((size_t)s_.bh());
+        e_start_.record(st_);
+        rank();
+        e_ranked_.record(st_);
+        if (ranked && R_ > 0)
+            cuda::copy_2d_async(h_ranked_.get(), (size_t)R_ * 4, ranked_.get(), (size_t)M_ * 4, (size_t)R_ * 4,
+                                (size_t)s_.bh(), st_);
+        e_ids_.record(st_);
+        e_est0_.record(st_);
+        estimate();
+        e_est1_.record(st_);
+        e_ids_.synchronize();  // the host looks up the clusters while the GPU estimates
+        const auto h0 = Clock::now();
+        if (ranked) lookup(S, misses, miss_tokens);
+        else {
+            n_segs_ = 0;
+            std::fill(h_lens_.get(), h_lens_.get() + s_.bh(), S);
+        }
+        cuda::copy_h2d_async(d_segs_.get(), h_segs_.get(), (size_t)n_segs_ * sizeof(CopySegment), st_);
+        cuda::copy_h2d_async(d_lens_.get(), h_lens_.get(), h_lens_.bytes(), st_);
+        const double host_us = ms_since(h0) * 1e3;
+        e_gather0_.record(st_);
+        cuda::copy_segments(d_segs_.get(), n_segs_, s_.d, max_seg_, st_);
+        e_gather1_.record(st_);
+        attend();
+        e_attend_.record(st_);
+        const int n_adm = ranked ? admit(misses) : 0;
+        if (n_adm > 0) {
+            int64_t longest = 0;
+            for (int i = 0; i < n_adm; ++i) longest = std::max(longest, h_adm_[(size_t)i].tokens);
+            cuda::copy_h2d_async(d_adm_.get(), h_adm_.get(), (size_t)n_adm * sizeof(CopySegment), st_);
+            cuda::copy_segments(d_adm_.get(), n_adm, s_.d, longest, st_);
+        }
+        e_admit_.record(st_);
+        o_.read_back(st_);
+        if (ranked && R_ + E_ > 0)  // replica 0's ranking, for the selections
+            cuda::copy_2d_async(h_rank0_.get(), (size_t)(R_ + E_) * 4, ranked_.get(), (size_t)M_ * 4,
+                                (size_t)(R_ + E_) * 4, (size_t)s_.H, st_);
+        stream_.synchronize();
+        report(t, n, host_us, miss_tokens, est);
+    }
+
+    void report(int t, int n, double host_us, const std::vector<int64_t>& miss_tokens, bool est) {
+        GpuStep r;
+        r.step = t, r.n = n;
+        r.out = o_.h_out.get(), r.lse = o_.h_lse.get();
+        r.index_build_ms = build_ms_;
+        r.times.select_us = us_between(e_start_, e_ranked_) + (est ? us_between(e_est0_, e_est1_) : 0.0);
+        r.times.gather_us = us_between(e_gather0_, e_gather1_);
+        r.times.attend_us = us_between(e_gather1_, e_attend_);
+        r.times.step_us = us_between(e_start_, e_attend_);
+        r.times.host_us = host_us;
+        r.times.admit_us = us_between(e_attend_, e_admit_);
+        const double tb = s_.token_bytes(), d = s_.d;
+        const bool ranked = M_ > 0 && R_ + E_ > 0;
+        r.selections.resize((size_t)s_.H);
+        r.head_h2d_bytes.assign((size_t)s_.H, 0.0);
+        for (int h = 0; h < s_.H; ++h) {
+            const WaveIndex& ix = heads_[(size_t)h].index();
+            order_.clear();
+            int valid_r = 0, valid_e = 0;
+            for (int i = 0; ranked && i < R_ + E_; ++i) {
+                const int c = h_rank0_[(size_t)h * (R_ + E_) + i];
+                if (ix.size(c) == 0) continue;
+                order_.push_back(c);
+                (i < R_ ? valid_r : valid_e)++;
+            }
+            heads_[(size_t)h].fill_selection(order_, n, s_.g, tb, r.selections[(size_t)h]);
+            r.footprints.push_back(heads_[(size_t)h].footprint(n, s_.d, 2.0));
+            r.work.attend_bytes += h_lens_[(size_t)h] * tb;
+            if (ranked) r.work.index_bytes += (double)M_ * d * 2 + (est ? valid_e * 2.0 * d * 2 : 0.0);
+            r.work.h2d_bytes += (double)miss_tokens[(size_t)h] * tb;
+            r.work.d2h_bytes += ranked ? R_ * 4.0 : 0.0;
+            r.work.lookups += valid_r;
+            r.head_h2d_bytes[(size_t)h] = (double)miss_tokens[(size_t)h] * tb;
+        }
+        for (int64_t m : miss_tokens) r.batch_h2d_bytes += (double)m * tb;
+        r.batch_d2h_bytes = ranked ? (double)s_.bh() * R_ * 4.0 : 0.0;
+        on_step_(r);
+    }
+
+    const GpuLayerJob& job_;
+    const StepFn& on_step_;
+    LayerShape s_;
+    cuda::Stream stream_;
+    void* st_;
+    QueryStage q_;
+    LayerOutputs o_;
+    std::vector<WaveHead> heads_;
+    double build_ms_ = 0;
+    int M_ = 0, R_ = 0, E_ = 0;  ///< clusters (the row stride), retrieval and estimation budgets
+    cuda::DeviceBuffer<uint16_t> cent_, vsum_;
+    cuda::DeviceBuffer<int32_t> sizes_, ranked_, est_ids_, d_lens_;
+    cuda::DeviceBuffer<uint8_t> valid_;
+    cuda::DeviceBuffer<float> agg_, est_out_, est_lse_, dec_work_;
+    cuda::DeviceBuffer<char> rank_work_;
+    cuda::PinnedBuffer<int32_t> h_ranked_, h_rank0_, h_lens_;  ///< [B*H, R], [H, R+E] (replica 0), [B*H]
+    cuda::PinnedBuffer<uint16_t> store_k_, store_v_;            ///< [B*H, N, d], cluster order
+    std::vector<int> stored_;                                   ///< store rows filled per head
+    int X_ = 0, steady_ = 0;  ///< execution-buffer rows per (replica, head); steady rows at its front
+    cuda::DeviceBuffer<uint16_t> xk_, xv_, pool_k_, pool_v_;
+    cuda::PinnedBuffer<uint16_t> stage_k_, stage_v_;
+    int64_t C_ = 0;  ///< pool rows per (replica, head) = cache capacity in token slots
+    std::vector<GpuCacheMap> caches_;
+    std::vector<std::vector<UnitRequest>> reqs_;
+    cuda::PinnedBuffer<CopySegment> h_segs_, h_adm_, h_ssegs_;
+    cuda::DeviceBuffer<CopySegment> d_segs_, d_adm_, d_ssegs_;
+    int n_segs_ = 0;
+    int64_t max_seg_ = 0;
+    DecodeShape ds_;
+    std::vector<int32_t> ids_;
+    std::vector<int> order_;
+    cuda::Event e_start_, e_ranked_, e_ids_, e_est0_, e_est1_, e_gather0_, e_gather1_, e_attend_, e_admit_;
+};
+
+}  // namespace
+
+void run_wave_layer(const GpuLayerJob& job, const StepFn& on_step) {
+    WaveLayer w(job, on_step);
+    w.run();
+}
+
+}  // namespace retro::gpu_run

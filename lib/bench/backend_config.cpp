@@ -1,0 +1,71 @@
+#include "bench/backend_config.hpp"
+
+#include <set>
+
+#include "bench/config.hpp"
+#include "core/error.hpp"
+
+namespace retro {
+
+using json = nlohmann::json;
+
+std::string parse_backend(const json& v, const std::string& where) {
+    if (!v.is_string() || (v.get<std::string>() != "cpu" && v.get<std::string>() != "cuda"))
+        throw ConfigError(where + ": backend = " + v.dump() + ": expected \"cpu\" or \"cuda\"");
+    return v.get<std::string>();
+}
+
+CudaOptions CudaOptions::from_json(const json& j, const std::string& where) {
+    if (!j.is_object()) throw ConfigError(where + ": expected an object {batch, kmeans, warmup}");
+    for (auto it = j.begin(); it != j.end(); ++it)
+        if (it.key() != "batch" && it.key() != "kmeans" && it.key() != "warmup")
+            throw ConfigError(where + ": unknown key '" + it.key() + "' (allowed: batch, kmeans, warmup)");
+    CudaOptions o;
+    if (j.contains("batch")) {
+        const json b = j["batch"].is_array() ? j["batch"] : json::array({j["batch"]});
+        if (b.empty()) throw ConfigError(where + ".batch: empty list of values");
+        o.batch.clear();
+        std::set<int> seen;
+        for (const json& x : b) {
+            if (!x.is_number_integer() || x.get<long long>() < 1 || x.get<long long>() > 4096)
+                throw ConfigError(where + ".batch = " + j["batch"].dump() + ": expected integers in [1, 4096]");
+            if (!seen.insert(x.get<int>()).second)
+                throw ConfigError(where + ".batch = " + j["batch"].dump() + ": duplicate entries");
+            o.batch.push_back(x.get<int>());
+        }
+    }
+    if (j.contains("kmeans")) {
+        const json& k = j["kmeans"];
+        if (!k.is_string() || (k.get<std::string>() != "cpu" && k.get<std::string>() != "gpu"))
+            throw ConfigError(where + ".kmeans = " + k.dump() + ": expected \"cpu\" or \"gpu\"");
+        o.kmeans = k.get<std::string>();
+    }
+    if (j.contains("warmup")) {
+        const json& w = j["warmup"];
+        if (!w.is_number_integer() || w.get<long long>() < 0 || w.get<long long>() > 100)
+            throw ConfigError(where + ".warmup = " + w.dump() + ": expected an integer in [0, 100]");
+        o.warmup = w.get<int>();
+    }
+    return o;
+}
+
+json CudaOptions::to_json() const { return {{"batch", batch}, {"kmeans", kmeans}, {"warmup", warmup}}; }
+
+void check_cuda_run(const MethodRun& r, const CudaOptions& o, const std::string& where) {
+    const std::string w = where + ": backend 'cuda'";
+    if (r.method != "full" && r.method != "wave")
+        throw ConfigError(w + " runs the methods full and wave only, not '" + r.method + "'");
+    if (r.method == "wave") {
+        if (r.params.value("gqa", "sum") != "sum")
+            throw ConfigError(w + ": wave parameter 'gqa' = \"" + r.params.value("gqa", "") +
+                              "\": the GPU ranks clusters by the sum over the group only (\"sum\")");
+        if (o.kmeans == "gpu" && r.params.value("seed", 0LL) != 0)
+            throw ConfigError(w + ": wave parameter 'seed' must be 0 with cuda.kmeans \"gpu\" "
+                                  "(segmented_kmeans_gpu starts from the stride midpoints only)");
+    }
+    if (r.system.is_object() && r.system.value("policy", "lru") == "belady")
+        throw ConfigError(w + ": system.policy \"belady\" needs the future; the GPU block cache runs online "
+                              "(use lru, lfu, fifo or clock)");
+}
+
+}  // namespace retro

@@ -1,0 +1,32 @@
+#pragma once
+// The "backend" and "cuda" keys of a run config (docs/config.md): where `retro-bench run` computes the
+// attention. "cpu" (default): every method, per KV head, on the CPU. "cuda": the methods full and wave on
+// the GPU (docs/cuda.md), every KV head of a layer batched, for each batch size of "cuda.batch".
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace retro {
+
+struct MethodRun;
+
+/// The "cuda" section (only with "backend": "cuda").
+struct CudaOptions {
+    std::vector<int> batch = {1};  ///< replicas of the trace's request, a sweep axis (1..4096)
+    std::string kmeans = "cpu";    ///< wave index k-means: cpu (lib/cluster, as the CPU method) | gpu
+    int warmup = 1;                ///< untimed runs of the first selected step's kernels (0..100)
+
+    /// Strict parse: unknown keys and bad values are ConfigErrors naming `where` and the key.
+    static CudaOptions from_json(const nlohmann::json& j, const std::string& where);
+    nlohmann::json to_json() const;
+};
+
+/// "cpu" or "cuda"; anything else is a ConfigError naming the key and the allowed values.
+std::string parse_backend(const nlohmann::json& v, const std::string& where);
+
+/// Throws ConfigError (prefixed by `where`) when the cuda backend cannot run this point: a method other
+/// than full and wave, wave with a GQA ranking other than sum or (k-means on the GPU) a seed, or the
+/// Belady cache policy (the GPU cache runs online).
+void check_cuda_run(const MethodRun& r, const CudaOptions& o, const std::string& where);
+
+}  // namespace retro

@@ -1,0 +1,190 @@
+#include "bench/cuda_runner.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+
+#include "bench/head_run.hpp"
+#include "gpu/prediction.hpp"
+#include "methods/params.hpp"
+#include "methods/wave.hpp"
+#include "metrics/evaluator.hpp"
+#include "system/head_system.hpp"
+
+namespace retro {
+
+using json = nlohmann::json;
+
+void check_cuda_backend(const GpuBackend* gpu) {
+    if (!gpu)
+        throw ConfigError("backend 'cuda': this retro-bench was built without CUDA (no nvcc when it was "
+                          "configured); rebuild with nvcc on PATH or use \"backend\": \"cpu\"");
+    const std::string why = gpu->status();
+    if (!why.empty()) throw ConfigError("backend 'cuda': no usable CUDA device: " + why);
+}
+
+void check_cuda_trace(const PreparedTrace& t, const RunConfig& cfg, const GpuBackend& gpu) {
+    try {
+        gpu.check_shape(t.info.head_dim, t.info.group_size());
+    } catch (const ParamError& e) {
+        throw ConfigError(t.spec.path + ": " + e.what());
+    }
+    if (cfg.kv_dtype == "trace" && t.info.dtype != DType::f16)
+        throw ConfigError(t.spec.path + ": backend 'cuda' stores the KV as float16 but the trace is " +
+                          dtype_name(t.info.dtype) + ": set \"kv_dtype\": \"float16\"");
+}
+
+namespace {
+
+/// What one (run, KV head) accumulates over the steps.
+struct HeadState {
+    HeadPart part;
+    std::unique_ptr<HeadSystem> sys;
+    std::unique_ptr<Evaluator> ev;
+    std::unique_ptr<Method> full;  ///< full: the method itself gives the selection (every visible token)
+    Selection sel;
+};
+
+/// Largest relative L2 distance of a replica's outputs ([B, rows]) from replica 0's.
+double replica_diff(const float* out, int B, size_t rows) {
+    double worst = 0, ref = 0;
+    for (size_t i = 0; i < rows; ++i) ref += (double)out[i] * out[i];
+    for (int b = 1; b < B; ++b) {
+        double diff = 0;
+        for (size_t i = 0; i < rows; ++i) {
+            const double e = (double)out[(size_t)b * rows + i] - out[i];
+            diff += e * e;
+        }
+        worst = std::max(worst, ref > 0 ? std::sqrt(diff / ref) : std::sqrt(diff));
+    }
+    return worst;
+}
+
+}  // namespace
+
+void run_cuda_layer(const RunConfig& cfg, const PreparedTrace& tr, const TraceReader& reader,
+                    const CudaLayerJob& job, const std::vector<std::string>& run_ids,
+                    const std::vector<MetricInfo>& reg, const ResultsDir& rd, const HardwareProfile& hw,
+                    const GpuBackend& gpu, std::vector<std::string>& skipped) {
+    ReadOptions ro;
+    ro.max_steps = tr.steps.back() + 1;
+    std::vector<HeadSlice> slices;
+    for (int h : tr.kv_heads) slices.push_back(reader.read_head(job.layer, h, ro));
+    const int H = (int)slices.size(), d = slices[0].head_dim, g = slices[0].group;
+    std::vector<const HeadSlice*> ptrs;
+    for (const HeadSlice& s : slices) ptrs.push_back(&s);
+
+    for (size_t r : job.runs) {
+        const MethodRun& mr = cfg.runs[r];
+        const SystemParams sp = mr.system.is_null() ? SystemParams{} : SystemParams::from_json(mr.system, "system");
+        const bool wave = mr.method == "wave";
+        std::vector<HeadState> heads((size_t)H);
+        for (int h = 0; h < H; ++h) {
+            const HeadSlice& sl = slices[(size_t)h];
+            HeadState& X = heads[(size_t)h];
+            X.part = new_head_part(run_ids[r], sl, tr.steps, reg);
+            HeadSystemContext sc;
+            sc.method = mr.method, sc.params = mr.params, sc.head_dim = d, sc.group = g, sc.elem_bytes = 2.0;
+            sc.prompt_len = sl.prompt_len, sc.num_kv_heads = tr.info.num_kv_heads;
+            X.sys = std::make_unique<HeadSystem>(sp, hw, sc);
+            X.ev = std::make_unique<Evaluator>(sl, cfg.recall_k);
+            if (!wave) {
+                X.full = find_method("full").make(mr.params);
+                X.full->build(head_context(sl, DType::f16), KVView{sl.keys.data(), sl.values.data(), sl.prompt_len, d});
+            }
+        }
+        GpuLayerJob gj;
+        gj.method = wave ? GpuMethod::wave : GpuMethod::full;
+        gj.heads = ptrs;
+        gj.steps = tr.steps;
+        gj.batch = mr.batch;
+        gj.offloaded = !wave && mr.params.value("offloaded", false);
+        if (wave) gj.wave = wave_params_from_json(mr.params);
+        gj.kmeans_on_gpu = cfg.cuda.kmeans == "gpu";
+        gj.cache = heads[0].sys->cache_params();
+        gj.block_tokens = heads[0].sys->block_tokens();
+        gj.warmup = cfg.cuda.warmup;
+        const Overlap overlap = gpu_overlap(gj.method, gj.offloaded);
+        double build_ms = 0;
+        std::vector<float> qbuf((size_t)g * d);
+        std::vector<QueryMetrics> qm;
+        const auto on_step = [&](const GpuStep& st) {
+            const LayerTime model = predict_gpu_step(st.work, overlap, g, sp.lookup_ns, mr.batch, hw);
+            const double spread = replica_diff(st.out, mr.batch, (size_t)H * g * d);
+            build_ms = st.index_build_ms / H;
+            for (int h = 0; h < H; ++h) {
+                HeadState& X = heads[(size_t)h];
+                const HeadSlice& sl = slices[(size_t)h];
+                const Selection* sel = nullptr;
+                Footprint fp;
+                if (wave) {
+                    sel = &st.selections[(size_t)h];
+                    fp = st.footprints[(size_t)h];
+                } else {
+                    const KVView kv{sl.keys.data(), sl.values.data(), st.n, d};
+                    for (int j = 0; j < g; ++j)
+                        std::copy(sl.query(j, st.step), sl.query(j, st.step) + d, qbuf.begin() + (size_t)j * d);
+                    X.full->append(kv, st.n - 1);
+                    X.sel.clear();
+                    X.full->select(qbuf.data(), st.step, kv, X.sel);
+                    sel = &X.sel;
+                    fp = X.full->footprint();
+                }
+                X.ev->prepare_step(st.step);
+                X.ev->evaluate_output(*sel, mr.method, st.out + (size_t)h * g * d, st.lse + (size_t)h * g, qm);
+                add_query_metrics(X.part, qm, cfg.recall_k);
+                auto& kv = X.part.kv_metrics;
+                kv["scan_ops"].push_back(sel->scan_ops / st.n);
+                X.sys->record(*sel, st.n, fp);
+                kv["gpu_select_us"].push_back(st.times.select_us);
+                kv["gpu_gather_us"].push_back(st.times.gather_us);
+                kv["gpu_attend_us"].push_back(st.times.attend_us);
+                kv["gpu_step_us"].push_back(st.times.step_us);
+                kv["gpu_host_us"].push_back(st.times.host_us);
+                kv["gpu_admit_us"].push_back(st.times.admit_us);
+                kv["gpu_h2d_bytes"].push_back(st.batch_h2d_bytes);
+                kv["gpu_d2h_bytes"].push_back(st.batch_d2h_bytes);
+                kv["gpu_head_h2d_bytes"].push_back(st.head_h2d_bytes[(size_t)h]);
+                kv["gpu_replica_diff"].push_back(spread);
+                kv["model_select_us"].push_back(model.select_us);
+                kv["model_h2d_us"].push_back(model.h2d_us);
+                kv["model_attend_us"].push_back(model.attend_us);
+                kv["model_step_us"].push_back(model.attention_us);
+            }
+        };
+        try {
+            gpu.run_layer(gj, on_step);
+        } catch (const GpuMemoryError& e) {
+            skipped.push_back(mr.label() + ": " + e.what());
+            continue;
+        }
+        for (HeadState& X : heads) {
+            X.sys->finish(X.part.kv_metrics);  // h2d_bytes, cache_hit, model_us, ... as for the CPU backend
+            X.part.build_ms = build_ms;
+            rd.write_part(X.part);
+        }
+    }
+}
+
+json cuda_record_summary(const json& metrics, int batch, const std::string& device) {
+    const auto mean = [&](const char* k) -> json {
+        if (!metrics.contains(k) || !metrics[k].contains("mean")) return nullptr;
+        return metrics[k]["mean"];
+    };
+    json phases = json::object();
+    const char* pairs[][2] = {{"gpu_select_us", "model_select_us"},
+                              {"gpu_gather_us", "model_h2d_us"},
+                              {"gpu_attend_us", "model_attend_us"},
+                              {"gpu_step_us", "model_step_us"}};
+    for (const auto& p : pairs) {
+        const json m = mean(p[0]), c = mean(p[1]);
+        json row = {{"measured_us", m}, {"model_us", c}, {"measured_over_model", nullptr}};
+        if (m.is_number() && c.is_number() && c.get<double>() > 0)
+            row["measured_over_model"] = m.get<double>() / c.get<double>();
+        phases[std::string(p[0]).substr(4, std::string(p[0]).size() - 7)] = row;  // "select", "gather", ...
+    }
+    return {{"device", device}, {"batch", batch}, {"phases", phases},
+            {"pcie_bytes_per_step", mean("gpu_h2d_bytes")}};
+}
+
+}  // namespace retro

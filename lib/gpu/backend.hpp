@@ -1,0 +1,94 @@
+#pragma once
+// The contract between the runner and the CUDA backend (docs/cuda.md, "retro-bench run on the GPU").
+// The runner (lib/bench) hands a backend one layer of a trace at a time; the backend (kernels/run, which
+// calls only the kernel host API kernels/cuda_api.hpp) runs the method over every KV head of the layer
+// for a batch of B replicas of the request and reports, per selected decode step, the outputs, the wave
+// selections, the measured phase times and the work it did. The runner computes every metric from these
+// with the harness's evaluator. JSON-free: the RETRO_GPU_ONLY driver uses the same types.
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/error.hpp"
+#include "methods/method.hpp"
+#include "methods/wave_head.hpp"
+#include "system/block_cache.hpp"
+#include "trace/trace.hpp"
+
+namespace retro {
+
+enum class GpuMethod { full, wave };
+
+/// One layer of one trace on the GPU.
+struct GpuLayerJob {
+    GpuMethod method = GpuMethod::full;
+    std::vector<const HeadSlice*> heads;  ///< [H] KV heads of one layer: same head_dim, group, lengths
+    std::vector<int> steps;               ///< decode steps evaluated, ascending (the others only append)
+    int batch = 1;                        ///< B replicas of the request, each with its own KV copy
+    bool offloaded = false;               ///< full: KV in pinned host memory, read over PCIe every step
+    WaveParams wave;                      ///< wave: index and zones (gqa must be sum)
+    bool kmeans_on_gpu = false;           ///< wave: index blocks clustered by segmented_kmeans_gpu
+    CacheParams cache;                    ///< wave: GPU block cache per (sequence, KV head); 0 slots = none
+    int block_tokens = 8;                 ///< wave: cache block in tokens (cache_block_tokens)
+    int warmup = 1;                       ///< untimed runs of the first selected step's kernels
+};
+
+/// Phase times of one layer step for the whole batch, microseconds, from CUDA events on the method's
+/// stream (host_us: host wall clock). step_us spans the first kernel's start to attention's end,
+/// including the host's mapping-table lookup the GPU waits for.
+struct GpuStepTimes {
+    double select_us = 0;    ///< cluster_rank + estimate_attention (the cost model's select_us)
+    double gather_us = 0;    ///< execution-buffer assembly: steady zone, cache hits, misses over PCIe
+    double attend_us = 0;    ///< decode_attention with the estimation merge (full: all of the step)
+    double step_us = 0;      ///< the layer step on the critical path
+    double host_us = 0;      ///< host: ranked ids -> cache lookup -> copy segments
+    double admit_us = 0;     ///< cache admission scatter, after the step (off the critical path)
+};
+
+/// Work of one layer step for ONE sequence (replica 0), summed over the layer's KV heads, in what the
+/// GPU actually read and moved (fp16 KV): the cost model's LayerWork inputs.
+struct GpuStepWork {
+    double attend_bytes = 0;  ///< K+V bytes read by decode attention
+    double index_bytes = 0;   ///< centroids read by the ranking, centroids + value sums by the estimation
+    double h2d_bytes = 0;     ///< KV bytes read from pinned host memory (cache misses; offloaded full: all)
+    double d2h_bytes = 0;     ///< ranked cluster ids read back by the host
+    double lookups = 0;       ///< clusters looked up in the host's mapping table
+};
+
+struct GpuStep {
+    int step = 0;  ///< decode step t
+    int n = 0;     ///< visible tokens
+    /// wave: replica 0's selection per KV head [H] (pointers into the index, valid during the callback);
+    /// full: empty (the selection is every visible token: the method's own).
+    std::vector<Selection> selections;
+    std::vector<Footprint> footprints;  ///< wave: [H] the index's memory per KV head (full: empty)
+    const float* out = nullptr;  ///< [B, H*g, d] attention outputs
+    const float* lse = nullptr;  ///< [B, H*g] their log-sum-exp (-inf = empty)
+    GpuStepTimes times;
+    GpuStepWork work;
+    double batch_h2d_bytes = 0;  ///< measured over all B sequences
+    double batch_d2h_bytes = 0;
+    std::vector<double> head_h2d_bytes;  ///< [H] replica 0's KV bytes over PCIe per KV head
+    double index_build_ms = 0;           ///< wave: wall time of building the layer's indexes (all heads)
+};
+
+/// A batch that does not fit in GPU (or pinned host) memory; the runner skips that point.
+class GpuMemoryError : public Error {
+  public:
+    using Error::Error;
+};
+
+class GpuBackend {
+  public:
+    virtual ~GpuBackend() = default;
+    /// "" when the backend can run, else why not (e.g. "no CUDA device").
+    virtual std::string status() const = 0;
+    virtual std::string device_name() const = 0;
+    /// Throws ParamError when (head_dim, group) is outside the kernels' limits.
+    virtual void check_shape(int head_dim, int group) const = 0;
+    /// Runs the job, calling on_step after every selected step. Throws GpuMemoryError when the batch
+    /// does not fit (before any step), ParamError on a bad job, Error on a device failure.
+    virtual void run_layer(const GpuLayerJob& job, const std::function<void(const GpuStep&)>& on_step) const = 0;
+};
+
+}  // namespace retro

@@ -1,0 +1,373 @@
+// The CUDA backend's run path (kernels/run, docs/cuda.md) against the CPU methods: the wave path makes
+// the CPU wave method's selections with outputs within fp16 tolerance (GPU block cache, index updates and
+// replicas included) and moves exactly the PCIe bytes the system model replays; full attention equals
+// exact attention; `retro-bench run` with "backend": "cuda" gives the CPU backend's accuracy metrics.
+// Compiled twice: into retro_backend_emulation against the CPU emulation of the kernel API
+// (RETRO_GPU_EMULATION: runs everywhere; tests the orchestration, not the kernels), and into
+// retro_unit_tests against the CUDA kernels (RETRO_HAVE_CUDA: skipped without a usable device).
+#include <gtest/gtest.h>
+
+#if defined(RETRO_GPU_EMULATION) || defined(RETRO_HAVE_CUDA)
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <set>
+
+#include "bench/config.hpp"
+#include "bench/runner.hpp"
+#include "cuda_api.hpp"
+#include "method_harness.hpp"
+#include "scratch_dir.hpp"
+#include "methods/wave.hpp"
+#include "run/cuda_backend.hpp"
+#include "system/head_system.hpp"
+#include "trace/synth.hpp"
+
+using namespace retro;
+using namespace retro::method_test;
+using retro::test::ScratchDir;
+using json = nlohmann::json;
+
+#ifdef RETRO_GPU_EMULATION
+#define BACKEND_TEST(name) TEST(CudaBackendEmulated, name)
+#define REQUIRE_DEVICE()
+constexpr double kTieSlack = 0;  // deterministic: the emulation's rankings are fixed for these inputs
+#else
+constexpr double kTieSlack = 0.02;  // a near-tie swapped by the GPU's float order may move a metric a little
+#define BACKEND_TEST(name) TEST(CudaBackend, name)
+#define REQUIRE_DEVICE() \
+    if (!cuda::device_available()) GTEST_SKIP() << "no usable CUDA device: " << cuda::device_status()
+#endif
+
+namespace {
+
+constexpr int kG = 4, kD = 64;
+
+/// H KV heads of one layer: clustered keys, queries near the clusters (method_harness blob heads).
+std::vector<HeadSlice> layer_heads(int H, int prompt, int steps) {
+    std::vector<HeadSlice> heads;
+    for (int h = 0; h < H; ++h) {
+        heads.push_back(blob_head({.prompt_len = prompt, .steps = steps, .d = kD, .group = kG, .seed = 11u + h,
+                                   .centers = 24, .center_scale = 1.5f, .offset_scale = 1.0f, .key_noise = 0.5f,
+                                   .query_scale = 1.5f, .query_noise = 0.5f}));
+        heads.back().kv_head = h;
+        heads.back().first_q_head = h * kG;
+    }
+    return heads;
+}
+
+double rel_l2(const float* a, const float* b, int n) {
+    double num = 0, den = 0;
+    for (int i = 0; i < n; ++i) num += ((double)a[i] - b[i]) * ((double)a[i] - b[i]), den += (double)b[i] * b[i];
+    return std::sqrt(num / den);
+}
+
+std::vector<int32_t> sorted(std::span<const int32_t> v) {
+    std::vector<int32_t> s(v.begin(), v.end());
+    std::sort(s.begin(), s.end());
+    return s;
+}
+
+/// The estimated clusters as comparable values: (size, centroid, value sum), sorted.
+std::vector<std::vector<float>> estimated_of(const Selection& s, int d) {
+    std::vector<std::vector<float>> out;
+    for (const auto& c : s.estimated) {
+        std::vector<float> row{(float)c.size};
+        row.insert(row.end(), c.centroid, c.centroid + d);
+        row.insert(row.end(), c.value_sum, c.value_sum + d);
+        out.push_back(std::move(row));
+    }
+    std::sort(out.begin(), out.end());
+    return out;
+}
+
+/// The CPU's approximate output for a selection, what Evaluator::evaluate attends (float32 KV); returns its LSE.
+double cpu_output(const HeadSlice& h, int j, int t, const Selection& s, float* out) {
+    const float* q = h.query(j, t);
+    const float scale = 1.0f / std::sqrt((float)h.head_dim);
+    PartialAttention p = partial_attention_ids(q, h.keys.data(), h.values.data(), s.exact_for(j), h.head_dim, scale);
+    for (const auto& c : s.estimated) {
+        float dot = 0;
+        for (int e = 0; e < h.head_dim; ++e) dot += q[e] * c.centroid[e];
+        add_estimated_cluster(p, (double)scale * dot, c.size, c.value_sum, h.head_dim);
+    }
+    p.output(out);
+    return p.lse();
+}
+
+/// The CPU ranking aggregate of every cluster of `w` for group queries q: [g, d] (sum of softmax).
+std::vector<float> cpu_aggregates(const WaveHead& w, const float* q, int g, int d) {
+    const WaveIndex& ix = w.index();
+    std::vector<float> scores((size_t)g * ix.num_clusters()), agg, tmp;
+    for (int j = 0; j < g; ++j)
+        attention_scores(q + (size_t)j * d, ix.centroids().data(), ix.num_clusters(), d, 1.0f / std::sqrt((float)d),
+                         scores.data() + (size_t)j * ix.num_clusters());
+    group_cluster_weights(scores.data(), g, ix.num_clusters(), w.nonempty(), GroupRank::sum, agg, tmp);
+    return agg;
+}
+
+/// Cluster ids of a selection's retrieval zone (its fetch units) and estimation zone (matched by centroid).
+std::pair<std::set<int>, std::set<int>> zones_of(const Selection& s, const WaveIndex& ix) {
+    std::set<int> r(s.fetch_units.begin(), s.fetch_units.end()), e;
+    for (const auto& c : s.estimated)
+        for (int j = 0; j < ix.num_clusters(); ++j)
+            if (std::equal(c.centroid, c.centroid + ix.d(), ix.centroid(j))) {
+                e.insert(j);
+                break;
+            }
+    return {r, e};
+}
+
+/// Largest aggregate gap between a cluster one side puts inside a zone boundary and one the other side
+/// puts there instead (0 when the zones agree): a swap is a float tie only if this is tiny.
+double swap_gap(const std::set<int>& a, const std::set<int>& b, const std::vector<float>& agg) {
+    double gap = 0;
+    for (int x : a)
+        if (!b.count(x))
+            for (int y : b)
+                if (!a.count(y)) gap = std::max(gap, (double)std::abs(agg[(size_t)x] - agg[(size_t)y]));
+    return gap;
+}
+
+
+}  // namespace
+
+// Wave on the GPU path vs the CPU wave method, step by step: the same exact tokens, estimated clusters,
+// fetch units and traffic (a cluster may change zone only in a float tie of its ranking aggregate: fp16
+// centroids on the GPU); outputs within fp16 tolerance; replicas identical; the GPU block cache serving
+// hits (from its pool: outputs would be wrong otherwise) with exactly the PCIe bytes the system model
+// replays for the same selections; an index update in the middle (update_segment 128, window 16).
+BACKEND_TEST(WaveMatchesTheCpuWaveMethod) {
+    REQUIRE_DEVICE();
+    const int H = 2, prompt = 1200, steps = 160, B = 3;
+    const auto heads = layer_heads(H, prompt, steps);
+    const json params = resolve_params(find_method("wave"), {{"segment", 512}, {"update_segment", 128},
+                                                             {"window", 16}, {"retrieval", 0.1}, {"estimation", 0.25}});
+    SystemParams sp;
+    sp.cache = 0.2;
+    const HardwareProfile hw = load_hardware_profile("h100-sxm-pcie5");
+    std::vector<std::unique_ptr<Method>> cpu;
+    std::vector<WaveHead> mirror;  // the CPU method's index, for the ranking aggregates
+    std::vector<std::unique_ptr<HeadSystem>> sys;
+    for (const HeadSlice& h : heads) {
+        const KVView prompt_kv{h.keys.data(), h.values.data(), prompt, kD};
+        cpu.push_back(make_method("wave", params));
+        cpu.back()->build(context_of(h), prompt_kv);
+        mirror.emplace_back(wave_params_from_json(params), h.layer, h.kv_head);
+        mirror.back().build(prompt_kv);
+        HeadSystemContext sc;
+        sc.method = "wave", sc.params = params, sc.head_dim = kD, sc.group = kG, sc.prompt_len = prompt;
+        sc.num_kv_heads = H;
+        sys.push_back(std::make_unique<HeadSystem>(sp, hw, sc));
+    }
+    GpuLayerJob job;
+    job.method = GpuMethod::wave;
+    for (const HeadSlice& h : heads) job.heads.push_back(&h);
+    job.steps = {0, 9, 40, 100, 127, 128, 129, 140, 159};
+    job.batch = B;
+    job.wave = wave_params_from_json(params);
+    job.cache = sys[0]->cache_params();
+    job.block_tokens = sys[0]->block_tokens();
+    ASSERT_GT(job.cache.capacity_slots, 0);
+
+    int last = -1, reported = 0, steps_with_hits = 0, same = 0, ties = 0, order_ties = 0;
+    double worst_out = 0, worst_lse = 0, worst_gap = 0;
+    std::vector<std::vector<double>> measured((size_t)H);  // per head: PCIe KV bytes per step
+    std::vector<double> scan_ops;
+    float approx[kD];
+    const auto backend = gpu_run::make_cuda_backend();
+    backend->run_layer(job, [&](const GpuStep& st) {
+        ++reported;
+        ASSERT_EQ(st.selections.size(), (size_t)H);
+        for (int t = last + 1; t <= st.step; ++t)
+            for (int h = 0; h < H; ++h) {
+                const KVView kv{heads[(size_t)h].keys.data(), heads[(size_t)h].values.data(), prompt + t + 1, kD};
+                cpu[(size_t)h]->append(kv, prompt + t);
+                mirror[(size_t)h].append(kv, prompt + t);
+            }
+        last = st.step;
+        EXPECT_EQ(st.n, prompt + st.step + 1);
+        for (int h = 0; h < H; ++h) {
+            const HeadSlice& hs = heads[(size_t)h];
+            Selection want;
+            std::vector<float> q((size_t)kG * kD);
+            for (int j = 0; j < kG; ++j) std::copy(hs.query(j, st.step), hs.query(j, st.step) + kD, q.begin() + j * kD);
+            cpu[(size_t)h]->select(q.data(), st.step, KVView{hs.keys.data(), hs.values.data(), st.n, kD}, want);
+            const Selection& got = st.selections[(size_t)h];
+            EXPECT_EQ(got.exact_for(0).size() - want.exact_for(0).size() + want.h2d_bytes, got.h2d_bytes);
+            EXPECT_EQ(got.fetch_units.size(), want.fetch_units.size());
+            EXPECT_EQ(got.estimated.size(), want.estimated.size());
+            EXPECT_EQ(got.d2h_bytes, want.d2h_bytes);
+            EXPECT_EQ(got.scan_ops, want.scan_ops);
+            if (sorted(got.exact_for(0)) == sorted(want.exact_for(0)) &&
+                estimated_of(got, kD) == estimated_of(want, kD)) {
+                ++same;
+                if (got.fetch_units != want.fetch_units) ++order_ties;  // same set, a near-tie reordered
+            } else {
+                ++ties;
+            }
+            // every difference of zone is a swap of clusters with (nearly) equal ranking aggregates
+            const std::vector<float> agg = cpu_aggregates(mirror[(size_t)h], q.data(), kG, kD);
+            const auto [gr, ge] = zones_of(got, mirror[(size_t)h].index());
+            const auto [wr, we] = zones_of(want, mirror[(size_t)h].index());
+            EXPECT_EQ(ge.size(), got.estimated.size());
+            std::set<int> gu = gr, wu = wr;
+            gu.insert(ge.begin(), ge.end()), wu.insert(we.begin(), we.end());
+            worst_gap = std::max({worst_gap, swap_gap(gr, wr, agg), swap_gap(gu, wu, agg)});
+            for (size_t i = 1; i < got.fetch_units.size(); ++i)  // rank order, up to ties
+                worst_gap = std::max(worst_gap, (double)agg[(size_t)got.fetch_units[i]] -
+                                                    agg[(size_t)got.fetch_units[i - 1]]);
+            if (h == 0) scan_ops.push_back(got.scan_ops);
+            for (int j = 0; j < kG; ++j) {
+                const double lse = cpu_output(hs, j, st.step, got, approx);  // the GPU's own selection
+                const size_t qh = (size_t)h * kG + j;
+                worst_out = std::max(worst_out, rel_l2(st.out + qh * kD, approx, kD));
+                worst_lse = std::max(worst_lse, std::abs(st.lse[qh] - lse));
+                for (int b = 1; b < B; ++b)
+                    for (int e = 0; e < kD; ++e)
+                        ASSERT_EQ(st.out[((size_t)b * H * kG + qh) * kD + e], st.out[qh * kD + e]) << "replica " << b;
+            }
+            sys[(size_t)h]->record(got, st.n, st.footprints[(size_t)h]);
+            measured[(size_t)h].push_back(st.head_h2d_bytes[(size_t)h]);
+            if (st.head_h2d_bytes[(size_t)h] < got.h2d_bytes) ++steps_with_hits;
+        }
+        // the work and the batch totals are consistent with the per-head numbers
+        double h2d = 0;
+        for (double x : st.head_h2d_bytes) h2d += x;
+        EXPECT_DOUBLE_EQ(st.work.h2d_bytes, h2d);
+        EXPECT_DOUBLE_EQ(st.batch_h2d_bytes, B * h2d);  // replicas alike
+        EXPECT_GT(st.work.index_bytes, 0);
+        EXPECT_GT(st.work.attend_bytes, 0);
+    });
+    EXPECT_EQ(reported, (int)job.steps.size());
+    EXPECT_LT(worst_gap, 1e-3) << "a cluster changed zone without a tie in its ranking aggregate";
+    EXPECT_GE(same, (int)(0.8 * reported * H)) << "selections differ from the CPU method's too often";
+    EXPECT_LT(worst_out, 5e-3) << "fp16 KV, centroids and value sums vs float32";
+    EXPECT_LT(worst_lse, 5e-3);
+    EXPECT_GT(scan_ops.back(), scan_ops.front()) << "the index grew at step 128";
+    EXPECT_GT(steps_with_hits, 0) << "the GPU cache served no hit: the pool path was not exercised";
+    for (int h = 0; h < H; ++h) {
+        std::map<std::string, std::vector<double>> kv;
+        sys[(size_t)h]->finish(kv);
+        EXPECT_EQ(measured[(size_t)h], kv["h2d_bytes"]) << "measured PCIe bytes vs the system model's replay, head " << h;
+    }
+    std::printf("wave GPU path vs CPU wave: %d of %d head-steps identical (%d reordered by a near-tie), %d with a "
+                "tie swap (largest aggregate gap %.1e); worst output rel L2 %.2e, LSE %.2e; %d head-steps with "
+                "cache hits\n",
+                same, reported * H, order_ties, ties, worst_gap, worst_out, worst_lse, steps_with_hits);
+}
+
+// Full attention on the GPU path equals exact attention (fp16 KV), GPU-resident and offloaded.
+BACKEND_TEST(FullMatchesExactAttention) {
+    REQUIRE_DEVICE();
+    const int H = 3, prompt = 700, steps = 5, B = 2;
+    const auto heads = layer_heads(H, prompt, steps);
+    for (const bool offloaded : {false, true}) {
+        GpuLayerJob job;
+        for (const HeadSlice& h : heads) job.heads.push_back(&h);
+        job.steps = {0, 2, 4};
+        job.batch = B;
+        job.offloaded = offloaded;
+        std::vector<Evaluator> ev;
+        for (const HeadSlice& h : heads) ev.emplace_back(h, std::vector<int>{10});
+        double worst_out = 0, worst_lse = 0;
+        gpu_run::make_cuda_backend()->run_layer(job, [&](const GpuStep& st) {
+            EXPECT_TRUE(st.selections.empty());
+            for (int h = 0; h < H; ++h) {
+                ev[(size_t)h].prepare_step(st.step);
+                for (int b = 0; b < B; ++b)
+                    for (int j = 0; j < kG; ++j) {
+                        const size_t qh = ((size_t)b * H + h) * kG + j;
+                        const HeadReference& r = ev[(size_t)h].reference(j);
+                        worst_out = std::max(worst_out, rel_l2(st.out + qh * kD, r.out.data(), kD));
+                        worst_lse = std::max(worst_lse, std::abs(st.lse[qh] - r.lse));
+                    }
+            }
+            const double all = (double)H * st.n * 2 * kD * 2;
+            EXPECT_DOUBLE_EQ(st.work.attend_bytes, all);
+            EXPECT_DOUBLE_EQ(st.batch_h2d_bytes, offloaded ? B * all : 0.0);
+        });
+        EXPECT_LT(worst_out, 5e-3) << "fp16 KV vs float32, offloaded " << offloaded;
+        EXPECT_LT(worst_lse, 5e-3) << "offloaded " << offloaded;
+    }
+}
+
+// `retro-bench run` with "backend": "cuda" on a synthetic Llama-3-shaped trace against the same config on
+// the CPU backend: identical selections (recall, mass, exact and estimated fractions, post-cache PCIe
+// bytes), outputs within fp16 tolerance, the measured bytes equal to the model's, and the GPU phases
+// with the cost model's prediction in every record.
+BACKEND_TEST(RunMatchesTheCpuBackend) {
+    REQUIRE_DEVICE();
+    ScratchDir dir;
+    SynthParams sp = SynthParams::preset("llama3-8b");
+    sp.num_layers = 1, sp.prompt_len = 2048, sp.decode_steps = 3, sp.prefill_queries = 0;
+    const std::string trace = dir.path + "/t.h5";
+    synthesize(sp, trace);
+    json j = json::parse(R"({"name": "cpu", "kv_heads": [0, 1], "hardware": "h100-sxm-pcie5",
+        "system": {"cache": 0.05}, "methods": [{"name": "full"}, {"name": "wave"}]})");
+    j["traces"] = {trace};
+    RunnerOptions opt;
+    opt.results_root = dir.path + "/results";
+    const auto cpu = run_config(parse_config(j, "cpu.json"), opt);
+    j["name"] = "gpu";
+    j["backend"] = "cuda";
+    j["cuda"] = {{"batch", {1, 2}}};
+    const auto backend = gpu_run::make_cuda_backend();
+    opt.gpu = backend.get();
+    const auto gpu = run_config(parse_config(j, "gpu.json"), opt);
+    ASSERT_EQ(cpu.records.size(), 2u);
+    ASSERT_EQ(gpu.records.size(), 4u);
+    const auto mean = [](const json& rec, const char* m) { return rec["metrics"][m]["mean"].get<double>(); };
+    for (const json& g : gpu.records) {
+        const json& c = cpu.records[g["method"] == "full" ? 0 : 1];
+        SCOPED_TRACE(g["label"].get<std::string>());
+        EXPECT_EQ(g["backend"], "cuda");
+        for (const char* m : {"recall@10", "recall@100", "recall@1000", "mass", "exact_frac", "est_frac"})
+            EXPECT_NEAR(mean(c, m), mean(g, m), kTieSlack) << m;
+        for (const char* m : {"h2d_bytes", "model_us"})
+            EXPECT_NEAR(mean(c, m), mean(g, m), kTieSlack * mean(c, m) + 1e-9) << m;
+        if (kTieSlack == 0) {
+            EXPECT_EQ(c["metrics"]["recall@100"], g["metrics"]["recall@100"]);
+        }
+        EXPECT_NEAR(mean(c, "out_err"), mean(g, "out_err"), 2e-3);
+        EXPECT_NEAR(mean(g, "gpu_head_h2d_bytes"), mean(g, "h2d_bytes"), 1e-9);
+        EXPECT_EQ(mean(g, "gpu_replica_diff"), 0.0);
+        for (const char* m : {"gpu_step_us", "gpu_attend_us", "model_step_us", "model_attend_us"})
+            EXPECT_TRUE(g["metrics"].contains(m)) << m;
+        EXPECT_GT(mean(g, "model_step_us"), 0);
+        EXPECT_EQ(g["cuda"]["batch"], g["batch"]);
+        EXPECT_TRUE(g["cuda"]["phases"]["step"]["model_us"].is_number());
+    }
+}
+
+#if defined(RETRO_HAVE_CUDA) && !defined(RETRO_GPU_EMULATION)
+// The real backend on a machine without a usable device: `"backend": "cuda"` fails before any work,
+// naming the backend and device_status()'s reason, and writes nothing.
+TEST(CudaBackend, WithoutADeviceRunFailsBeforeAnyWork) {
+    if (cuda::device_available()) GTEST_SKIP() << "a CUDA device is present";
+    const auto backend = gpu_run::make_cuda_backend();
+    ASSERT_FALSE(backend->status().empty());
+    ScratchDir dir;
+    json j = json::parse(R"({"name": "gpu", "backend": "cuda", "methods": [{"name": "wave"}]})");
+    j["traces"] = json::array({{{"path", dir.path + "/t.h5"},
+                                {"synth", {{"preset", "smollm2"}, {"prompt_len", 256}, {"decode_steps", 2}}}}});
+    RunnerOptions opt;
+    opt.results_root = dir.path + "/results";
+    opt.gpu = backend.get();
+    try {
+        run_config(parse_config(j, "gpu.json"), opt);
+        FAIL() << "a cuda run started without a device";
+    } catch (const ConfigError& e) {
+        EXPECT_NE(std::string(e.what()).find("backend 'cuda': no usable CUDA device: " + backend->status()),
+                  std::string::npos)
+            << e.what();
+    }
+    EXPECT_FALSE(std::filesystem::exists(opt.results_root));
+    EXPECT_FALSE(std::filesystem::exists(dir.path + "/t.h5"));
+}
+#endif
+
+#else
+TEST(CudaBackend, RunsOnTheGpu) { GTEST_SKIP() << "built without CUDA (no nvcc)"; }
+#endif
