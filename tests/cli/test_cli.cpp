@@ -13,6 +13,10 @@
 #include <sstream>
 #include <string>
 
+#ifdef RETRO_HAVE_CUDA
+#include "cuda_api.hpp"
+#endif
+
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
@@ -330,4 +334,23 @@ TEST_F(Cli, ListMethodsShowsParametersAndDefaults) {
             for (auto& p : m["params"])
                 if (p["name"] == "sink") found = p["default"] == 4;
     EXPECT_TRUE(found);
+}
+
+// "backend": "cuda" on a machine without a usable device (or a build without CUDA): the run fails before
+// any work, saying which backend and why, and leaves no trace generated and no results directory.
+TEST_F(Cli, CudaBackendWithoutADeviceFailsBeforeAnyWork) {
+#ifdef RETRO_HAVE_CUDA
+    if (retro::cuda::device_available()) GTEST_SKIP() << "a CUDA device is present";
+    const std::string why = "no usable CUDA device: " + retro::cuda::device_status();
+#else
+    const std::string why = "built without CUDA";
+#endif
+    write_config("c.json", json::parse(R"({"name": "gpu", "backend": "cuda", "cuda": {"batch": [1, 8]},
+        "traces": [{"path": "t.h5", "synth": {"preset": "smollm2", "prompt_len": 256, "decode_steps": 2}}],
+        "methods": [{"name": "full"}, {"name": "wave"}]})"));
+    const auto r = sh(bin() + " run c.json");
+    EXPECT_EQ(r.code, 2) << r.out;
+    EXPECT_NE(r.out.find("retro-bench: error: backend 'cuda': " + why), std::string::npos) << r.out;
+    EXPECT_FALSE(fs::exists("results"));
+    EXPECT_FALSE(fs::exists("t.h5"));
 }
