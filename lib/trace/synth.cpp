@@ -35,6 +35,7 @@ void for_each_field(P& p, F&& f) {
     f("dtype", p.dtype);
     f("seed", p.seed);
     f("sink_tokens", p.sink_tokens);
+    f("sink_mode", p.sink_mode);
     f("sink_mass_min", p.sink_mass_min);
     f("sink_mass_max", p.sink_mass_max);
     f("local_window", p.local_window);
@@ -43,6 +44,9 @@ void for_each_field(P& p, F&& f) {
     f("sharp_min", p.sharp_min);
     f("sharp_max", p.sharp_max);
     f("peaked_fraction", p.peaked_fraction);
+    f("diffuse_layers", p.diffuse_layers);
+    f("diffuse_sharpness", p.diffuse_sharpness);
+    f("sink_onset", p.sink_onset);
     f("topic_run", p.topic_run);
     f("topic_new_prob", p.topic_new_prob);
     f("topic_share", p.topic_share);
@@ -58,7 +62,10 @@ void for_each_field(P& p, F&& f) {
     f("needle_head_fraction", p.needle_head_fraction);
     f("needle_z", p.needle_z);
     f("key_mean", p.key_mean);
+    f("key_mean_low_gain", p.key_mean_low_gain);
+    f("key_mean_jitter", p.key_mean_jitter);
     f("key_noise", p.key_noise);
+    f("query_noise_gain", p.query_noise_gain);
     f("value_mean", p.value_mean);
     f("value_topic", p.value_topic);
     f("value_noise", p.value_noise);
@@ -88,16 +95,26 @@ SynthParams SynthParams::preset(const std::string& name) {
         p.head_dim = 64;
         p.rope_theta = 100000.0;
         // Calibrated against a real SmolLM2-135M-Instruct trace (8K Moby-Dick NIAH prompt, 30 layers;
-        // docs/traces.md): much less out-of-distribution queries (ood ~2.5, not > 10), more local and
-        // more widely spread sink mass, more peaked heads, faster-changing queries.
+        // docs/traces.md): sinks won by queries pointing away from a large low-band key mean (sink keys
+        // lack it), tokens carrying more or less of that mean (heavy hitters), queries that are only ~2.5x
+        // out of distribution and turn more between steps, no sinks in the lower 40% of the layers, a
+        // diffuse first layer, more local mass.
+        p.sink_mode = "mean";
+        p.key_mean = 1.5;
+        p.key_mean_low_gain = 2.2;
+        p.key_mean_jitter = 0.12;
         p.query_offset = 0.0;
         p.key_noise = 0.6;
-        p.key_mean = 3.0;
+        p.query_noise_gain = 1.5;
         p.focus_ar = 0.97;
         p.local_mass_min = 0.1;
         p.local_mass_max = 0.8;
-        p.sink_mass_min = 0.0;
-        p.sink_mass_max = 0.7;
+        p.sink_mass_min = 0.2;
+        p.sink_mass_max = 0.95;
+        p.sink_onset = 0.4;
+        p.sharp_min = 0.8;
+        p.sharp_max = 3.0;
+        p.diffuse_layers = 1;
         p.peaked_fraction = 0.8;
     } else {
         throw ParamError("unknown synth preset '" + name + "' (expected llama3-8b or smollm2)");
@@ -176,6 +193,7 @@ struct Bands {
     int s_begin = 0, s_end = 0;  ///< semantic band: pairs with freq < 1/local_window, below the Z band
     int z_begin = 0;             ///< sink / query-offset band: the lowest-frequency pairs [z_begin, P)
     int n_begin = 0;             ///< needle pairs: [n_begin, s_end) (the lowest-frequency semantic pairs)
+    int l_begin = 0;             ///< low band: [l_begin, P), pairs turning <= 1 rad over the trace (and Z)
     std::vector<double> freq;    ///< [P]
     int s_pairs() const { return s_end - s_begin; }
 };
@@ -208,6 +226,9 @@ Bands make_bands(const SynthParams& p) {
     while (nb > b.s_begin && b.freq[(size_t)(nb - 1)] * p.n_tokens() <= 1.0) --nb;
     b.n_begin = std::min(nb, b.s_end - min_needle);
     b.n_begin = std::max(b.n_begin, b.s_begin);
+    int lb = b.P;
+    while (lb > 0 && b.freq[(size_t)(lb - 1)] * p.n_tokens() <= 1.0) --lb;
+    b.l_begin = std::min(lb, b.z_begin);
     return b;
 }
 
@@ -248,6 +269,7 @@ void SynthParams::validate() const {
     if (dtype != "float16" && dtype != "bfloat16" && dtype != "float32")
         fail("dtype", "'" + dtype + "'", "float16, bfloat16 or float32");
     irange("sink_tokens", sink_tokens, 0, std::max(0, prompt_len / 4));
+    if (sink_mode != "offset" && sink_mode != "mean") fail("sink_mode", "'" + sink_mode + "'", "offset or mean");
     rrange("sink_mass_min", sink_mass_min, 0.0, 0.95);
     rrange("sink_mass_max", sink_mass_max, 0.0, 0.95);
     ordered("sink_mass_min", sink_mass_min, "sink_mass_max", sink_mass_max);
@@ -259,6 +281,9 @@ void SynthParams::validate() const {
     rrange("sharp_max", sharp_max, 0.0, 20.0, true);
     ordered("sharp_min", sharp_min, "sharp_max", sharp_max);
     rrange("peaked_fraction", peaked_fraction, 0.0, 1.0);
+    irange("diffuse_layers", diffuse_layers, 0, num_layers);
+    rrange("diffuse_sharpness", diffuse_sharpness, 0.0, 20.0, true);
+    rrange("sink_onset", sink_onset, 0.0, 1.0);
     rrange("topic_run", topic_run, 1.0, 1e9);
     rrange("topic_new_prob", topic_new_prob, 0.0, 1.0);
     rrange("topic_share", topic_share, 0.0, 1.0);
@@ -277,7 +302,10 @@ void SynthParams::validate() const {
     rrange("needle_head_fraction", needle_head_fraction, 0.0, 1.0);
     rrange("needle_z", needle_z, 0.0, 50.0);
     rrange("key_mean", key_mean, 0.0, 100.0);
+    rrange("key_mean_low_gain", key_mean_low_gain, 0.0, 100.0);
+    rrange("key_mean_jitter", key_mean_jitter, 0.0, 10.0);
     rrange("key_noise", key_noise, 0.0, 100.0);
+    rrange("query_noise_gain", query_noise_gain, 0.0, 100.0);
     rrange("value_mean", value_mean, 0.0, 100.0);
     rrange("value_topic", value_topic, 0.0, 100.0);
     rrange("value_noise", value_noise, 0.0, 100.0);
@@ -312,7 +340,7 @@ inline uint64_t mix64(uint64_t z) {
 enum Tag : uint64_t {
     kText = 1, kNeedlePos, kHeadParam, kKeyMean, kSinkDir, kTopicKey, kNeedleKey, kKeyTok, kValMean,
     kTopicVal, kNeedleVal, kValTok, kFocusGroup, kFocusHead, kNeedleSched, kQueryOffset, kQueryNoise,
-    kWord, kWordKey,
+    kWord, kWordKey, kMeanJitter,
 };
 
 /// Independent stream keyed by (seed, tag, a, b, c): splitmix64 + Marsaglia polar normals.
@@ -401,6 +429,13 @@ SynthHeadInfo draw_head(const SynthParams& p, int layer, int qh) {
     const double u = h.peaked ? 0.6 + 0.4 * r.uniform() : 0.4 * r.uniform();
     h.sharpness = p.sharp_min + (p.sharp_max - p.sharp_min) * u;
     h.sink_target = r.uniform(p.sink_mass_min, p.sink_mass_max);
+    // The layer profile overrides the draws (taken all the same, so the other draws do not move).
+    if (layer < p.diffuse_layers) {
+        const double v = h.peaked ? (u - 0.6) / 0.4 : u / 0.4;  // U(0, 1) either way
+        h.peaked = false;
+        h.sharpness = p.diffuse_sharpness * (0.5 + 0.5 * v);
+    }
+    if (layer < p.sink_onset * p.num_layers) h.sink_target = 0.0;
     h.local_target = r.uniform(p.local_mass_min, p.local_mass_max);
     const double a = r.uniform();
     const double b = r.uniform();
@@ -493,7 +528,8 @@ SynthLayer synthesize_layer(const SynthParams& p, int layer) {
     const RopeTable rope(B, n);
     const SynthText text = synth_text(p);
     const float inv_sqrt_d = 1.0f / std::sqrt((float)d);
-    const double A_sink = std::sqrt((double)d);  // sink key offset norm (key units)
+    const double A_sink = std::sqrt((double)d);  // sink key offset norm (key units), sink_mode "offset"
+    const bool sink_by_mean = p.sink_mode == "mean";
 
     SynthLayer L;
     L.layer = layer;
@@ -524,6 +560,10 @@ SynthLayer synthesize_layer(const SynthParams& p, int layer) {
         {
             Rng r(p.seed, kKeyMean, (uint64_t)layer, (uint64_t)g);
             fill_pairs(r, c.mu_k.data(), P, 0, P, p.key_mean);
+            for (int j = B.l_begin; j < P; ++j) {
+                c.mu_k[(size_t)j] *= (float)p.key_mean_low_gain;
+                c.mu_k[(size_t)(j + P)] *= (float)p.key_mean_low_gain;
+            }
             // Carrier pairs: equal modulus (key_mean * sqrt 2), random phase, so the recency kernel's
             // far-field ripple is as small as the number of pairs allows.
             for (int j = B.c_begin; j < B.c_end; ++j) {
@@ -540,6 +580,13 @@ SynthLayer synthesize_layer(const SynthParams& p, int layer) {
         {
             Rng r(p.seed, kSinkDir, (uint64_t)layer, (uint64_t)g);
             fill_pairs(r, c.e_s.data(), P, B.z_begin, P, 1.0);
+            if (sink_by_mean) {  // queries win the sinks by pointing away from the low-band key mean
+                std::fill(c.e_s.begin(), c.e_s.end(), 0.0f);
+                for (int j = B.l_begin; j < P; ++j) {
+                    c.e_s[(size_t)j] = -c.mu_k[(size_t)j];
+                    c.e_s[(size_t)(j + P)] = -c.mu_k[(size_t)(j + P)];
+                }
+            }
             double nrm = 0;
             for (float v : c.e_s) nrm += (double)v * v;
             nrm = std::sqrt(nrm);
@@ -591,6 +638,16 @@ SynthLayer synthesize_layer(const SynthParams& p, int layer) {
         // Salience (lognormal, mean 1); sink tokens carry no semantic content (a stable sink logit).
         const double ri = i < p.sink_tokens ? 0.0 : std::exp(sal * r.normal() - 0.5 * sal * sal);
         for (int j = 0; j < d; ++j) k[j] = c.mu_k[(size_t)j] + (float)(p.key_noise * r.normal());
+        if (p.key_mean_jitter > 0 && i >= p.sink_tokens) {
+            // Tokens carry more or less of the low-band mean: with sink_mode "mean" the ones with less
+            // are attended by every query that points away from the mean (heavy hitters).
+            Rng rj(p.seed, kMeanJitter, (uint64_t)layer, (uint64_t)g, (uint64_t)i);
+            const float e = (float)(p.key_mean_jitter * rj.normal());
+            for (int j = B.l_begin; j < P; ++j) {
+                k[j] += e * c.mu_k[(size_t)j];
+                k[j + P] += e * c.mu_k[(size_t)(j + P)];
+            }
+        }
         for (int j = B.s_begin; j < B.s_end; ++j) {
             k[j] += (float)(ri * (ts * tk[j] + ws * wk[j] + es * r.normal()));
             k[j + P] += (float)(ri * (ts * tk[j + P] + ws * wk[j + P] + es * r.normal()));
@@ -606,8 +663,16 @@ SynthLayer synthesize_layer(const SynthParams& p, int layer) {
                 k[j] -= c.mu_k[(size_t)j];
                 k[j + P] -= c.mu_k[(size_t)(j + P)];
             }
-            const double a = A_sink * (i == 0 ? kSinkFirst : kSinkOther);
-            for (int j = 0; j < d; ++j) k[j] += (float)(a * c.e_s[(size_t)j]);
+            if (sink_by_mean) {  // the sink lacks (most of) the low-band key mean
+                const double a = i == 0 ? kSinkFirst : kSinkOther;
+                for (int j = B.l_begin; j < P; ++j) {
+                    k[j] -= (float)(a * c.mu_k[(size_t)j]);
+                    k[j + P] -= (float)(a * c.mu_k[(size_t)(j + P)]);
+                }
+            } else {
+                const double a = A_sink * (i == 0 ? kSinkFirst : kSinkOther);
+                for (int j = 0; j < d; ++j) k[j] += (float)(a * c.e_s[(size_t)j]);
+            }
         }
         rope.rotate(k, i);
 
@@ -702,7 +767,8 @@ SynthLayer synthesize_layer(const SynthParams& p, int layer) {
             needle_energy > 0 ? p.needle_z * info.sharpness * std::sqrt((double)d) / needle_energy : 0.0;
         const auto fixed_part = [&](int t, float* y) {
             Rng rn(p.seed, kQueryNoise, (uint64_t)layer, (uint64_t)h, (uint64_t)t);
-            for (int j = 0; j < d; ++j) y[j] = offset[(size_t)j] + (float)(p.key_noise * rn.normal());
+            const double qn = p.key_noise * p.query_noise_gain;
+            for (int j = 0; j < d; ++j) y[j] = offset[(size_t)j] + (float)(qn * rn.normal());
             const int nt = target_g[(size_t)g][(size_t)t];
             if (nt >= 0 && info.needle_affinity > 0) {
                 const float* nk = c.needle_k.data() + (size_t)nt * d;
@@ -796,7 +862,7 @@ SynthLayer synthesize_layer(const SynthParams& p, int layer) {
             double acc = 0;
             for (Ref& f : R) {
                 for (size_t i = 0; i < f.work.size(); ++i)
-                    f.work[i] = (float)(info.beta * f.sem[i] + lam * f.loc[i]) + f.fix[i];
+                    f.work[i] = (float)(info.beta * f.sem[i] + lam * f.loc[i] + info.sink_coef * f.snk[i]) + f.fix[i];
                 const int m = (int)f.work.size();
                 acc += std::exp(lse(f, f.nf, m) - lse(f, f.ns, m));
             }
@@ -807,21 +873,17 @@ SynthLayer synthesize_layer(const SynthParams& p, int layer) {
         double loc_max = 0, snk_max = 0;
         for (const Ref& f : R) {
             for (float v : f.loc) loc_max = std::max(loc_max, (double)v);
-            for (int i = 0; i < f.ns; ++i) snk_max = std::max(snk_max, (double)f.snk[(size_t)i]);
+            // "mean" sinks score ~0 and the other tokens below: cap the sinks' lead over the far tokens
+            double far = 0;
+            if (sink_by_mean && f.nf > f.ns) {
+                for (int i = f.ns; i < f.nf; ++i) far += f.snk[(size_t)i];
+                far /= f.nf - f.ns;
+            }
+            for (int i = 0; i < f.ns; ++i) snk_max = std::max(snk_max, (double)f.snk[(size_t)i] - far);
         }
         const double lambda_cap = loc_max > 0 ? kMaxLogit / loc_max : 0.0;
         const double sink_cap = snk_max > 0 ? kMaxLogit / snk_max : 0.0;
         info.lambda = 0;
-        for (int round = 0; round < 3; ++round) {
-            // beta^2 va + 2 beta lambda cab + lambda^2 vb = sig2; keep at least a quarter of the
-            // semantic spread when the ripple alone would exceed it.
-            const double lam = info.lambda;
-            const double disc = lam * lam * cab * cab - va * (lam * lam * vb - sig2);
-            double beta = va > 0 && disc > 0 ? (-lam * cab + std::sqrt(disc)) / va : 0.0;
-            if (va > 0) beta = std::max(beta, 0.25 * info.sharpness / std::sqrt(va));
-            info.beta = beta;
-            info.lambda = solve_increasing(local_share, info.local_target, lambda_cap);
-        }
         // b: mean share of the mass on the sink tokens = sink_target.
         const auto sink_share = [&](double b) {
             double acc = 0;
@@ -833,7 +895,21 @@ SynthLayer synthesize_layer(const SynthParams& p, int layer) {
             }
             return acc / (double)R.size();
         };
-        info.sink_coef = s0 > 0 ? solve_increasing(sink_share, info.sink_target, sink_cap) : 0.0;
+        // "offset" sinks barely touch the other tokens' scores: b is fitted once, after beta and lambda.
+        // "mean" sinks move every token that carries less of the mean (heavy hitters), which takes mass
+        // from the recency window: b is refitted in every round and lambda sees it.
+        for (int round = 0; round < 3; ++round) {
+            // beta^2 va + 2 beta lambda cab + lambda^2 vb = sig2; keep at least a quarter of the
+            // semantic spread when the ripple alone would exceed it.
+            const double lam = info.lambda;
+            const double disc = lam * lam * cab * cab - va * (lam * lam * vb - sig2);
+            double beta = va > 0 && disc > 0 ? (-lam * cab + std::sqrt(disc)) / va : 0.0;
+            if (va > 0) beta = std::max(beta, 0.25 * info.sharpness / std::sqrt(va));
+            info.beta = beta;
+            info.lambda = solve_increasing(local_share, info.local_target, lambda_cap);
+            if (sink_by_mean && s0 > 0) info.sink_coef = solve_increasing(sink_share, info.sink_target, sink_cap);
+        }
+        if (!sink_by_mean) info.sink_coef = s0 > 0 ? solve_increasing(sink_share, info.sink_target, sink_cap) : 0.0;
 
         // ---- assemble the queries of every position ----
         for (int t = 0; t < nq; ++t) {

@@ -35,6 +35,10 @@ struct SynthParams {
 
     // ---- attention sinks -----------------------------------------------------------------------------
     int sink_tokens = 4;          ///< tokens 0..sink_tokens-1 are sinks (token 0 the strongest)
+    std::string sink_mode = "offset";  ///< how a sink wins: "offset" = sink keys carry an extra vector the
+                                       ///< queries align with; "mean" = sink keys lack the key mean of the
+                                       ///< low band and queries point away from that mean (what real
+                                       ///< models do: docs/synth.md)
     double sink_mass_min = 0.10;  ///< per query head, the target share of attention on the sinks is
     double sink_mass_max = 0.50;  ///< drawn uniformly from [min, max] (calibrated at decode step 0)
 
@@ -49,6 +53,12 @@ struct SynthParams {
     double sharp_max = 5.0;        ///< over [sharp_min, sharp_max]
     double peaked_fraction = 0.6;  ///< share of heads drawn from the top 40% of that range (peaked);
                                    ///< the others from the bottom 40% (diffuse)
+
+    // ---- layer profile (real models differ by depth; the defaults make every layer alike) ----------
+    int diffuse_layers = 0;          ///< layers 0 .. diffuse_layers-1: every head diffuse, sharpness
+    double diffuse_sharpness = 0.8;  ///< uniform in [diffuse_sharpness / 2, diffuse_sharpness]
+    double sink_onset = 0.0;         ///< layers below sink_onset * num_layers have no attention sink
+                                     ///< (sink target 0: the sink tokens get their natural share)
 
     // ---- topics (the text) ---------------------------------------------------------------------------
     double topic_run = 128.0;       ///< mean length in tokens of a contiguous run of one topic
@@ -74,7 +84,11 @@ struct SynthParams {
 
     // ---- key / value magnitudes ------------------------------------------------------------------------
     double key_mean = 2.0;         ///< per-dimension std of the shared (pre-RoPE) key mean vector
+    double key_mean_low_gain = 1.0;  ///< key mean std in the low band (pairs turning <= 1 rad over the
+                                     ///< trace) is key_mean times this (real keys: a large low-band mean)
+    double key_mean_jitter = 0.0;  ///< per-token relative std of the low-band mean a key carries
     double key_noise = 0.1;        ///< isotropic key/query noise std per dimension
+    double query_noise_gain = 1.0;  ///< the queries' per-step isotropic noise std is key_noise times this
     double value_mean = 0.5;       ///< per-dimension std of the shared value mean vector
     double value_topic = 1.0;      ///< per-dimension std of topic value vectors
     double value_noise = 1.0;      ///< per-dimension std of token value noise

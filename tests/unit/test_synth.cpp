@@ -180,6 +180,18 @@ TEST(Synth, ValidateNamesParameterAndRange) {
     p.prompt_len = 200;
     p.num_needles = 150;
     expect_param_error(p, "num_needles");
+    p = {};
+    p.sink_mode = "massive";
+    expect_param_error(p, "sink_mode");
+    p = {};
+    p.diffuse_layers = p.num_layers + 1;
+    expect_param_error(p, "diffuse_layers");
+    p = {};
+    p.sink_onset = 1.5;
+    expect_param_error(p, "sink_onset");
+    p = {};
+    p.key_mean_jitter = -0.1;
+    expect_param_error(p, "key_mean_jitter");
     EXPECT_THROW(SynthParams::preset("gpt5"), ParamError);
     // Errors say what the valid range is.
     p = {};
@@ -420,4 +432,84 @@ TEST(Synth, SmallHeadsStayPhysical) {
     for (float x : L.keys) ASSERT_LT(std::abs(x), 6e4f);
     const auto st = head_stats(synth_head_slice(p, L, 0));
     for (const auto& s : st) EXPECT_LT(s.ood_ratio, 1e3);
+}
+
+TEST(Synth, MeanSinksHeavyHittersAndLayerProfile) {
+    // The smollm2 preset: sinks won by queries pointing away from the low-band key mean that the sink
+    // keys lack; no sinks in the lower 40% of the layers; layer 0 all diffuse (docs/synth.md).
+    SynthParams p = SynthParams::preset("smollm2");
+    ASSERT_EQ(p.sink_mode, "mean");
+    p.num_layers = 5;  // sink_onset 0.4: layers 0 and 1 without sinks
+    p.prompt_len = 2048;
+    p.decode_steps = 6;
+    p.prefill_queries = 0;
+    const int d = p.head_dim;
+    for (int layer = 0; layer < p.num_layers; ++layer) {
+        const SynthLayer L = synthesize_layer(p, layer);
+        const bool sinks = layer >= 2;
+        double sink = 0, anti = 0;
+        int nq = 0;
+        for (int g = 0; g < p.num_kv_heads; ++g) {
+            const HeadSlice s = synth_head_slice(p, L, g);
+            // key mean of the ordinary tokens; the sink token 0 carries far less of it
+            std::vector<double> mu((size_t)d, 0.0);
+            for (int i = p.sink_tokens; i < p.prompt_len; ++i)
+                for (int j = 0; j < d; ++j) mu[(size_t)j] += s.keys[(size_t)i * d + j] / (p.prompt_len - p.sink_tokens);
+            double mm = 0, k0 = 0;
+            for (int j = 0; j < d; ++j) {
+                mm += mu[(size_t)j] * mu[(size_t)j];
+                k0 += mu[(size_t)j] * s.keys[(size_t)j];
+            }
+            EXPECT_LT(k0 / mm, 0.5) << "layer " << layer << " kv " << g << ": sink key along the key mean";
+            for (const auto& st : head_stats(s)) {
+                sink += st.sink_mass;
+                ++nq;
+            }
+            for (int q = 0; q < s.group; ++q) {
+                double qm = 0;
+                for (int j = 0; j < d; ++j) qm += s.query(q, 0)[j] * mu[(size_t)j];
+                anti += qm / std::sqrt(mm);
+            }
+        }
+        sink /= nq;
+        anti /= nq;
+        if (sinks) {
+            EXPECT_GT(sink, 0.15) << "layer " << layer;  // targets U(0.2, 0.95)
+            EXPECT_LT(anti, -1.0) << "layer " << layer << ": queries point away from the key mean";
+        } else {
+            EXPECT_LT(sink, 0.02) << "layer " << layer;
+        }
+        for (const auto& h : L.heads) {
+            if (layer == 0) {
+                EXPECT_FALSE(h.peaked);
+                EXPECT_LE(h.sharpness, p.diffuse_sharpness + 1e-12);
+                EXPECT_GE(h.sharpness, 0.5 * p.diffuse_sharpness - 1e-12);
+            }
+            EXPECT_EQ(h.sink_target == 0.0, !sinks) << "layer " << layer;
+        }
+    }
+}
+
+TEST(Synth, KeyMeanJitterMakesHeavyHitters) {
+    // Tokens carrying less of the key mean are attended by every sink-seeking query: the top-1% set is
+    // more stable across steps with the jitter than without it.
+    SynthParams p = SynthParams::preset("smollm2");
+    p.num_layers = 1;
+    p.sink_onset = 0.0;
+    p.prompt_len = 2048;
+    p.decode_steps = 16;
+    p.prefill_queries = 0;
+    const auto stable = [&](double jitter) {
+        SynthParams q = p;
+        q.key_mean_jitter = jitter;
+        const SynthLayer L = synthesize_layer(q, 0);
+        std::vector<QHeadStats> st;
+        for (int g = 0; g < q.num_kv_heads; ++g) {
+            const auto v = head_stats(synth_head_slice(q, L, g));
+            st.insert(st.end(), v.begin(), v.end());
+        }
+        return mean_stats(st).static_top_frac_mass;
+    };
+    const double with = stable(0.3), without = stable(0.0);
+    EXPECT_GT(with, without + 0.1) << "static top-1% mass with jitter " << with << ", without " << without;
 }
