@@ -1,8 +1,14 @@
 // retro_gpu_check: runs every CUDA kernel check and microbenchmark without GTest (the RETRO_GPU_ONLY
-// build of scripts/gpu-check.sh) and writes OUT/gpu-report.json and OUT/gpu-report.txt.
+// build of scripts/gpu-check.sh), then the wave decode step vs full attention per layer through the
+// CUDA backend's run path (kernels/run/wave_vs_full.hpp), and writes OUT/gpu-report.json and
+// OUT/gpu-report.txt.
 //   retro_gpu_check [--out DIR] [--quick] [--checks-only] [--filter SUBSTRING]
-// Exit status: 0 all checks passed, 1 a check failed or threw, 77 no CUDA device (everything skipped),
-// 2 bad arguments.
+//                   [--wave-only] [--tiny] [--hardware VALUES]
+//   --wave-only  only the wave-vs-full run (no checks, no benchmarks)
+//   --tiny       the wave-vs-full run on a tiny layer (the CPU emulation's smoke test)
+//   --hardware   "key value" lines of a hardware profile: the cost model's prediction next to each row
+// Exit status: 0 all checks passed, 1 a check or the wave run failed or threw, 77 no CUDA device
+// (everything skipped), 2 bad arguments.
 #include <cstdio>
 #include <cstring>
 #include <ctime>
@@ -15,6 +21,8 @@
 #include "checks.hpp"
 #include "core/check.hpp"
 #include "cuda_api.hpp"
+#include "run/cuda_backend.hpp"
+#include "run/wave_vs_full.hpp"
 
 using namespace retro;
 using namespace retro::cuda;
@@ -31,16 +39,20 @@ std::string num(double v) {
 }  // namespace
 
 int main(int argc, char** argv) {
-    std::string out_dir = ".", filter;
-    bool quick = false, checks_only = false;
+    std::string out_dir = ".", filter, hardware;
+    bool quick = false, checks_only = false, wave_only = false, tiny = false;
     for (int i = 1; i < argc; ++i) {
         const std::string a = argv[i];
         if (a == "--out" && i + 1 < argc) out_dir = argv[++i];
         else if (a == "--filter" && i + 1 < argc) filter = argv[++i];
+        else if (a == "--hardware" && i + 1 < argc) hardware = argv[++i];
         else if (a == "--quick") quick = true;
         else if (a == "--checks-only") checks_only = true;
+        else if (a == "--wave-only") wave_only = true;
+        else if (a == "--tiny") tiny = true;
         else {
-            std::fprintf(stderr, "usage: retro_gpu_check [--out DIR] [--quick] [--checks-only] [--filter S]\n");
+            std::fprintf(stderr, "usage: retro_gpu_check [--out DIR] [--quick] [--checks-only] [--filter S] "
+                                 "[--wave-only] [--tiny] [--hardware VALUES]\n");
             return 2;
         }
     }
@@ -60,7 +72,7 @@ int main(int argc, char** argv) {
     js << "  \"checks\": [";
     bool first = true;
     for (const CheckCase& c : gpu_checks()) {
-        if (!filter.empty() && c.name.find(filter) == std::string::npos) continue;
+        if (wave_only || (!filter.empty() && c.name.find(filter) == std::string::npos)) continue;
         std::string status;
         Checker ck;
         if (!have) {
@@ -87,7 +99,7 @@ int main(int argc, char** argv) {
     js << "\n  ],\n  \"checks_passed\": " << passed << ",\n  \"checks_failed\": " << failed << ",\n";
     txt << "\nchecks: " << passed << " passed, " << failed << " failed\n";
 
-    if (have && !checks_only) {
+    if (have && !checks_only && !wave_only) {
         try {
             std::fprintf(stderr, "measuring ceilings...\n");
             const DeviceCeilings c = measure_ceilings(quick);
@@ -124,6 +136,34 @@ int main(int argc, char** argv) {
         } catch (const std::exception& e) {
             txt << "benchmarks failed: " << e.what() << "\n";
             js << "  \"benchmark_error\": " << json_quote(e.what()) << ",\n";
+            ++failed;
+        }
+    }
+    if (have && !checks_only) {  // the wave decode step vs full attention through the backend's run path
+        try {
+            gpu_run::WaveRunOptions wo;
+            HardwareSpec hw;
+            if (!hardware.empty()) hw = gpu_run::read_hardware_values(hardware), wo.hw = &hw;
+            if (quick) wo.contexts = {32768}, wo.batches = {1, 8}, wo.layer.steps = 4;
+            if (tiny) {
+                wo.contexts = {2048}, wo.batches = {1, 2}, wo.layer.steps = 3, wo.layer.kv_heads = 2;
+                wo.layer.head_dim = 64, wo.layer.topics = 32;
+            }
+            std::fprintf(stderr, "wave vs full per layer (kernels/run)...\n");
+            const auto backend = gpu_run::make_cuda_backend();
+            const auto rows = gpu_run::run_wave_vs_full(*backend, wo, [](const std::string& s) {
+                std::fprintf(stderr, "  %s\n", s.c_str());
+            });
+            js << "  \"wave_run_hardware\": " << json_quote(wo.hw ? hw.name : "") << ",\n  \"wave_run\": "
+               << gpu_run::wave_run_json(rows) << ",\n";
+            txt << "\nwave decode step vs full attention per layer (synthetic layer: " << wo.layer.kv_heads * wo.layer.group
+                << " q / " << wo.layer.kv_heads << " kv heads, d=" << wo.layer.head_dim << "; times in us, means over "
+                << wo.layer.steps << " steps; model: the cost model on "
+                << (wo.hw ? hw.name : std::string("no profile (--hardware)")) << ")\n"
+                << gpu_run::wave_run_text(rows);
+        } catch (const std::exception& e) {
+            txt << "wave run failed: " << e.what() << "\n";
+            js << "  \"wave_run_error\": " << json_quote(e.what()) << ",\n";
             ++failed;
         }
     }

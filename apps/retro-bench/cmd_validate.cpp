@@ -2,12 +2,16 @@
 #include <fmt/format.h>
 
 #include "bench/config.hpp"
+#include "bench/cuda_runner.hpp"
 #include "bench/runner.hpp"
 #include "commands.hpp"
 #include "core/error.hpp"
 #include "core/fs.hpp"
 #include "ood_recall_cmd.hpp"
 #include "trace/reader.hpp"
+#ifdef RETRO_HAVE_CUDA
+#include "run/cuda_backend.hpp"
+#endif
 
 namespace retro::cli {
 namespace {
@@ -33,6 +37,15 @@ void validate_config(const std::string& path) {
         fmt::print("  trace {}{}: {} layer(s) x {} KV head(s) x {} step(s)\n", t.spec.path,
                    t.needs_synth ? " (absent: will be generated from its synth recipe)" : "", t.layers.size(),
                    t.kv_heads.size(), t.steps.size());
+    if (cfg.backend != "cuda") return;
+#ifdef RETRO_HAVE_CUDA
+    const auto gpu = gpu_run::make_cuda_backend();
+    for (const auto& t : traces) check_cuda_trace(t, cfg, *gpu);  // shapes and KV dtype: no device needed
+    const std::string why = gpu->status();
+    fmt::print("  backend cuda: {}\n", why.empty() ? "device " + gpu->device_name() : "no usable device here (" + why + ")");
+#else
+    fmt::print("  backend cuda: this retro-bench was built without CUDA\n");
+#endif
 }
 
 void validate_trace(const std::string& path) {

@@ -6,6 +6,7 @@
 
 #include "bench/head_run.hpp"
 #include "gpu/prediction.hpp"
+#include "gpu/replicas.hpp"
 #include "methods/params.hpp"
 #include "methods/wave.hpp"
 #include "metrics/evaluator.hpp"
@@ -44,21 +45,6 @@ struct HeadState {
     std::unique_ptr<Method> full;  ///< full: the method itself gives the selection (every visible token)
     Selection sel;
 };
-
-/// Largest relative L2 distance of a replica's outputs ([B, rows]) from replica 0's.
-double replica_diff(const float* out, int B, size_t rows) {
-    double worst = 0, ref = 0;
-    for (size_t i = 0; i < rows; ++i) ref += (double)out[i] * out[i];
-    for (int b = 1; b < B; ++b) {
-        double diff = 0;
-        for (size_t i = 0; i < rows; ++i) {
-            const double e = (double)out[(size_t)b * rows + i] - out[i];
-            diff += e * e;
-        }
-        worst = std::max(worst, ref > 0 ? std::sqrt(diff / ref) : std::sqrt(diff));
-    }
-    return worst;
-}
 
 }  // namespace
 

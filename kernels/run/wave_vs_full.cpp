@@ -1,0 +1,190 @@
+#include "run/wave_vs_full.hpp"
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <numeric>
+#include <sstream>
+
+#include "core/check.hpp"
+#include "gpu/prediction.hpp"
+#include "gpu/replicas.hpp"
+#include "metrics/evaluator.hpp"
+
+namespace retro::gpu_run {
+
+namespace {
+
+/// Runs one (method, context, batch) and averages its steps; evaluates accuracy at batch 1.
+WaveRunRow run_point(const GpuBackend& gpu, const WaveRunOptions& o, GpuMethod m, const std::vector<HeadSlice>& heads,
+                     int batch) {
+    const HeadSlice& h0 = heads[0];
+    GpuLayerJob job;
+    job.method = m;
+    for (const HeadSlice& h : heads) job.heads.push_back(&h);
+    job.steps.resize((size_t)h0.num_steps);
+    std::iota(job.steps.begin(), job.steps.end(), 0);
+    job.batch = batch;
+    job.wave = o.wave;
+    job.kmeans_on_gpu = o.kmeans_on_gpu;
+    job.block_tokens = cache_block_tokens(o.block_bytes, h0.head_dim, 2.0);
+    job.cache.capacity_slots = cache_capacity_slots(o.cache, 0, h0.prompt_len, h0.head_dim, 2.0, job.block_tokens);
+    job.warmup = o.warmup;
+
+    WaveRunRow row;
+    row.method = m == GpuMethod::wave ? "wave" : "full";
+    row.context = h0.prompt_len, row.batch = batch, row.modeled = o.hw != nullptr;
+    std::vector<Evaluator> ev;
+    if (batch == 1)
+        for (const HeadSlice& h : heads) ev.emplace_back(h, std::vector<int>{100});
+    double err = 0, rec = 0;
+    long evaluated = 0;
+    Selection all;  // full attends every visible token
+    std::vector<QueryMetrics> qm;
+    const size_t rows = heads.size() * h0.group * h0.head_dim;
+    gpu.run_layer(job, [&](const GpuStep& st) {
+        ++row.steps;
+        row.measured.select_us += st.times.select_us, row.measured.gather_us += st.times.gather_us;
+        row.measured.attend_us += st.times.attend_us, row.measured.step_us += st.times.step_us;
+        row.measured.host_us += st.times.host_us, row.measured.admit_us += st.times.admit_us;
+        row.h2d_bytes += st.batch_h2d_bytes;
+        row.replica_diff = std::max(row.replica_diff, replica_diff(st.out, batch, rows));
+        if (o.hw) {
+            const LayerTime t = predict_gpu_step(st.work, gpu_overlap(m, false), h0.group, o.lookup_ns, batch, *o.hw);
+            row.model_select_us += t.select_us, row.model_h2d_us += t.h2d_us;
+            row.model_attend_us += t.attend_us, row.model_step_us += t.attention_us;
+        }
+        for (size_t h = 0; h < ev.size(); ++h) {
+            const Selection* sel = &all;
+            if (m == GpuMethod::wave) {
+                sel = &st.selections[h];
+            } else {
+                auto& ids = all.shared();
+                ids.resize((size_t)st.n);
+                std::iota(ids.begin(), ids.end(), 0);
+            }
+            ev[h].prepare_step(st.step);
+            ev[h].evaluate_output(*sel, row.method, st.out + h * h0.group * h0.head_dim, st.lse + h * h0.group, qm);
+            for (const QueryMetrics& q : qm) err += q.out_err, rec += q.recall[0], ++evaluated;
+        }
+    });
+    const double s = std::max(1, row.steps);
+    for (double* x : {&row.measured.select_us, &row.measured.gather_us, &row.measured.attend_us, &row.measured.step_us,
+                      &row.measured.host_us, &row.measured.admit_us, &row.h2d_bytes, &row.model_select_us,
+                      &row.model_h2d_us, &row.model_attend_us, &row.model_step_us})
+        *x /= s;
+    if (evaluated > 0) row.out_err = err / evaluated, row.recall = rec / evaluated;
+    return row;
+}
+
+std::string num(double v) {
+    if (!std::isfinite(v)) return "null";
+    char b[64];
+    std::snprintf(b, sizeof b, "%.6g", v);
+    return b;
+}
+
+}  // namespace
+
+std::vector<WaveRunRow> run_wave_vs_full(const GpuBackend& gpu, const WaveRunOptions& o,
+                                         const std::function<void(const std::string&)>& progress) {
+    std::vector<WaveRunRow> rows;
+    for (int N : o.contexts) {
+        SyntheticLayerParams lp = o.layer;
+        lp.prompt = N;
+        if (progress) progress("synthetic layer, context " + std::to_string(N));
+        const std::vector<HeadSlice> heads = synthetic_layer(lp);
+        std::vector<double> full_us(o.batches.size(), 0.0);
+        for (GpuMethod m : {GpuMethod::full, GpuMethod::wave}) {
+            bool fits = true;
+            for (size_t i = 0; i < o.batches.size() && fits; ++i) {
+                const int B = o.batches[i];
+                if (progress) progress(std::string(m == GpuMethod::wave ? "wave" : "full") + " N=" + std::to_string(N) +
+                                       " B=" + std::to_string(B));
+                WaveRunRow row;
+                try {
+                    row = run_point(gpu, o, m, heads, B);
+                } catch (const GpuMemoryError& e) {
+                    row.method = m == GpuMethod::wave ? "wave" : "full";
+                    row.context = N, row.batch = B, row.status = std::string("does not fit: ") + e.what();
+                    fits = false;
+                }
+                if (m == GpuMethod::full) full_us[i] = fits ? row.measured.step_us : 0.0;
+                else if (fits && full_us[i] > 0) row.speedup = full_us[i] / row.measured.step_us;
+                rows.push_back(row);
+            }
+        }
+    }
+    return rows;
+}
+
+std::string wave_run_json(const std::vector<WaveRunRow>& rows) {
+    std::ostringstream js;
+    js << "[";
+    for (size_t i = 0; i < rows.size(); ++i) {
+        const WaveRunRow& r = rows[i];
+        js << (i ? ",\n    " : "\n    ") << "{\"method\": " << json_quote(r.method) << ", \"context\": " << r.context
+           << ", \"batch\": " << r.batch << ", \"status\": " << json_quote(r.status) << ", \"steps\": " << r.steps
+           << ", \"step_us\": " << num(r.measured.step_us) << ", \"select_us\": " << num(r.measured.select_us)
+           << ", \"gather_us\": " << num(r.measured.gather_us) << ", \"attend_us\": " << num(r.measured.attend_us)
+           << ", \"host_us\": " << num(r.measured.host_us) << ", \"admit_us\": " << num(r.measured.admit_us)
+           << ", \"h2d_bytes\": " << num(r.h2d_bytes) << ", \"speedup_vs_full\": " << num(r.speedup > 0 ? r.speedup : NAN)
+           << ", \"replica_diff\": " << num(r.replica_diff) << ", \"out_err\": " << num(r.out_err < 0 ? NAN : r.out_err)
+           << ", \"recall@100\": " << num(r.recall < 0 ? NAN : r.recall);
+        if (r.modeled)
+            js << ", \"model_step_us\": " << num(r.model_step_us) << ", \"model_select_us\": " << num(r.model_select_us)
+               << ", \"model_h2d_us\": " << num(r.model_h2d_us) << ", \"model_attend_us\": " << num(r.model_attend_us)
+               << ", \"measured_over_model\": " << num(r.model_step_us > 0 ? r.measured.step_us / r.model_step_us : NAN);
+        js << "}";
+    }
+    js << "\n  ]";
+    return js.str();
+}
+
+std::string wave_run_text(const std::vector<WaveRunRow>& rows) {
+    std::ostringstream t;
+    char line[400];
+    std::snprintf(line, sizeof line, "%-5s %7s %5s %10s %10s %9s %9s %9s %9s %11s %8s %9s %8s\n", "", "N", "B",
+                  "step_us", "model_us", "select", "gather", "attend", "host", "PCIe MB", "speedup", "out_err",
+                  "recall");
+    t << line;
+    for (const WaveRunRow& r : rows) {
+        if (r.status != "ok") {
+            t << r.method << " N=" << r.context << " B=" << r.batch << ": " << r.status << "\n";
+            continue;
+        }
+        std::snprintf(line, sizeof line, "%-5s %7d %5d %10.1f %10s %9.1f %9.1f %9.1f %9.1f %11.2f %8s %9s %8s\n",
+                      r.method.c_str(), r.context, r.batch, r.measured.step_us,
+                      r.modeled ? num(r.model_step_us).c_str() : "-", r.measured.select_us, r.measured.gather_us,
+                      r.measured.attend_us, r.measured.host_us, r.h2d_bytes / 1e6,
+                      r.speedup > 0 ? num(r.speedup).c_str() : "-", r.out_err >= 0 ? num(r.out_err).c_str() : "-",
+                      r.recall >= 0 ? num(r.recall).c_str() : "-");
+        t << line;
+    }
+    return t.str();
+}
+
+HardwareSpec read_hardware_values(const std::string& path) {
+    std::ifstream in(path);
+    if (!in) throw Error("hardware values: cannot read " + path);
+    HardwareSpec hw;
+    std::string line;
+    for (int no = 1; std::getline(in, line); ++no) {
+        std::istringstream ls(line);
+        std::string key;
+        if (!(ls >> key) || key[0] == '#') continue;
+        if (key == "name") {
+            ls >> hw.name;
+            continue;
+        }
+        double x = 0;
+        double* field = hardware_field(hw, key);
+        if (!field || !(ls >> x) || !(x > 0))
+            throw Error(path + ":" + std::to_string(no) + ": expected '<field> <positive number>' with a field of " +
+                        "configs/hardware/*.json, got '" + line + "'");
+        *field = x;
+    }
+    return hw;
+}
+
+}  // namespace retro::gpu_run

@@ -1,0 +1,56 @@
+#pragma once
+// The wave decode step vs full attention per layer on the GPU (issue 8: Llama-3-8B shape, 32K/128K
+// context, batch 1-64) for the RETRO_GPU_ONLY driver retro_gpu_check, which cannot build retro-bench
+// (no HDF5 or JSON library on the GPU machines): the same layer runs as `retro-bench run` with "backend":
+// "cuda" (kernels/run, GpuBackend), on an in-memory synthetic layer (synthetic_layer.hpp), with the same
+// cost-model prediction (lib/gpu/prediction) and, at batch 1, the harness's evaluator for accuracy.
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "gpu/backend.hpp"
+#include "run/synthetic_layer.hpp"
+#include "system/hardware_spec.hpp"
+
+namespace retro::gpu_run {
+
+struct WaveRunOptions {
+    std::vector<int> contexts = {32768, 131072};  ///< prompt tokens
+    std::vector<int> batches = {1, 2, 4, 8, 16, 32, 64};
+    SyntheticLayerParams layer;  ///< shape, steps and seed (prompt: each context)
+    WaveParams wave;             ///< wave defaults (RetroInfer §5)
+    bool kmeans_on_gpu = true;   ///< segmented_kmeans_gpu (the CPU k-means of this build has no BLAS)
+    // The system model's defaults (lib/system/system_params.hpp): a 5% LRU cache of 2 KB blocks, 50 ns
+    // per mapping-table lookup.
+    double cache = 0.05;
+    int block_bytes = 2048;
+    double lookup_ns = 50;
+    int warmup = 1;
+    const HardwareSpec* hw = nullptr;  ///< the profile the prediction is for; none = no prediction
+};
+
+/// One (method, context, batch): means over the decode steps.
+struct WaveRunRow {
+    std::string method;  ///< "full" | "wave"
+    int context = 0, batch = 0, steps = 0;
+    std::string status = "ok";  ///< or "does not fit: ..." (larger batches of the method are skipped)
+    GpuStepTimes measured;
+    double h2d_bytes = 0;  ///< KV bytes over PCIe per layer step, whole batch
+    bool modeled = false;
+    double model_select_us = 0, model_h2d_us = 0, model_attend_us = 0, model_step_us = 0;
+    double out_err = -1, recall = -1;  ///< batch 1 only: vs exact attention, means over query heads and steps
+    double replica_diff = 0;           ///< largest relative L2 distance of a replica's outputs from replica 0's
+    double speedup = 0;                ///< wave rows: full's step_us / wave's at the same context and batch
+};
+
+std::vector<WaveRunRow> run_wave_vs_full(const GpuBackend& gpu, const WaveRunOptions& o,
+                                         const std::function<void(const std::string&)>& progress);
+
+std::string wave_run_json(const std::vector<WaveRunRow>& rows);  ///< a JSON array, one object per row
+std::string wave_run_text(const std::vector<WaveRunRow>& rows);  ///< a table, one line per row
+
+/// A profile's numbers from "key value" lines (hardware_fields() names; "name NAME"; # comments), as
+/// scripts/gpu-check.sh writes them from configs/hardware/<name>.json. Throws Error naming the line.
+HardwareSpec read_hardware_values(const std::string& path);
+
+}  // namespace retro::gpu_run
