@@ -32,7 +32,7 @@ std::vector<HeadSlice> synthetic_layer(const SyntheticLayerParams& p) {
             if (step > 0 && !stay(rng)) focus = topic(rng);
             for (int j = 0; j < p.group; ++j)
                 for (int e = 0; e < d; ++e)
-                    s.queries[((size_t)j * p.steps + step) * d + e] = 0.6f * centre[(size_t)focus * d + e] + 0.5f * N(rng);
+                    s.queries[((size_t)j * p.steps + step) * d + e] = p.focus * centre[(size_t)focus * d + e] + 0.5f * N(rng);
         }
     }
     return heads;

@@ -20,6 +20,8 @@ struct SyntheticLayerParams {
     int topics = 256;     ///< topic centres per head
     int topic_run = 128;  ///< mean tokens of a run of one topic
     double stay = 0.9;    ///< probability that the query focus keeps its topic at the next step
+    float focus = 0.9f;   ///< query = focus x its topic centre + 0.5 N(0, I): ~98% of the attention on
+                          ///< the topic's tokens at d = 128 (sparse, as decode attention is)
     unsigned seed = 1;
 };
 
