@@ -16,6 +16,7 @@
 #include <string>
 
 #include "run/gpu_cache_map.hpp"
+#include "run/host_pool.hpp"
 #include "run/layer_common.hpp"
 #include "run/layer_runs.hpp"
 
@@ -91,6 +92,7 @@ class WaveLayer {
             store_v_ = cuda::PinnedBuffer<uint16_t>(store_k_.size());
         });
         stored_.assign((size_t)s_.H, 0);
+        bh_segs_.assign((size_t)s_.bh(), {});
         caches_.clear();
         for (int i = 0; i < s_.bh(); ++i) caches_.emplace_back(job_.cache, job_.block_tokens);
         C_ = caches_[0].blocks() * job_.block_tokens;
@@ -229,23 +231,23 @@ class WaveLayer {
     }
 
     /// Host side of a step: each (replica, head)'s ranked retrieval clusters looked up in its cache;
-    /// hits copied from the pool, misses from the pinned store, after the steady rows.
+    /// hits copied from the pool, misses from the pinned store, after the steady rows. Parallel over the
+    /// (replica, head)s (host_pool), then the copy lists are concatenated in order.
     void lookup(int S, std::vector<std::vector<Placed>>& misses, std::vector<int64_t>& miss_tokens) {
         const size_t d = (size_t)s_.d, N = (size_t)s_.tokens, bt = (size_t)job_.block_tokens;
-        n_segs_ = 0, max_seg_ = 0;
-        auto add = [&](const uint16_t* sk, const uint16_t* sv, uint16_t* dk, uint16_t* dv, int64_t tokens) {
-            if (n_segs_ > 0) {  // extend the previous segment when both ends continue it
-                CopySegment& p = h_segs_[n_segs_ - 1];
-                if (p.src_k + p.tokens * d == sk && p.dst_k + p.tokens * d == dk && p.src_v + p.tokens * d == sv) {
-                    p.tokens += tokens;
-                    max_seg_ = std::max(max_seg_, p.tokens);
-                    return;
+        pool_.for_each(s_.bh(), [&](int bh) {
+            std::vector<CopySegment>& segs = bh_segs_[(size_t)bh];
+            segs.clear();
+            auto add = [&](const uint16_t* sk, const uint16_t* sv, uint16_t* dk, uint16_t* dv, int64_t tokens) {
+                if (!segs.empty()) {  // extend the previous segment when both ends continue it
+                    CopySegment& p = segs.back();
+                    if (p.src_k + p.tokens * d == sk && p.dst_k + p.tokens * d == dk && p.src_v + p.tokens * d == sv) {
+                        p.tokens += tokens;
+                        return;
+                    }
                 }
-            }
-            h_segs_[n_segs_++] = {sk, sv, dk, dv, tokens};
-            max_seg_ = std::max(max_seg_, tokens);
-        };
-        for (int bh = 0; bh < s_.bh(); ++bh) {
+                segs.push_back({sk, sv, dk, dv, tokens});
+            };
             const WaveIndex& ix = heads_[(size_t)(bh % s_.H)].index();
             const size_t xrow0 = (size_t)bh * X_, srow0 = (size_t)bh * N, prow0 = (size_t)bh * C_;
             int row = S;
@@ -274,16 +276,30 @@ class WaveLayer {
                 row += sz;
             }
             h_lens_[(size_t)bh] = row;
-        }
+        });
+        n_segs_ = gather_lists(h_segs_, max_seg_);
+    }
+
+    /// Concatenates the per-(replica, head) copy lists into `out`; returns their count, `longest` the
+    /// most tokens of one segment.
+    int gather_lists(cuda::PinnedBuffer<CopySegment>& out, int64_t& longest) {
+        size_t n = 0;
+        for (const auto& v : bh_segs_) n += v.size();
+        if (n > out.size()) throw Error("cuda backend: copy list larger than its bound (internal error)");
+        n = 0, longest = 0;
+        for (const auto& v : bh_segs_)
+            for (const CopySegment& sg : v) out[n++] = sg, longest = std::max(longest, sg.tokens);
+        return (int)n;
     }
 
     /// After the step: each cache's update, and the admitted clusters copied from the execution buffer
-    /// into their pool blocks.
-    int admit(const std::vector<std::vector<Placed>>& misses) {
+    /// into their pool blocks (the copy list; returns its length, `longest` its largest segment).
+    int admit(const std::vector<std::vector<Placed>>& misses, int64_t& longest) {
         const size_t d = (size_t)s_.d, bt = (size_t)job_.block_tokens;
-        int n = 0;
-        std::vector<int64_t> admitted;
-        for (int bh = 0; bh < s_.bh(); ++bh) {
+        pool_.for_each(s_.bh(), [&](int bh) {
+            std::vector<CopySegment>& segs = bh_segs_[(size_t)bh];
+            segs.clear();
+            std::vector<int64_t> admitted;
             caches_[(size_t)bh].step(reqs_[(size_t)bh], admitted);
             auto it = misses[(size_t)bh].begin();  // admissions come in rank order, like the misses
             for (int64_t id : admitted) {
@@ -294,11 +310,11 @@ class WaveLayer {
                     const size_t x = ((size_t)bh * X_ + it->row + j * bt) * d;
                     const size_t p = ((size_t)bh * C_ + (size_t)blocks[j] * bt) * d;
                     const int64_t rows = std::min<int64_t>((int64_t)bt, it->tokens - (int64_t)(j * bt));
-                    h_adm_[(size_t)n++] = {xk_.get() + x, xv_.get() + x, pool_k_.get() + p, pool_v_.get() + p, rows};
+                    segs.push_back({xk_.get() + x, xv_.get() + x, pool_k_.get() + p, pool_v_.get() + p, rows});
                 }
             }
-        }
-        return n;
+        });
+        return gather_lists(h_adm_, longest);
     }
 
     void step(int t, bool first) {
@@ -359,10 +375,9 @@ class WaveLayer {
         e_gather1_.record(st_);
         attend();
         e_attend_.record(st_);
-        const int n_adm = ranked ? admit(misses) : 0;
+        int64_t longest = 0;
+        const int n_adm = ranked ? admit(misses, longest) : 0;
         if (n_adm > 0) {
-            int64_t longest = 0;
-            for (int i = 0; i < n_adm; ++i) longest = std::max(longest, h_adm_[(size_t)i].tokens);
             cuda::copy_h2d_async(d_adm_.get(), h_adm_.get(), (size_t)n_adm * sizeof(CopySegment), st_);
             cuda::copy_segments(d_adm_.get(), n_adm, s_.d, longest, st_);
         }
@@ -380,7 +395,8 @@ class WaveLayer {
         r.step = t, r.n = n;
         r.out = o_.h_out.get(), r.lse = o_.h_lse.get();
         r.index_build_ms = build_ms_;
-        r.times.select_us = us_between(e_start_, e_ranked_) + (est ? us_between(e_est0_, e_est1_) : 0.0);
+        r.times.select_us = us_between(e_start_, e_ranked_);
+        r.times.estimate_us = est ? us_between(e_est0_, e_est1_) : 0.0;
         r.times.gather_us = us_between(e_gather0_, e_gather1_);
         r.times.attend_us = us_between(e_gather1_, e_attend_);
         r.times.step_us = us_between(e_start_, e_attend_);
@@ -442,6 +458,8 @@ class WaveLayer {
     cuda::DeviceBuffer<CopySegment> d_segs_, d_adm_, d_ssegs_;
     int n_segs_ = 0;
     int64_t max_seg_ = 0;
+    HostPool pool_;
+    std::vector<std::vector<CopySegment>> bh_segs_;  ///< per (replica, head): this step's copy list
     DecodeShape ds_;
     std::vector<int32_t> ids_;
     std::vector<int> order_;

@@ -44,7 +44,8 @@ WaveRunRow run_point(const GpuBackend& gpu, const WaveRunOptions& o, GpuMethod m
     const size_t rows = heads.size() * h0.group * h0.head_dim;
     gpu.run_layer(job, [&](const GpuStep& st) {
         ++row.steps;
-        row.measured.select_us += st.times.select_us, row.measured.gather_us += st.times.gather_us;
+        row.measured.select_us += st.times.select_us, row.measured.estimate_us += st.times.estimate_us;
+        row.measured.gather_us += st.times.gather_us;
         row.measured.attend_us += st.times.attend_us, row.measured.step_us += st.times.step_us;
         row.measured.host_us += st.times.host_us, row.measured.admit_us += st.times.admit_us;
         row.h2d_bytes += st.batch_h2d_bytes;
@@ -69,7 +70,7 @@ WaveRunRow run_point(const GpuBackend& gpu, const WaveRunOptions& o, GpuMethod m
         }
     });
     const double s = std::max(1, row.steps);
-    for (double* x : {&row.measured.select_us, &row.measured.gather_us, &row.measured.attend_us, &row.measured.step_us,
+    for (double* x : {&row.measured.select_us, &row.measured.estimate_us, &row.measured.gather_us, &row.measured.attend_us, &row.measured.step_us,
                       &row.measured.host_us, &row.measured.admit_us, &row.h2d_bytes, &row.model_select_us,
                       &row.model_h2d_us, &row.model_attend_us, &row.model_step_us})
         *x /= s;
@@ -126,6 +127,7 @@ std::string wave_run_json(const std::vector<WaveRunRow>& rows) {
         js << (i ? ",\n    " : "\n    ") << "{\"method\": " << json_quote(r.method) << ", \"context\": " << r.context
            << ", \"batch\": " << r.batch << ", \"status\": " << json_quote(r.status) << ", \"steps\": " << r.steps
            << ", \"step_us\": " << num(r.measured.step_us) << ", \"select_us\": " << num(r.measured.select_us)
+           << ", \"estimate_us\": " << num(r.measured.estimate_us)
            << ", \"gather_us\": " << num(r.measured.gather_us) << ", \"attend_us\": " << num(r.measured.attend_us)
            << ", \"host_us\": " << num(r.measured.host_us) << ", \"admit_us\": " << num(r.measured.admit_us)
            << ", \"h2d_bytes\": " << num(r.h2d_bytes) << ", \"speedup_vs_full\": " << num(r.speedup > 0 ? r.speedup : NAN)
@@ -144,18 +146,19 @@ std::string wave_run_json(const std::vector<WaveRunRow>& rows) {
 std::string wave_run_text(const std::vector<WaveRunRow>& rows) {
     std::ostringstream t;
     char line[400];
-    std::snprintf(line, sizeof line, "%-5s %7s %5s %10s %10s %9s %9s %9s %9s %11s %8s %9s %8s\n", "", "N", "B",
-                  "step_us", "model_us", "select", "gather", "attend", "host", "PCIe MB", "speedup", "out_err",
-                  "recall");
+    std::snprintf(line, sizeof line, "%-5s %7s %5s %10s %10s %9s %9s %9s %9s %9s %11s %8s %9s %8s\n", "", "N", "B",
+                  "step_us", "model_us", "rank", "estimate", "gather", "attend", "host", "PCIe MB", "speedup",
+                  "out_err", "recall");
     t << line;
     for (const WaveRunRow& r : rows) {
         if (r.status != "ok") {
             t << r.method << " N=" << r.context << " B=" << r.batch << ": " << r.status << "\n";
             continue;
         }
-        std::snprintf(line, sizeof line, "%-5s %7d %5d %10.1f %10s %9.1f %9.1f %9.1f %9.1f %11.2f %8s %9s %8s\n",
+        std::snprintf(line, sizeof line, "%-5s %7d %5d %10.1f %10s %9.1f %9.1f %9.1f %9.1f %9.1f %11.2f %8s %9s %8s\n",
                       r.method.c_str(), r.context, r.batch, r.measured.step_us,
-                      r.modeled ? num(r.model_step_us).c_str() : "-", r.measured.select_us, r.measured.gather_us,
+                      r.modeled ? num(r.model_step_us).c_str() : "-", r.measured.select_us, r.measured.estimate_us,
+                      r.measured.gather_us,
                       r.measured.attend_us, r.measured.host_us, r.h2d_bytes / 1e6,
                       r.speedup > 0 ? num(r.speedup).c_str() : "-", r.out_err >= 0 ? num(r.out_err).c_str() : "-",
                       r.recall >= 0 ? num(r.recall).c_str() : "-");

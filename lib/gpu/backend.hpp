@@ -37,7 +37,8 @@ struct GpuLayerJob {
 /// stream (host_us: host wall clock). step_us spans the first kernel's start to attention's end,
 /// including the host's mapping-table lookup the GPU waits for.
 struct GpuStepTimes {
-    double select_us = 0;    ///< cluster_rank + estimate_attention (the cost model's select_us)
+    double select_us = 0;    ///< cluster_rank (the ranking)
+    double estimate_us = 0;  ///< estimate_attention (with select_us: the cost model's select_us)
     double gather_us = 0;    ///< execution-buffer assembly: steady zone, cache hits, misses over PCIe
     double attend_us = 0;    ///< decode_attention with the estimation merge (full: all of the step)
     double step_us = 0;      ///< the layer step on the critical path

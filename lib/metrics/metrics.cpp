@@ -64,7 +64,8 @@ std::vector<MetricInfo> gpu_metric_registry() {
     const std::string m = "measured with CUDA events, one layer step, the whole batch: ";
     const std::string p = "cost model on the hardware profile for the measured work at the run's batch: ";
     return {
-        step("gpu_select_us", m + "cluster ranking + estimation-zone attention", "us"),
+        step("gpu_select_us", m + "cluster ranking (cluster_rank)", "us"),
+        step("gpu_estimate_us", m + "estimation-zone attention (estimate_attention)", "us"),
         step("gpu_gather_us", m + "execution-buffer assembly (GPU cache hits, misses zero-copy over PCIe)", "us"),
         step("gpu_attend_us", m + "decode attention over the execution buffer (full: all KV) with the LSE merge", "us"),
         step("gpu_step_us", m + "the attention step on the critical path, first kernel to the end of attention "
@@ -76,7 +77,7 @@ std::vector<MetricInfo> gpu_metric_registry() {
         step("gpu_head_h2d_bytes", "this KV head's measured PCIe KV bytes for one sequence (h2d_bytes: the "
                                    "system model's)", "B"),
         step("gpu_replica_diff", "largest relative L2 difference of a replica's outputs from replica 0's", ""),
-        step("model_select_us", p + "select_us (index reads)", "us"),
+        step("model_select_us", p + "select_us (index reads: ranking + estimation)", "us"),
         step("model_h2d_us", p + "h2d_us (PCIe)", "us"),
         step("model_attend_us", p + "attend_us (exact attention reads)", "us"),
         step("model_step_us", p + "attention_us (the layer's attention step after overlap)", "us"),

@@ -9,6 +9,9 @@
 
 #if defined(RETRO_GPU_EMULATION) || defined(RETRO_HAVE_CUDA)
 #include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <fstream>
 #include <cmath>
 #include <filesystem>
 #include <map>
@@ -21,6 +24,8 @@
 #include "scratch_dir.hpp"
 #include "methods/wave.hpp"
 #include "run/cuda_backend.hpp"
+#include "run/host_pool.hpp"
+#include "run/wave_vs_full.hpp"
 #include "system/head_system.hpp"
 #include "trace/synth.hpp"
 
@@ -339,6 +344,38 @@ BACKEND_TEST(RunMatchesTheCpuBackend) {
         EXPECT_EQ(g["cuda"]["batch"], g["batch"]);
         EXPECT_TRUE(g["cuda"]["phases"]["step"]["model_us"].is_number());
     }
+}
+
+// The host pool runs every item once on its threads and passes the first exception on.
+BACKEND_TEST(HostPoolRunsEveryItemOnce) {
+    gpu_run::HostPool pool(3);
+    EXPECT_EQ(pool.threads(), 3);
+    for (int round = 0; round < 50; ++round) {
+        std::vector<std::atomic<int>> hits(97);
+        pool.for_each(97, [&](int i) { ++hits[(size_t)i]; });
+        for (const auto& h : hits) ASSERT_EQ(h.load(), 1);
+    }
+    EXPECT_THROW(pool.for_each(10, [](int i) {
+        if (i == 7) throw Error("item 7");
+    }), Error);
+    int n = 0;
+    pool.for_each(0, [&](int) { ++n; });
+    EXPECT_EQ(n, 0);
+}
+
+// The driver reads a profile as scripts/hardware-values.py writes it: the same numbers as the JSON file.
+BACKEND_TEST(HardwareValuesMatchTheProfile) {
+    ScratchDir dir;
+    const std::string values = dir.path + "/hw.txt";
+    const std::string cmd = "python3 '" RETRO_SOURCE_DIR "/scripts/hardware-values.py' '" RETRO_SOURCE_DIR
+                            "/configs/hardware/h200.json' > '" + values + "'";
+    if (std::system(cmd.c_str()) != 0) GTEST_SKIP() << "no python3";
+    const HardwareSpec got = gpu_run::read_hardware_values(values);
+    const HardwareProfile want = load_hardware_profile("h200");
+    EXPECT_EQ(got.name, "h200");
+    for (const std::string& f : hardware_fields()) EXPECT_EQ(hardware_field(got, f), hardware_field(want, f)) << f;
+    std::ofstream(values, std::ios::app) << "hbm_GBps -3\n";
+    EXPECT_THROW(gpu_run::read_hardware_values(values), Error);
 }
 
 #if defined(RETRO_HAVE_CUDA) && !defined(RETRO_GPU_EMULATION)
