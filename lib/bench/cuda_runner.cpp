@@ -51,7 +51,7 @@ struct HeadState {
 void run_cuda_layer(const RunConfig& cfg, const PreparedTrace& tr, const TraceReader& reader,
                     const CudaLayerJob& job, const std::vector<std::string>& run_ids,
                     const std::vector<MetricInfo>& reg, const ResultsDir& rd, const HardwareProfile& hw,
-                    const GpuBackend& gpu, std::vector<std::string>& skipped) {
+                    const GpuBackend& gpu, std::map<size_t, std::string>& skipped) {
     ReadOptions ro;
     ro.max_steps = tr.steps.back() + 1;
     std::vector<HeadSlice> slices;
@@ -61,6 +61,7 @@ void run_cuda_layer(const RunConfig& cfg, const PreparedTrace& tr, const TraceRe
     for (const HeadSlice& s : slices) ptrs.push_back(&s);
 
     for (size_t r : job.runs) {
+        if (skipped.count(r)) continue;
         const MethodRun& mr = cfg.runs[r];
         const SystemParams sp = mr.system.is_null() ? SystemParams{} : SystemParams::from_json(mr.system, "system");
         const bool wave = mr.method == "wave";
@@ -142,7 +143,7 @@ void run_cuda_layer(const RunConfig& cfg, const PreparedTrace& tr, const TraceRe
         try {
             gpu.run_layer(gj, on_step);
         } catch (const GpuMemoryError& e) {
-            skipped.push_back(mr.label() + ": " + e.what());
+            skipped[r] = mr.label() + ": " + e.what();
             continue;
         }
         for (HeadState& X : heads) {

@@ -3,6 +3,7 @@
 // (trace, layer) at a time on the GPU backend (lib/gpu/backend.hpp). Every metric is computed here by the
 // harness's evaluator from the GPU's outputs and selections, exactly as for the CPU backend; the GPU
 // phase times, PCIe bytes and the cost model's prediction for the same work are added per step.
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -32,11 +33,12 @@ struct CudaLayerJob {
 };
 
 /// Runs `job` on `gpu` and writes one part per (run, selected KV head). A run whose batch does not fit
-/// in memory writes nothing; "label: reason" is appended to `skipped`.
+/// in memory writes nothing and enters `skipped` (run index -> "label: reason"); runs already there are
+/// not tried again.
 void run_cuda_layer(const RunConfig& cfg, const PreparedTrace& tr, const TraceReader& reader,
                     const CudaLayerJob& job, const std::vector<std::string>& run_ids,
                     const std::vector<MetricInfo>& reg, const ResultsDir& rd, const HardwareProfile& hw,
-                    const GpuBackend& gpu, std::vector<std::string>& skipped);
+                    const GpuBackend& gpu, std::map<size_t, std::string>& skipped);
 
 /// The "cuda" block of a run record: device, batch and, per phase, the measured mean, the modeled mean
 /// and their ratio (from the record's aggregated metrics).

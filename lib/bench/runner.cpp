@@ -285,7 +285,7 @@ std::exception_ptr run_on_gpu(const Execution& x, const std::vector<Job>& jobs, 
     prog.total = (int)layers.size();
     const auto t_start = Clock::now();
     if (x.opt.on_progress) x.opt.on_progress(prog);
-    std::vector<std::string> skipped;
+    std::map<size_t, std::string> skipped;  // run -> why it did not fit
     std::exception_ptr error;
     x.session["jobs"] = layers.size();
     for (const CudaLayerJob& l : layers) {
@@ -302,9 +302,11 @@ std::exception_ptr run_on_gpu(const Execution& x, const std::vector<Job>& jobs, 
         prog.eta_s = prog.elapsed_s / prog.done * (prog.total - prog.done);
         if (x.opt.on_progress) x.opt.on_progress(prog);
     }
-    for (const auto& s : skipped)
-        if (x.opt.on_note) x.opt.on_note("skipped (does not fit): " + s);
-    x.session["skipped"] = skipped;
+    x.session["skipped"] = json::array();
+    for (const auto& [r, why] : skipped) {
+        if (x.opt.on_note) x.opt.on_note("skipped (does not fit): " + why);
+        x.session["skipped"].push_back(why);
+    }
     outcome.heads_run = prog.done;
     outcome.interrupted = prog.done < prog.total;
     return error;

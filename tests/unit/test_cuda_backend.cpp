@@ -19,6 +19,7 @@
 
 #include "bench/config.hpp"
 #include "bench/runner.hpp"
+#include "core/fs.hpp"
 #include "cuda_api.hpp"
 #include "method_harness.hpp"
 #include "scratch_dir.hpp"
@@ -344,6 +345,39 @@ BACKEND_TEST(RunMatchesTheCpuBackend) {
         EXPECT_EQ(g["cuda"]["batch"], g["batch"]);
         EXPECT_TRUE(g["cuda"]["phases"]["step"]["model_us"].is_number());
     }
+}
+
+// A batch that does not fit in memory is skipped (named in the manifest) while the others run.
+BACKEND_TEST(RunSkipsABatchThatDoesNotFit) {
+    REQUIRE_DEVICE();
+    struct SmallDevice final : GpuBackend {
+        std::unique_ptr<GpuBackend> real = gpu_run::make_cuda_backend();
+        std::string status() const override { return real->status(); }
+        std::string device_name() const override { return "small " + real->device_name(); }
+        void check_shape(int d, int g) const override { real->check_shape(d, g); }
+        void run_layer(const GpuLayerJob& job, const std::function<void(const GpuStep&)>& fn) const override {
+            if (job.batch > 2) throw GpuMemoryError("test: batch " + std::to_string(job.batch) + " does not fit");
+            real->run_layer(job, fn);
+        }
+    } small;
+    ScratchDir dir;
+    json j = json::parse(R"({"name": "gpu", "backend": "cuda", "cuda": {"batch": [1, 4]}, "kv_heads": [0],
+        "methods": [{"name": "full"}]})");
+    j["traces"] = json::array({{{"path", dir.path + "/t.h5"},
+                                {"synth", {{"preset", "smollm2"}, {"prompt_len", 256}, {"decode_steps", 2}}}}});
+    RunnerOptions opt;
+    opt.results_root = dir.path + "/results";
+    opt.gpu = &small;
+    const auto out = run_config(parse_config(j, "gpu.json"), opt);
+    ASSERT_EQ(out.records.size(), 1u) << json(out.records).dump(1).substr(0, 3000);
+    EXPECT_EQ(out.records[0]["batch"], 1);
+    EXPECT_EQ(out.records[0]["cuda"]["device"], "small " + small.real->device_name());
+    const json manifest = json::parse(read_file(out.dir + "/manifest.json"));
+    EXPECT_EQ(manifest["status"], "complete");
+    EXPECT_EQ(manifest["backend"], "cuda");
+    ASSERT_EQ(manifest["sessions"].back()["skipped"].size(), 1u);
+    EXPECT_NE(manifest["sessions"].back()["skipped"][0].get<std::string>().find("@cuda(batch=4): test: batch 4"),
+              std::string::npos);
 }
 
 // The host pool runs every item once on its threads and passes the first exception on.
