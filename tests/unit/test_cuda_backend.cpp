@@ -19,6 +19,7 @@
 
 #include "bench/config.hpp"
 #include "bench/runner.hpp"
+#include "bench/summary.hpp"
 #include "core/fs.hpp"
 #include "cuda_api.hpp"
 #include "method_harness.hpp"
@@ -345,6 +346,9 @@ BACKEND_TEST(RunMatchesTheCpuBackend) {
         EXPECT_EQ(g["cuda"]["batch"], g["batch"]);
         EXPECT_TRUE(g["cuda"]["phases"]["step"]["model_us"].is_number());
     }
+    const std::string table = summary_table(gpu.records);  // what `retro-bench run` prints
+    EXPECT_NE(table.find("gpu step us p50"), std::string::npos) << table;
+    EXPECT_NE(table.find("model step us"), std::string::npos) << table;
 }
 
 // A batch that does not fit in memory is skipped (named in the manifest) while the others run.
