@@ -41,6 +41,7 @@ void for_each_field(P& p, F&& f) {
     f("local_window", p.local_window);
     f("local_mass_min", p.local_mass_min);
     f("local_mass_max", p.local_mass_max);
+    f("recency_span_factor", p.recency_span_factor);
     f("sharp_min", p.sharp_min);
     f("sharp_max", p.sharp_max);
     f("peaked_fraction", p.peaked_fraction);
@@ -98,17 +99,18 @@ SynthParams SynthParams::preset(const std::string& name) {
         // docs/traces.md): sinks won by queries pointing away from a large low-band key mean (sink keys
         // lack it), tokens carrying more or less of that mean (heavy hitters), queries that are only ~2.5x
         // out of distribution and turn more between steps, no sinks in the lower 40% of the layers, a
-        // diffuse first layer, more local mass.
+        // diffuse first layer, more local mass with a long recency tail (mass at 64-512 tokens back).
         p.sink_mode = "mean";
         p.key_mean = 1.5;
         p.key_mean_low_gain = 2.2;
         p.key_mean_jitter = 0.12;
         p.query_offset = 0.0;
         p.key_noise = 0.6;
-        p.query_noise_gain = 1.5;
+        p.query_noise_gain = 1.3;
         p.focus_ar = 0.97;
-        p.local_mass_min = 0.1;
-        p.local_mass_max = 0.8;
+        p.local_mass_min = 0.15;
+        p.local_mass_max = 0.9;
+        p.recency_span_factor = 64.0;
         p.sink_mass_min = 0.2;
         p.sink_mass_max = 0.95;
         p.sink_onset = 0.4;
@@ -189,7 +191,7 @@ constexpr double kCarrierMaxFreq = 0.125;  ///< highest RoPE frequency (rad/toke
 /// Frequency bands of the RoPE pairs (pair j = dims j and j + head_dim/2, frequency theta^(-2j/d)).
 struct Bands {
     int P = 0;                   ///< pairs
-    int c_begin = 0, c_end = 0;  ///< recency carrier: pairs with 1/(4 local_window) <= freq <= kCarrierMaxFreq
+    int c_begin = 0, c_end = 0;  ///< recency carrier: pairs with 1/(recency_span_factor local_window) <= freq <= kCarrierMaxFreq
     int s_begin = 0, s_end = 0;  ///< semantic band: pairs with freq < 1/local_window, below the Z band
     int z_begin = 0;             ///< sink / query-offset band: the lowest-frequency pairs [z_begin, P)
     int n_begin = 0;             ///< needle pairs: [n_begin, s_end) (the lowest-frequency semantic pairs)
@@ -209,12 +211,13 @@ Bands make_bands(const SynthParams& p) {
     int s0 = 0;
     while (s0 < b.P && b.freq[(size_t)s0] >= 1.0 / p.local_window) ++s0;
     b.s_begin = std::min(s0, b.P / 3);
-    // Carrier of the recency component: frequencies in [1/(4 W), kCarrierMaxFreq] (slow enough that its far-field
+    // Carrier of the recency component: frequencies in [1/(f W), kCarrierMaxFreq], f = recency_span_factor (lower
+    // frequencies give the kernel a longer tail; kCarrierMaxFreq is slow enough that its far-field
     // RoPE ripple changes little from one decode step to the next), at least 4 pairs, above the Z band.
     int c0 = 0, c1 = 0;
     while (c0 < b.P && b.freq[(size_t)c0] > kCarrierMaxFreq) ++c0;
     c1 = c0;
-    while (c1 < b.z_begin && b.freq[(size_t)c1] >= 0.25 / p.local_window) ++c1;
+    while (c1 < b.z_begin && b.freq[(size_t)c1] >= 1.0 / (p.recency_span_factor * p.local_window)) ++c1;
     while (c1 - c0 < 4 && c0 > 0) --c0;
     while (c1 - c0 < 4 && c1 < b.z_begin) ++c1;
     b.c_begin = c0;
@@ -277,6 +280,7 @@ void SynthParams::validate() const {
     rrange("local_mass_min", local_mass_min, 0.0, 0.95);
     rrange("local_mass_max", local_mass_max, 0.0, 0.95);
     ordered("local_mass_min", local_mass_min, "local_mass_max", local_mass_max);
+    rrange("recency_span_factor", recency_span_factor, 1.0, 1e6);
     rrange("sharp_min", sharp_min, 0.0, 20.0, true);
     rrange("sharp_max", sharp_max, 0.0, 20.0, true);
     ordered("sharp_min", sharp_min, "sharp_max", sharp_max);

@@ -47,6 +47,8 @@ struct SynthParams {
                                   ///< frequency >= 1/local_window carry it
     double local_mass_min = 0.03;  ///< per query head, the target share of the non-sink attention on
     double local_mass_max = 0.30;  ///< the last local_window tokens, uniform in [min, max]
+    double recency_span_factor = 4.0;  ///< the recency kernel's lowest RoPE frequency is
+                                       ///< 1/(recency_span_factor * local_window): larger = longer tail
 
     // ---- head sparsity ---------------------------------------------------------------------------------
     double sharp_min = 1.6;        ///< std (logits) of a head's semantic scores over tokens ranges
