@@ -62,6 +62,7 @@ void for_each_field(P& p, F&& f) {
     f("needle_persist", p.needle_persist);
     f("needle_head_fraction", p.needle_head_fraction);
     f("needle_z", p.needle_z);
+    f("needle_span", p.needle_span);
     f("key_mean", p.key_mean);
     f("key_mean_low_gain", p.key_mean_low_gain);
     f("key_mean_jitter", p.key_mean_jitter);
@@ -315,12 +316,16 @@ void SynthParams::validate() const {
     rrange("value_noise", value_noise, 0.0, 100.0);
     rrange("sink_value_scale", sink_value_scale, 0.0, 100.0);
     rrange("needle_value", needle_value, 0.0, 100.0);
-    // Room for the needles: positions [sink_tokens, prompt_len - local_window).
+    irange("needle_span", needle_span, 1, 4096);
+    // Room for the needles: positions [sink_tokens, prompt_len - local_window); spans of more than one
+    // token may fill at most half of it (they are placed without overlap by rejection).
     const int room = prompt_len - local_window - sink_tokens;
-    if (num_needles > std::max(0, room))
+    const int max_needles = needle_span == 1 ? std::max(0, room) : std::max(0, room / (2 * needle_span));
+    if (num_needles > max_needles)
         throw ParamError("synth parameter num_needles = " + std::to_string(num_needles) +
-                         " is out of range: expected 0 .. " + std::to_string(std::max(0, room)) +
-                         " (needles sit in [sink_tokens, prompt_len - local_window))");
+                         " is out of range: expected 0 .. " + std::to_string(max_needles) +
+                         " (needles of needle_span = " + std::to_string(needle_span) +
+                         " tokens sit in [sink_tokens, prompt_len - local_window))");
     const Bands b = make_bands(*this);
     if (b.s_pairs() < 4)
         throw ParamError("synth parameters head_dim = " + std::to_string(head_dim) + ", local_window = " +
@@ -503,13 +508,14 @@ SynthText synth_text(const SynthParams& p) {
     t.word.resize((size_t)n);
     Rng rw(p.seed, kWord);
     for (int i = 0; i < n; ++i) t.word[(size_t)i] = rw.below(p.vocab_size);
-    // Needles: distinct positions in [sink_tokens, prompt_len - local_window).
+    // Needles: non-overlapping spans [x, x + needle_span) in [sink_tokens, prompt_len - local_window).
     Rng rn(p.seed, kNeedlePos);
-    const int lo = p.sink_tokens, hi = p.prompt_len - p.local_window;
+    const int span = p.needle_span;
+    const int lo = p.sink_tokens, hi = p.prompt_len - p.local_window - (span - 1);
     std::vector<int> pos;
     while ((int)pos.size() < p.num_needles && hi > lo) {
         const int x = lo + rn.below(hi - lo);
-        if (std::find(pos.begin(), pos.end(), x) == pos.end()) pos.push_back(x);
+        if (std::none_of(pos.begin(), pos.end(), [&](int y) { return std::abs(x - y) < span; })) pos.push_back(x);
     }
     std::sort(pos.begin(), pos.end());
     t.needles = pos;
@@ -546,7 +552,8 @@ SynthLayer synthesize_layer(const SynthParams& p, int layer) {
 
     // needle index by position (-1 = none)
     std::vector<int> needle_at((size_t)n, -1);
-    for (size_t k = 0; k < text.needles.size(); ++k) needle_at[(size_t)text.needles[k]] = (int)k;
+    for (size_t k = 0; k < text.needles.size(); ++k)
+        for (int j = 0; j < p.needle_span; ++j) needle_at[(size_t)(text.needles[k] + j)] = (int)k;
     const int T = text.num_topics, NN = (int)text.needles.size();
 
     // ---- per KV head constants -------------------------------------------------------------------------

@@ -83,6 +83,8 @@ struct SynthParams {
     double needle_persist = 0.6;        ///< per position: probability targeting continues
     double needle_head_fraction = 0.5;  ///< share of query heads that follow their group's target
     double needle_z = 6.0;              ///< needle logit, in the head's semantic stds above the mean
+    int needle_span = 1;                ///< tokens per needle: a needle is a passage of consecutive tokens
+                                        ///< sharing its key direction and value (a phrase to copy)
 
     // ---- key / value magnitudes ------------------------------------------------------------------------
     double key_mean = 2.0;         ///< per-dimension std of the shared (pre-RoPE) key mean vector
@@ -136,7 +138,7 @@ struct SynthLayer {
 struct SynthText {
     std::vector<int> topic;    ///< [n_tokens] topic id of each token
     std::vector<int> word;     ///< [n_tokens] word type of each token (0 .. vocab_size-1)
-    std::vector<int> needles;  ///< positions of the needle tokens, ascending
+    std::vector<int> needles;  ///< first positions of the needles (each needle_span tokens), ascending
     int num_topics = 0;        ///< distinct topic ids used (ids are 0..num_topics-1)
 };
 

@@ -552,3 +552,41 @@ TEST(Synth, RecencySpanGivesTheRecencyKernelATail) {
     EXPECT_GT(long_tail, 2.0 * short_tail) << "mass 64-512 back: factor 4 " << short_tail << ", 64 " << long_tail;
     EXPECT_GT(long_tail, 0.03);
 }
+
+TEST(Synth, NeedleSpansArePassagesSharingTheNeedleKey) {
+    SynthParams p = tiny();
+    p.needle_span = 12;
+    p.num_needles = 6;
+    const SynthText text = synth_text(p);
+    ASSERT_EQ((int)text.needles.size(), p.num_needles);
+    for (size_t k = 0; k < text.needles.size(); ++k) {
+        EXPECT_GE(text.needles[k], p.sink_tokens);
+        EXPECT_LE(text.needles[k] + p.needle_span, p.prompt_len - p.local_window);
+        if (k > 0) EXPECT_GE(text.needles[k] - text.needles[k - 1], p.needle_span) << "needles overlap";
+    }
+    // Every token of a passage carries the needle's key direction: neighbours inside a passage are far
+    // more alike (centered cosine) than a passage token and the token just before the passage.
+    const SynthLayer L = synthesize_layer(p, 0);
+    const HeadSlice s = synth_head_slice(p, L, 0);
+    const int d = p.head_dim;
+    std::vector<double> mu((size_t)d, 0.0);
+    for (int i = 0; i < p.prompt_len; ++i)
+        for (int j = 0; j < d; ++j) mu[(size_t)j] += s.keys[(size_t)i * d + j] / p.prompt_len;
+    const auto ccos = [&](int a, int b) {
+        std::vector<float> x((size_t)d), y((size_t)d);
+        for (int j = 0; j < d; ++j) {
+            x[(size_t)j] = (float)(s.keys[(size_t)a * d + j] - mu[(size_t)j]);
+            y[(size_t)j] = (float)(s.keys[(size_t)b * d + j] - mu[(size_t)j]);
+        }
+        return cosine(x.data(), y.data(), d);
+    };
+    double inside = 0, across = 0;
+    for (int x : text.needles) {
+        inside += ccos(x + p.needle_span / 2, x + p.needle_span / 2 + 1) / p.num_needles;
+        across += ccos(x - 1, x) / p.num_needles;
+    }
+    EXPECT_GT(inside, across + 0.2) << "inside a passage " << inside << ", across its start " << across;
+    // Room: spans may fill at most half of [sink_tokens, prompt_len - local_window).
+    p.num_needles = (p.prompt_len - p.local_window - p.sink_tokens) / (2 * p.needle_span) + 1;
+    EXPECT_THROW(p.validate(), ParamError);
+}
