@@ -8,33 +8,19 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <functional>
 
 #include "attention/attention.hpp"
 #include "core/error.hpp"
 #include "trace/reader.hpp"
 #include "trace/stats.hpp"
+#include "scratch_dir.hpp"
 #include "trace/synth.hpp"
 
 using namespace retro;
-namespace fs = std::filesystem;
 using json = nlohmann::json;
 
 namespace {
-
-struct SynthTempDir {
-    std::string path;
-    SynthTempDir() {
-        char tmpl[] = "/tmp/retro-synth-test-XXXXXX";
-        const char* p = mkdtemp(tmpl);
-        if (!p) throw std::runtime_error("mkdtemp failed");
-        path = p;
-    }
-    ~SynthTempDir() {
-        std::error_code ec;
-        fs::remove_all(path, ec);
-    }
-    std::string operator/(const std::string& name) const { return path + "/" + name; }
-};
 
 /// Small SmolLM2-shaped parameters (9 q / 3 kv heads, d = 64).
 SynthParams tiny(uint64_t seed = 7) {
@@ -57,6 +43,27 @@ SynthParams small_llama() {
     p.decode_steps = 16;
     p.prefill_queries = 0;
     return p;
+}
+
+/// One SmolLM2-preset layer with sinks (sink_onset 0), 2K prompt, no prefill queries.
+SynthParams smollm2_one_layer(int steps) {
+    SynthParams p = SynthParams::preset("smollm2");
+    p.num_layers = 1;
+    p.sink_onset = 0.0;
+    p.prompt_len = 2048;
+    p.decode_steps = steps;
+    p.prefill_queries = 0;
+    return p;
+}
+
+/// inspect statistics of every query head of a generated layer.
+std::vector<QHeadStats> all_head_stats(const SynthParams& p, const SynthLayer& L) {
+    std::vector<QHeadStats> st;
+    for (int g = 0; g < p.num_kv_heads; ++g) {
+        const auto v = head_stats(synth_head_slice(p, L, g));
+        st.insert(st.end(), v.begin(), v.end());
+    }
+    return st;
 }
 
 double cosine(const float* a, const float* b, int d) {
@@ -152,52 +159,31 @@ TEST(Synth, ValidateNamesParameterAndRange) {
     };
     EXPECT_NO_THROW(SynthParams{}.validate());
     EXPECT_NO_THROW(SynthParams::preset("smollm2").validate());
-    SynthParams p;
-    p.num_kv_heads = 5;
-    expect_param_error(p, "num_kv_heads");
-    p = {};
-    p.head_dim = 63;
-    expect_param_error(p, "head_dim");
-    p = {};
-    p.prompt_len = 4;
-    expect_param_error(p, "prompt_len");
-    p = {};
-    p.sink_mass_min = 0.6;
-    expect_param_error(p, "sink_mass_min");
-    p = {};
-    p.dtype = "float64";
-    expect_param_error(p, "dtype");
-    p = {};
-    p.focus_ar = 1.5;
-    expect_param_error(p, "focus_ar");
-    p = {};
-    p.prefill_queries = p.prompt_len + 1;
-    expect_param_error(p, "prefill_queries");
-    p = {};
-    p.decode_steps = 0;
-    expect_param_error(p, "decode_steps");
-    p = {};
-    p.prompt_len = 200;
-    p.num_needles = 150;
-    expect_param_error(p, "num_needles");
-    p = {};
-    p.sink_mode = "massive";
-    expect_param_error(p, "sink_mode");
-    p = {};
-    p.diffuse_layers = p.num_layers + 1;
-    expect_param_error(p, "diffuse_layers");
-    p = {};
-    p.sink_onset = 1.5;
-    expect_param_error(p, "sink_onset");
-    p = {};
-    p.key_mean_jitter = -0.1;
-    expect_param_error(p, "key_mean_jitter");
-    p = {};
-    p.recency_span_factor = 0.5;
-    expect_param_error(p, "recency_span_factor");
+    // Each case: one parameter set out of range on top of the defaults; the error names it.
+    const std::vector<std::pair<std::string, std::function<void(SynthParams&)>>> cases = {
+        {"num_kv_heads", [](SynthParams& p) { p.num_kv_heads = 5; }},
+        {"head_dim", [](SynthParams& p) { p.head_dim = 63; }},
+        {"prompt_len", [](SynthParams& p) { p.prompt_len = 4; }},
+        {"sink_mass_min", [](SynthParams& p) { p.sink_mass_min = 0.6; }},
+        {"dtype", [](SynthParams& p) { p.dtype = "float64"; }},
+        {"focus_ar", [](SynthParams& p) { p.focus_ar = 1.5; }},
+        {"prefill_queries", [](SynthParams& p) { p.prefill_queries = p.prompt_len + 1; }},
+        {"decode_steps", [](SynthParams& p) { p.decode_steps = 0; }},
+        {"num_needles", [](SynthParams& p) { p.prompt_len = 200; p.num_needles = 150; }},
+        {"sink_mode", [](SynthParams& p) { p.sink_mode = "massive"; }},
+        {"diffuse_layers", [](SynthParams& p) { p.diffuse_layers = p.num_layers + 1; }},
+        {"sink_onset", [](SynthParams& p) { p.sink_onset = 1.5; }},
+        {"key_mean_jitter", [](SynthParams& p) { p.key_mean_jitter = -0.1; }},
+        {"recency_span_factor", [](SynthParams& p) { p.recency_span_factor = 0.5; }},
+    };
+    for (const auto& [name, set] : cases) {
+        SynthParams p;
+        set(p);
+        expect_param_error(p, name);
+    }
     EXPECT_THROW(SynthParams::preset("gpt5"), ParamError);
     // Errors say what the valid range is.
-    p = {};
+    SynthParams p;
     p.peaked_fraction = -0.1;
     try {
         p.validate();
@@ -285,11 +271,11 @@ TEST(Synth, RopeIsAppliedHalfSplit) {
 }
 
 TEST(Synth, WritesReadableTrace) {
-    SynthTempDir dir;
+    retro::test::ScratchDir dir;
     SynthParams p = tiny();
     p.prompt_len = 600;
     p.decode_steps = 6;
-    const std::string path = dir / "t.h5";
+    const std::string path = dir.path + "/t.h5";
     synthesize(p, path);
     TraceReader r(path);
     const TraceInfo& info = r.info();
@@ -330,11 +316,7 @@ TEST(Synth, WritesReadableTrace) {
 TEST(Synth, RealisticAttentionStatistics) {
     const SynthParams p = small_llama();
     const SynthLayer L = synthesize_layer(p, 0);
-    std::vector<QHeadStats> st;
-    for (int g = 0; g < p.num_kv_heads; ++g) {
-        const auto v = head_stats(synth_head_slice(p, L, g));
-        st.insert(st.end(), v.begin(), v.end());
-    }
+    const std::vector<QHeadStats> st = all_head_stats(p, L);
     ASSERT_EQ(st.size(), (size_t)p.num_q_heads);
     const QHeadStats m = mean_stats(st);
     // Attention sinks draw a large share (targets 10-50% per head).
@@ -496,22 +478,11 @@ TEST(Synth, MeanSinksHeavyHittersAndLayerProfile) {
 TEST(Synth, KeyMeanJitterMakesHeavyHitters) {
     // Tokens carrying less of the key mean are attended by every sink-seeking query: the top-1% set is
     // more stable across steps with the jitter than without it.
-    SynthParams p = SynthParams::preset("smollm2");
-    p.num_layers = 1;
-    p.sink_onset = 0.0;
-    p.prompt_len = 2048;
-    p.decode_steps = 16;
-    p.prefill_queries = 0;
+    const SynthParams p = smollm2_one_layer(16);
     const auto stable = [&](double jitter) {
         SynthParams q = p;
         q.key_mean_jitter = jitter;
-        const SynthLayer L = synthesize_layer(q, 0);
-        std::vector<QHeadStats> st;
-        for (int g = 0; g < q.num_kv_heads; ++g) {
-            const auto v = head_stats(synth_head_slice(q, L, g));
-            st.insert(st.end(), v.begin(), v.end());
-        }
-        return mean_stats(st).static_top_frac_mass;
+        return mean_stats(all_head_stats(q, synthesize_layer(q, 0))).static_top_frac_mass;
     };
     const double with = stable(0.3), without = stable(0.0);
     EXPECT_GT(with, without + 0.1) << "static top-1% mass with jitter " << with << ", without " << without;
@@ -520,12 +491,7 @@ TEST(Synth, KeyMeanJitterMakesHeavyHitters) {
 TEST(Synth, RecencySpanGivesTheRecencyKernelATail) {
     // Lower carrier frequencies (recency_span_factor) move attention mass to 64-512 tokens back, as in the
     // real SmolLM2 trace (docs/traces.md: 0.10 of the mass there; 4 -> 0.015, 64 -> 0.11 on 30 layers).
-    SynthParams p = SynthParams::preset("smollm2");
-    p.num_layers = 1;
-    p.sink_onset = 0.0;
-    p.prompt_len = 2048;
-    p.decode_steps = 4;
-    p.prefill_queries = 0;
+    const SynthParams p = smollm2_one_layer(4);
     const auto band_mass = [&](double factor) {
         SynthParams q = p;
         q.recency_span_factor = factor;
@@ -562,7 +528,9 @@ TEST(Synth, NeedleSpansArePassagesSharingTheNeedleKey) {
     for (size_t k = 0; k < text.needles.size(); ++k) {
         EXPECT_GE(text.needles[k], p.sink_tokens);
         EXPECT_LE(text.needles[k] + p.needle_span, p.prompt_len - p.local_window);
-        if (k > 0) EXPECT_GE(text.needles[k] - text.needles[k - 1], p.needle_span) << "needles overlap";
+        if (k > 0) {
+            EXPECT_GE(text.needles[k] - text.needles[k - 1], p.needle_span) << "needles overlap";
+        }
     }
     // Every token of a passage carries the needle's key direction: neighbours inside a passage are far
     // more alike (centered cosine) than a passage token and the token just before the passage.
