@@ -35,7 +35,7 @@ void validate_config(const std::string& path) {
     for (const auto& r : cfg.runs) fmt::print("  {}\n", r.label());
     for (const auto& t : traces)
         fmt::print("  trace {}{}: {} layer(s) x {} KV head(s) x {} step(s)\n", t.spec.path,
-                   t.needs_synth ? " (absent: will be generated from its synth recipe)" : "", t.layers.size(),
+                   t.generation_note(), t.layers.size(),
                    t.kv_heads.size(), t.steps.size());
     if (cfg.backend != "cuda") return;
 #ifdef RETRO_HAVE_CUDA

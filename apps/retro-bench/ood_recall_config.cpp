@@ -117,7 +117,7 @@ int run_ood_config(const json& j, const std::string& origin, const OodConfigRun&
                                            : fmt::format("mips {}", a.mips));
         for (const auto& t : traces)
             fmt::print("  trace {}{}: {} layer(s) x {} KV head(s)\n", t.spec.path,
-                       t.needs_synth ? " (absent: will be generated from its synth recipe)" : "", t.layers.size(),
+                       t.generation_note(), t.layers.size(),
                        t.kv_heads.size());
         return 0;
     }

@@ -21,12 +21,21 @@ struct PreparedTrace {
     TraceInfo info;
     std::vector<int> layers, kv_heads, steps;
     std::string trace_id;  ///< identity used in run ids: path + source + shape
-    bool needs_synth = false;  ///< file absent, will be generated from spec.synth
+    bool needs_synth = false;  ///< file absent (or stale), will be generated from spec.synth
+    bool stale = false;        ///< the file exists but was generated from other synth parameters
+    /// For listings: "", " (absent: ...)" or " (stale: ...)".
+    std::string generation_note() const {
+        if (!needs_synth) return "";
+        return stale ? " (stale: made from other synth parameters; will be regenerated)"
+                     : " (absent: will be generated from its synth recipe)";
+    }
 };
 
 /// Checks every trace of the config (opening each: metadata validation) and resolves the selection.
 /// Missing traces with a synth recipe are generated when `generate_missing`, else reported via
-/// needs_synth (with `info` filled from the recipe's shape). Throws ConfigError/TraceError.
+/// needs_synth (with `info` filled from the recipe's shape). A synthetic file whose recorded parameters
+/// differ from the recipe (an edited recipe, a changed preset) is stale and regenerated the same way.
+/// Throws ConfigError/TraceError.
 std::vector<PreparedTrace> prepare_traces(const RunConfig& cfg, bool generate_missing,
                                           const std::function<void(const std::string&)>& note = {});
 

@@ -13,6 +13,9 @@
 #include "core/error.hpp"
 #include "methods/params.hpp"
 #include "scratch_dir.hpp"
+#include "trace/reader.hpp"
+#include "trace/synth.hpp"
+#include "trace/writer.hpp"
 
 using namespace retro;
 using json = nlohmann::json;
@@ -243,4 +246,66 @@ TEST(BackendConfig, UnusableBackendFailsBeforeAnyWork) {
         EXPECT_FALSE(std::filesystem::exists(opt.results_root));
         EXPECT_FALSE(std::filesystem::exists(dir.path + "/synth.h5"));  // no work: the trace was not generated
     }
+}
+
+// A synthetic trace file made from other parameters than the config's recipe (an edited recipe, a changed
+// preset) is stale: listed as such without generating, regenerated when running; a file that
+// retro-bench synth did not make is never overwritten.
+TEST(Config, StaleSyntheticTraceIsRegenerated) {
+    test::ScratchDir dir;
+    const std::string path = dir.path + "/s.h5";
+    const auto config_with = [&](int seed) {
+        json j = base();
+        j["traces"] = json::array({{{"path", path},
+                                    {"synth", {{"preset", "smollm2"}, {"num_layers", 1}, {"prompt_len", 256},
+                                               {"decode_steps", 2}, {"prefill_queries", 0}, {"seed", seed}}}}});
+        return parse_config(j, "cfg.json");
+    };
+    const auto source_of = [&] { return TraceReader(path).info().source; };
+    std::vector<std::string> notes;
+    const auto note = [&](const std::string& m) { notes.push_back(m); };
+
+    auto t = prepare_traces(config_with(1), true, note);
+    ASSERT_EQ(notes.size(), 2u);
+    EXPECT_TRUE(has(notes[0], "generating synthetic trace")) << notes[0];
+    const std::string source1 = source_of();
+    EXPECT_TRUE(has(source1, "\"seed\":1")) << source1;
+
+    notes.clear();  // same recipe: the file is used as it is
+    t = prepare_traces(config_with(1), true, note);
+    EXPECT_TRUE(notes.empty());
+    EXPECT_FALSE(t[0].stale);
+
+    t = prepare_traces(config_with(2), false, note);  // validate: reported, nothing written
+    EXPECT_TRUE(t[0].needs_synth);
+    EXPECT_TRUE(t[0].stale);
+    EXPECT_TRUE(has(t[0].generation_note(), "stale")) << t[0].generation_note();
+    EXPECT_EQ(source_of(), source1);
+
+    t = prepare_traces(config_with(2), true, note);  // run: regenerated from the new recipe
+    ASSERT_FALSE(notes.empty());
+    EXPECT_TRUE(has(notes[0], "regenerating synthetic trace")) << notes[0];
+    EXPECT_FALSE(t[0].stale);
+    EXPECT_TRUE(has(source_of(), "\"seed\":2")) << source_of();
+
+    // A file someone else made at that path (a real model's trace): an error naming the path, untouched.
+    const SynthParams sp = SynthParams::from_json(config_with(2).traces[0].synth);
+    const SynthLayer L = synthesize_layer(sp, 0);
+    TraceInfo info = synth_trace_info(sp);
+    info.source = "hf:SomeModel";
+    info.layers.clear();
+    info.num_prefill_queries = 0;
+    {
+        TraceWriter w(path, info);
+        w.write_layer(0, L.keys, L.values, L.queries, L.prefill_queries, 0, sp.prompt_len);
+        w.finish();
+    }
+    try {
+        prepare_traces(config_with(2), true, note);
+        ADD_FAILURE() << "a non-synthetic file was accepted for a synth recipe";
+    } catch (const ConfigError& e) {
+        EXPECT_TRUE(has(e.what(), path)) << e.what();
+        EXPECT_TRUE(has(e.what(), "not made by retro-bench synth")) << e.what();
+    }
+    EXPECT_EQ(source_of(), "hf:SomeModel");
 }
