@@ -145,13 +145,17 @@ int run_inspect(const InspectArgs& a) {
     fmt::print("Mahalanobis: queries {} / keys {} (mean distance from the prompt keys' Gaussian); key mean / "
                "spread {}\n",
                num(overall.q_mahal, "{:.1f}"), num(overall.k_mahal, "{:.1f}"), num(overall.key_mean_ratio, "{:.2f}"));
+    fmt::print("Key positional locality: centered-key cosine {} at distance {}, {} at distance {}\n",
+               num(overall.key_cos_near, "{:.3f}"), opt.locality_near, num(overall.key_cos_far, "{:.3f}"),
+               opt.locality_far);
     if (!a.json_out.empty()) {
         json o = to_json(overall);
         o["heads"] = all.size();
         out["options"] = {{"step_stride", opt.step_stride}, {"sink_tokens", opt.sink_tokens},
                           {"local_tokens", opt.local_tokens}, {"top_mass_k", opt.top_mass_k},
                           {"overlap_k", opt.overlap_k},       {"top_frac", opt.top_frac},
-                          {"ridge", opt.ridge}};
+                          {"ridge", opt.ridge},               {"locality_near", opt.locality_near},
+                          {"locality_far", opt.locality_far}};
         out["heads"] = heads;
         out["layers"] = layer_means;
         out["overall"] = o;

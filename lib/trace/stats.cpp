@@ -28,6 +28,8 @@ void StatsOptions::validate() const {
     check("local_tokens", local_tokens, 0);
     check("top_mass_k", top_mass_k, 1);
     check("overlap_k", overlap_k, 1);
+    check("locality_near", locality_near, 1);
+    check("locality_far", locality_far, 1);
     if (!(top_frac > 0 && top_frac <= 1))
         throw ParamError("stats option top_frac = " + std::to_string(top_frac) + ": expected (0, 1]");
     if (!(ridge >= 0 && std::isfinite(ridge)))
@@ -205,6 +207,11 @@ std::vector<QHeadStats> head_stats(const HeadSlice& s, const StatsOptions& opt) 
         key_mean_ratio = kd->trace() > 0 ? std::sqrt(mn / kd->trace()) : kNaN;
     }
 
+    // Positional locality of the prompt keys, the sinks left out (shared by the group).
+    const int first = std::min(opt.sink_tokens, s.prompt_len);
+    const double key_cos_near = centered_key_cosine(s.keys.data(), s.prompt_len, d, first, opt.locality_near);
+    const double key_cos_far = centered_key_cosine(s.keys.data(), s.prompt_len, d, first, opt.locality_far);
+
     std::vector<QHeadStats> out((size_t)G);
     std::vector<float> w;
     for (int g = 0; g < G; ++g) {
@@ -292,6 +299,8 @@ std::vector<QHeadStats> head_stats(const HeadSlice& s, const StatsOptions& opt) 
         r.query_cos = n_cos ? qcos / n_cos : kNaN;
         r.k_mahal = k_mahal;
         r.key_mean_ratio = key_mean_ratio;
+        r.key_cos_near = key_cos_near;
+        r.key_cos_far = key_cos_far;
         if (kd) {
             std::vector<float> qs;
             for (int t : chosen) qs.insert(qs.end(), s.query(g, t), s.query(g, t) + d);
@@ -304,6 +313,30 @@ std::vector<QHeadStats> head_stats(const HeadSlice& s, const StatsOptions& opt) 
         }
     }
     return out;
+}
+
+double centered_key_cosine(const float* keys, int n, int d, int first, int dist) {
+    if (dist < 1 || n - first < 2 || dist >= n - first) return kNaN;
+    std::vector<double> mu((size_t)d, 0.0);
+    for (int i = first; i < n; ++i)
+        for (int j = 0; j < d; ++j) mu[(size_t)j] += keys[(size_t)i * d + j];
+    for (double& m : mu) m /= n - first;
+    const auto centered_dot = [&](int a, int b) {
+        const float* x = keys + (size_t)a * d;
+        const float* y = keys + (size_t)b * d;
+        double c = 0;
+        for (int j = 0; j < d; ++j) c += (x[j] - mu[(size_t)j]) * (y[j] - mu[(size_t)j]);
+        return c;
+    };
+    std::vector<double> norm((size_t)(n - first));  // |k_i - mu|, no copy of the keys
+    for (int i = first; i < n; ++i) norm[(size_t)(i - first)] = std::sqrt(centered_dot(i, i));
+    double acc = 0;
+    const int pairs = n - first - dist;
+    for (int i = first; i < first + pairs; ++i) {
+        const double den = norm[(size_t)(i - first)] * norm[(size_t)(i + dist - first)];
+        if (den > 0) acc += centered_dot(i, i + dist) / den;
+    }
+    return acc / pairs;
 }
 
 namespace {
@@ -327,6 +360,8 @@ void for_each_stat(QHeadStats& s, F&& f) {
     f("k_mahal", s.k_mahal);
     f("ood_ratio", s.ood_ratio);
     f("key_mean_ratio", s.key_mean_ratio);
+    f("key_cos_near", s.key_cos_near);
+    f("key_cos_far", s.key_cos_far);
 }
 }  // namespace
 

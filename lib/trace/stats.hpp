@@ -21,6 +21,8 @@ struct StatsOptions {
     int overlap_k = 100;    ///< overlap of the top-k between consecutive decode steps
     double ridge = 1e-3;    ///< covariance ridge, in units of trace(cov)/d
     bool mahalanobis = true;  ///< compute the query/key Mahalanobis ratio (needs >= 2 prompt keys)
+    int locality_near = 1;   ///< key positional locality: centered-key cosine at this distance (tokens)
+    int locality_far = 64;   ///< ... and at this one
 
     void validate() const;  ///< throws ParamError
 };
@@ -46,6 +48,8 @@ struct QHeadStats {
     double k_mahal = 0;      ///< mean Mahalanobis distance of the prompt keys from their own distribution
     double ood_ratio = 0;    ///< q_mahal / k_mahal
     double key_mean_ratio = 0;  ///< |mean(keys)| / sqrt(trace(cov(keys))) of the KV head
+    double key_cos_near = 0;  ///< mean cosine of centered prompt keys locality_near tokens apart (KV head)
+    double key_cos_far = 0;   ///< the same at locality_far tokens (random pairs: ~0)
 };
 
 /// Every query head of a slice. Decode steps 0, stride, 2*stride, ...; the overlap also uses step t+1.
@@ -74,6 +78,10 @@ double top_k_mass(const float* w, int n, int k);
 
 /// |a ∩ b| / k (a and b hold distinct ids; k = a.size() if k <= 0).
 double set_overlap(std::span<const int32_t> a, std::span<const int32_t> b, int k = 0);
+
+/// Positional locality of keys: mean over i of cos(k_i - mu, k_{i+dist} - mu) for i in [first, n - dist),
+/// mu the mean of keys [first, n). keys: [n, d]. NaN when fewer than 2 keys or dist >= n - first.
+double centered_key_cosine(const float* keys, int n, int d, int first, int dist);
 
 /// Gaussian fitted to a set of vectors: mean and the inverse Cholesky factor of (cov + ridge*trace/d*I).
 class KeyDistribution {

@@ -14,7 +14,9 @@ STATS = [("f90", "f90 (% of tokens for 90% mass)", 100), ("n90", "n90 (tokens)",
          ("top_frac_mass", "top1% mass", 1), ("static_top_frac_mass", "st1% (step 0's top-1% later)", 1),
          ("overlap", "ovl100 (consecutive top-100 overlap)", 1), ("query_cos", "qcos", 1),
          ("sink_mass", "sink (first 4 tokens)", 1), ("local_mass", "local (last 64)", 1),
-         ("ood_ratio", "ood (query/key Mahalanobis)", 1), ("key_mean_ratio", "key mean / spread", 1)]
+         ("ood_ratio", "ood (query/key Mahalanobis)", 1), ("key_mean_ratio", "key mean / spread", 1),
+         ("key_cos_near", "key locality (centered cosine, 1 apart)", 1),
+         ("key_cos_far", "key locality (centered cosine, 64 apart)", 1)]
 
 
 def col(j, k, scale):
