@@ -66,6 +66,24 @@ std::vector<QHeadStats> all_head_stats(const SynthParams& p, const SynthLayer& L
     return st;
 }
 
+/// Calls f(weights [n], n) with the exact attention weights of every (query head, decode step) of a layer.
+template <class F>
+void for_each_attention(const SynthParams& p, const SynthLayer& L, F&& f) {
+    std::vector<float> w;
+    for (int g = 0; g < p.num_kv_heads; ++g) {
+        const HeadSlice s = synth_head_slice(p, L, g);
+        for (int q = 0; q < s.group; ++q)
+            for (int t = 0; t < s.num_steps; ++t) {
+                const int n = s.visible(t);
+                w.resize((size_t)n);
+                attention_scores(s.query(q, t), s.keys.data(), n, s.head_dim, 1.0f / std::sqrt((float)s.head_dim),
+                                 w.data());
+                softmax_inplace(w.data(), n);
+                f(w.data(), n);
+            }
+    }
+}
+
 double cosine(const float* a, const float* b, int d) {
     double ab = 0, aa = 0, bb = 0;
     for (int j = 0; j < d; ++j) {
@@ -380,19 +398,9 @@ TEST(Synth, NeedlesAreTargeted) {
     const SynthLayer L = synthesize_layer(p, 0);
     const SynthText text = synth_text(p);
     double best = 0;
-    std::vector<float> w;
-    for (int g = 0; g < p.num_kv_heads; ++g) {
-        const HeadSlice s = synth_head_slice(p, L, g);
-        for (int q = 0; q < s.group; ++q)
-            for (int t = 0; t < s.num_steps; ++t) {
-                const int n = s.visible(t);
-                w.resize((size_t)n);
-                attention_scores(s.query(q, t), s.keys.data(), n, s.head_dim, 1.0f / std::sqrt((float)s.head_dim),
-                                 w.data());
-                softmax_inplace(w.data(), n);
-                for (int x : text.needles) best = std::max(best, (double)w[(size_t)x]);
-            }
-    }
+    for_each_attention(p, L, [&](const float* w, int) {
+        for (int x : text.needles) best = std::max(best, (double)w[(size_t)x]);
+    });
     EXPECT_GT(best, 0.2);
 }
 
@@ -495,23 +503,12 @@ TEST(Synth, RecencySpanGivesTheRecencyKernelATail) {
     const auto band_mass = [&](double factor) {
         SynthParams q = p;
         q.recency_span_factor = factor;
-        const SynthLayer L = synthesize_layer(q, 0);
         double acc = 0;
         int cnt = 0;
-        std::vector<float> w;
-        for (int g = 0; g < q.num_kv_heads; ++g) {
-            const HeadSlice s = synth_head_slice(q, L, g);
-            for (int h = 0; h < s.group; ++h)
-                for (int t = 0; t < s.num_steps; ++t) {
-                    const int n = s.visible(t);
-                    w.resize((size_t)n);
-                    attention_scores(s.query(h, t), s.keys.data(), n, s.head_dim,
-                                     1.0f / std::sqrt((float)s.head_dim), w.data());
-                    softmax_inplace(w.data(), n);
-                    for (int i = n - 512; i < n - 64; ++i) acc += w[(size_t)i];
-                    ++cnt;
-                }
-        }
+        for_each_attention(q, synthesize_layer(q, 0), [&](const float* w, int n) {
+            for (int i = n - 512; i < n - 64; ++i) acc += w[(size_t)i];
+            ++cnt;
+        });
         return acc / cnt;
     };
     const double short_tail = band_mass(4.0), long_tail = band_mass(64.0);
