@@ -209,8 +209,8 @@ std::vector<QHeadStats> head_stats(const HeadSlice& s, const StatsOptions& opt) 
 
     // Positional locality of the prompt keys, the sinks left out (shared by the group).
     const int first = std::min(opt.sink_tokens, s.prompt_len);
-    const double key_cos_near = centered_key_cosine(s.keys.data(), s.prompt_len, d, first, opt.locality_near);
-    const double key_cos_far = centered_key_cosine(s.keys.data(), s.prompt_len, d, first, opt.locality_far);
+    const int dists[2] = {opt.locality_near, opt.locality_far};
+    const std::vector<double> key_cos = centered_key_cosines(s.keys.data(), s.prompt_len, d, first, dists);
 
     std::vector<QHeadStats> out((size_t)G);
     std::vector<float> w;
@@ -299,8 +299,8 @@ std::vector<QHeadStats> head_stats(const HeadSlice& s, const StatsOptions& opt) 
         r.query_cos = n_cos ? qcos / n_cos : kNaN;
         r.k_mahal = k_mahal;
         r.key_mean_ratio = key_mean_ratio;
-        r.key_cos_near = key_cos_near;
-        r.key_cos_far = key_cos_far;
+        r.key_cos_near = key_cos[0];
+        r.key_cos_far = key_cos[1];
         if (kd) {
             std::vector<float> qs;
             for (int t : chosen) qs.insert(qs.end(), s.query(g, t), s.query(g, t) + d);
@@ -315,8 +315,9 @@ std::vector<QHeadStats> head_stats(const HeadSlice& s, const StatsOptions& opt) 
     return out;
 }
 
-double centered_key_cosine(const float* keys, int n, int d, int first, int dist) {
-    if (dist < 1 || n - first < 2 || dist >= n - first) return kNaN;
+std::vector<double> centered_key_cosines(const float* keys, int n, int d, int first, std::span<const int> dists) {
+    std::vector<double> out(dists.size(), kNaN);
+    if (n - first < 2) return out;
     std::vector<double> mu((size_t)d, 0.0);
     for (int i = first; i < n; ++i)
         for (int j = 0; j < d; ++j) mu[(size_t)j] += keys[(size_t)i * d + j];
@@ -330,13 +331,18 @@ double centered_key_cosine(const float* keys, int n, int d, int first, int dist)
     };
     std::vector<double> norm((size_t)(n - first));  // |k_i - mu|, no copy of the keys
     for (int i = first; i < n; ++i) norm[(size_t)(i - first)] = std::sqrt(centered_dot(i, i));
-    double acc = 0;
-    const int pairs = n - first - dist;
-    for (int i = first; i < first + pairs; ++i) {
-        const double den = norm[(size_t)(i - first)] * norm[(size_t)(i + dist - first)];
-        if (den > 0) acc += centered_dot(i, i + dist) / den;
+    for (size_t k = 0; k < dists.size(); ++k) {
+        const int dist = dists[k];
+        if (dist < 1 || dist >= n - first) continue;
+        double acc = 0;
+        const int pairs = n - first - dist;
+        for (int i = first; i < first + pairs; ++i) {
+            const double den = norm[(size_t)(i - first)] * norm[(size_t)(i + dist - first)];
+            if (den > 0) acc += centered_dot(i, i + dist) / den;
+        }
+        out[k] = acc / pairs;
     }
-    return acc / pairs;
+    return out;
 }
 
 namespace {

@@ -79,9 +79,10 @@ double top_k_mass(const float* w, int n, int k);
 /// |a ∩ b| / k (a and b hold distinct ids; k = a.size() if k <= 0).
 double set_overlap(std::span<const int32_t> a, std::span<const int32_t> b, int k = 0);
 
-/// Positional locality of keys: mean over i of cos(k_i - mu, k_{i+dist} - mu) for i in [first, n - dist),
-/// mu the mean of keys [first, n). keys: [n, d]. NaN when fewer than 2 keys or dist >= n - first.
-double centered_key_cosine(const float* keys, int n, int d, int first, int dist);
+/// Positional locality of keys: for each distance dist in `dists`, the mean over i of
+/// cos(k_i - mu, k_{i+dist} - mu) for i in [first, n - dist), mu the mean of keys [first, n). keys: [n, d].
+/// NaN for a distance < 1 or >= n - first. Returns [dists.size()].
+std::vector<double> centered_key_cosines(const float* keys, int n, int d, int first, std::span<const int> dists);
 
 /// Gaussian fitted to a set of vectors: mean and the inverse Cholesky factor of (cov + ridge*trace/d*I).
 class KeyDistribution {

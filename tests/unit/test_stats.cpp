@@ -177,9 +177,11 @@ TEST(Stats, CenteredKeyCosineMeasuresPositionalLocality) {
     // Hand-worked: d = 2, keys (after the sink) alternate +e0 / -e0 around a mean of 0: neighbours are
     // opposite (cos -1), keys 2 apart equal (cos +1). The sink (token 0) is left out.
     const std::vector<float> alt = {100, 100, 1, 0, -1, 0, 1, 0, -1, 0, 1, 0, -1, 0};
-    EXPECT_NEAR(centered_key_cosine(alt.data(), 7, 2, 1, 1), -1.0, 1e-12);
-    EXPECT_NEAR(centered_key_cosine(alt.data(), 7, 2, 1, 2), 1.0, 1e-12);
-    EXPECT_TRUE(std::isnan(centered_key_cosine(alt.data(), 7, 2, 1, 6)));  // no pair that far apart
+    const int dists[3] = {1, 2, 6};
+    const std::vector<double> c = centered_key_cosines(alt.data(), 7, 2, 1, dists);
+    EXPECT_NEAR(c[0], -1.0, 1e-12);
+    EXPECT_NEAR(c[1], 1.0, 1e-12);
+    EXPECT_TRUE(std::isnan(c[2]));  // no pair that far apart
     // A slow random walk is local (near > far > 0), independent keys are not (~0).
     const int n = 4000, d = 16;
     std::mt19937 rng(5);
@@ -190,9 +192,11 @@ TEST(Stats, CenteredKeyCosineMeasuresPositionalLocality) {
             iid[(size_t)i * d + j] = nd(rng);
             walk[(size_t)i * d + j] = (i ? 0.99f * walk[(size_t)(i - 1) * d + j] : 0.f) + 0.14f * nd(rng);
         }
-    const double near = centered_key_cosine(walk.data(), n, d, 0, 1), far = centered_key_cosine(walk.data(), n, d, 0, 64);
+    const int near_far[2] = {1, 64};
+    const std::vector<double> w = centered_key_cosines(walk.data(), n, d, 0, near_far);
+    const double near = w[0], far = w[1];
     EXPECT_GT(near, 0.9);
     EXPECT_GT(far, 0.2);
     EXPECT_LT(far, near - 0.3);
-    EXPECT_LT(std::abs(centered_key_cosine(iid.data(), n, d, 0, 1)), 0.05);
+    EXPECT_LT(std::abs(centered_key_cosines(iid.data(), n, d, 0, near_far)[0]), 0.05);
 }
