@@ -589,14 +589,14 @@ SynthLayer synthesize_layer(const SynthParams& p, int layer) {
         }
         c.e_s.assign((size_t)d, 0.0f);
         {
-            Rng r(p.seed, kSinkDir, (uint64_t)layer, (uint64_t)g);
-            fill_pairs(r, c.e_s.data(), P, B.z_begin, P, 1.0);
             if (sink_by_mean) {  // queries win the sinks by pointing away from the low-band key mean
-                std::fill(c.e_s.begin(), c.e_s.end(), 0.0f);
                 for (int j = B.l_begin; j < P; ++j) {
                     c.e_s[(size_t)j] = -c.mu_k[(size_t)j];
                     c.e_s[(size_t)(j + P)] = -c.mu_k[(size_t)(j + P)];
                 }
+            } else {  // a random direction in Z
+                Rng r(p.seed, kSinkDir, (uint64_t)layer, (uint64_t)g);
+                fill_pairs(r, c.e_s.data(), P, B.z_begin, P, 1.0);
             }
             double nrm = 0;
             for (float v : c.e_s) nrm += (double)v * v;
