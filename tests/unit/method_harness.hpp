@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bench/head_run.hpp"
 #include "methods/method.hpp"
 #include "methods/params.hpp"
 #include "metrics/evaluator.hpp"
@@ -85,16 +86,11 @@ inline HeadSlice blob_head(const BlobHeadParams& p) {
     return h;
 }
 
-/// The context the runner would hand a method for this head (fp16 storage for byte accounting).
+/// The context the runner hands a method for this head (head_context, fp16 storage for byte accounting), at
+/// layer `layer`.
 inline MethodContext context_of(const HeadSlice& h, int layer = 0) {
-    MethodContext ctx;
+    MethodContext ctx = head_context(h, DType::f16);
     ctx.layer = layer;
-    ctx.head_dim = h.head_dim;
-    ctx.group = h.group;
-    ctx.prompt_len = h.prompt_len;
-    ctx.scale = 1.0f / std::sqrt((float)h.head_dim);
-    ctx.storage = DType::f16;
-    ctx.slice = &h;
     return ctx;
 }
 
