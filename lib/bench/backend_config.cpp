@@ -4,6 +4,7 @@
 
 #include "bench/config.hpp"
 #include "core/error.hpp"
+#include "core/json_keys.hpp"
 
 namespace retro {
 
@@ -17,9 +18,7 @@ std::string parse_backend(const json& v, const std::string& where) {
 
 CudaOptions CudaOptions::from_json(const json& j, const std::string& where) {
     if (!j.is_object()) throw ConfigError(where + ": expected an object {batch, kmeans, warmup}");
-    for (auto it = j.begin(); it != j.end(); ++it)
-        if (it.key() != "batch" && it.key() != "kmeans" && it.key() != "warmup")
-            throw ConfigError(where + ": unknown key '" + it.key() + "' (allowed: batch, kmeans, warmup)");
+    check_keys(j, {"batch", "kmeans", "warmup"}, where);
     CudaOptions o;
     if (j.contains("batch")) {
         const json b = j["batch"].is_array() ? j["batch"] : json::array({j["batch"]});

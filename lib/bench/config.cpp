@@ -6,6 +6,7 @@
 
 #include "core/error.hpp"
 #include "core/fs.hpp"
+#include "core/json_keys.hpp"
 #include "methods/params.hpp"
 #include "system/cost_model.hpp"
 #include "system/system_params.hpp"
@@ -48,15 +49,6 @@ std::string MethodRun::label() const {
 }
 
 namespace {
-void check_keys(const json& j, const std::set<std::string>& allowed, const std::string& where) {
-    for (auto it = j.begin(); it != j.end(); ++it) {
-        if (!allowed.count(it.key())) {
-            std::string known;
-            for (const auto& k : allowed) known += (known.empty() ? "" : ", ") + k;
-            throw ConfigError(where + ": unknown key '" + it.key() + "' (allowed: " + known + ")");
-        }
-    }
-}
 
 int get_int(const json& v, const std::string& where, int lo, int hi) {
     if (!v.is_number_integer()) throw ConfigError(where + " = " + v.dump() + ": expected an integer");

@@ -3,6 +3,7 @@
 #include <set>
 
 #include "core/error.hpp"
+#include "core/json_keys.hpp"
 
 namespace retro {
 
@@ -41,12 +42,7 @@ SystemParams SystemParams::from_json(const json& j, const std::string& where) {
     if (!j.is_object()) throw ConfigError(where + ": expected an object");
     std::set<std::string> allowed(system_axis_keys().begin(), system_axis_keys().end());
     allowed.insert("throughput");
-    for (auto it = j.begin(); it != j.end(); ++it)
-        if (!allowed.count(it.key())) {
-            std::string known;
-            for (const auto& k : allowed) known += (known.empty() ? "" : ", ") + k;
-            throw ConfigError(where + ": unknown key '" + it.key() + "' (allowed: " + known + ")");
-        }
+    check_keys(j, allowed, where);
     SystemParams p;
     if (j.contains("cache")) p.cache = num(j, "cache", where, 0, 1);
     if (j.contains("cache_bytes")) p.cache_bytes = num(j, "cache_bytes", where, 0, 1e15);
@@ -82,9 +78,7 @@ json SystemParams::to_json() const {
 
 ThroughputParams ThroughputParams::from_json(const json& j, const std::string& where) {
     if (!j.is_object()) throw ConfigError(where + ": expected an object {model, batch, contexts}");
-    for (auto it = j.begin(); it != j.end(); ++it)
-        if (it.key() != "model" && it.key() != "batch" && it.key() != "contexts")
-            throw ConfigError(where + ": unknown key '" + it.key() + "' (allowed: batch, contexts, model)");
+    check_keys(j, {"model", "batch", "contexts"}, where);
     ThroughputParams t;
     if (j.contains("model")) {
         if (!j["model"].is_string()) throw ConfigError(where + ".model: expected a model shape name");
