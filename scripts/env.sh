@@ -6,6 +6,10 @@ RETRO_BUILD="${RETRO_BUILD:-$RETRO_ROOT/build}"
 RETRO_PYTHON="${RETRO_PYTHON:-/usr/bin/python3}"
 export RETRO_ROOT RETRO_BUILD RETRO_PYTHON
 
+# ccache: paths inside the checkout are hashed relative to the build directory, so a second checkout
+# (a clone, a git worktree) reuses the first one's objects.
+export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$RETRO_ROOT}"
+
 # Configure (first time) and build with Ninja; ccache is used when present.
 retro_build() {
   if [[ ! -f "$RETRO_BUILD/build.ninja" ]]; then

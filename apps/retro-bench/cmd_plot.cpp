@@ -17,6 +17,7 @@
 
 #include "commands.hpp"
 #include "core/error.hpp"
+#include "core/host.hpp"
 
 extern char** environ;
 
@@ -47,7 +48,7 @@ std::string plot_script() {
         if (!is_file(e)) throw Error(std::string("RETRO_PLOT_SCRIPT=") + e + ": no such file");
         return e;
     }
-    std::vector<std::string> tried = {std::string(RETRO_SOURCE_DIR) + "/scripts/plotting/retro_plot.py"};
+    std::vector<std::string> tried = {std::string(source_dir()) + "/scripts/plotting/retro_plot.py"};
     std::error_code ec;
     const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
     if (!ec) {

@@ -7,6 +7,7 @@
 
 #include "core/error.hpp"
 #include "core/fs.hpp"
+#include "core/host.hpp"
 
 namespace retro {
 
@@ -55,9 +56,7 @@ std::vector<std::string> hardware_search_dirs() {
     std::vector<std::string> d;
     if (const char* e = std::getenv("RETRO_HARDWARE_DIR"); e && *e) d.push_back(e);
     d.push_back("configs/hardware");
-#ifdef RETRO_SOURCE_DIR
-    d.push_back(std::string(RETRO_SOURCE_DIR) + "/configs/hardware");
-#endif
+    d.push_back(std::string(source_dir()) + "/configs/hardware");
     return d;
 }
 

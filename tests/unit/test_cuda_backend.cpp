@@ -21,6 +21,7 @@
 #include "bench/runner.hpp"
 #include "bench/summary.hpp"
 #include "core/fs.hpp"
+#include "core/host.hpp"
 #include "cuda_api.hpp"
 #include "method_harness.hpp"
 #include "scratch_dir.hpp"
@@ -405,7 +406,8 @@ BACKEND_TEST(HostPoolRunsEveryItemOnce) {
 BACKEND_TEST(HardwareValuesMatchTheProfile) {
     ScratchDir dir;
     const std::string values = dir.path + "/hw.txt";
-    const std::string cmd = "python3 '" RETRO_SOURCE_DIR "/scripts/hardware-values.py' '" RETRO_SOURCE_DIR
+    const std::string src = source_dir();
+    const std::string cmd = "python3 '" + src + "/scripts/hardware-values.py' '" + src +
                             "/configs/hardware/h200.json' > '" + values + "'";
     if (std::system(cmd.c_str()) != 0) GTEST_SKIP() << "no python3";
     const HardwareSpec got = gpu_run::read_hardware_values(values);
