@@ -31,6 +31,18 @@ class RegistryTest(unittest.TestCase):
             self.assertTrue(callable(f.draw), f"{name} has no draw function")
             self.assertTrue(f.needs and f.title, name)
 
+    def test_registry_order_is_the_one_list(self):
+        from retroplot.figures import registry
+        self.assertEqual(tuple(F.FIGURES), registry.ORDER)
+        # a figure registered without being listed (or listed without being registered) fails the check
+        registry.figure("not_listed", "t", "n")(lambda res: None)
+        try:
+            with self.assertRaisesRegex(RuntimeError, "not in ORDER.*not_listed"):
+                registry.finish()
+        finally:
+            del F.FIGURES["not_listed"]
+        registry.finish()
+
     def test_applicability_per_fixture(self):
         expected = {
             "quickstart": {"accuracy_budget", "estimation", "head_heatmap"},
