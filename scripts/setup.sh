@@ -13,6 +13,9 @@ PKGS=(
   # trace dumper (scripts/dump/): CPU torch under the pinned venv, and the texts prompts are built from
   python3-venv python3-torch python3-yaml python3-requests python3-packaging python3-psutil
   r-cran-janeaustenr r-cran-tokenizers bible-kjv bible-kjv-text
+  # the Slurm test (tests/cluster/, docs/cluster.md) runs its own one-node cluster from these; installing
+  # them starts no daemon the test relies on (it starts munged, slurmctld, slurmd itself, by PID)
+  slurmctld slurmd slurm-client munge
 )
 
 missing=()

@@ -37,6 +37,7 @@ struct RunArgs {
     std::string results = "results";
     bool resume = false, force = false, quiet = false;
     int threads = -1;
+    std::string shard;  ///< "I/N" (docs/cluster.md)
 };
 
 const CommandRegistrar reg(10, [](CLI::App& app) {
@@ -47,10 +48,13 @@ const CommandRegistrar reg(10, [](CLI::App& app) {
     sub->add_flag("--resume", a->resume, "continue an existing results directory, skipping finished heads");
     sub->add_flag("--force", a->force, "delete an existing results directory first");
     sub->add_option("--threads", a->threads, "worker threads over heads (0 = all cores; default: config)");
+    sub->add_option("--shard", a->shard, "run only shard I of N (I/N, counted from 0) of the sweep's units "
+                    "into the shared results directory; the last shard to finish merges (docs/cluster.md)");
     sub->add_flag("-q,--quiet", a->quiet, "no progress output");
     sub->callback([] {});
     return std::function<int()>([a, &app] {
         if (a->resume && a->force) throw ConfigError("--resume and --force exclude each other");
+        const ShardSpec shard = a->shard.empty() ? ShardSpec{} : parse_shard(a->shard);
         if (file_exists(a->config)) {  // "experiment": "ood-recall" configs run the ood-recall command
             nlohmann::json j;
             try {
@@ -58,6 +62,9 @@ const CommandRegistrar reg(10, [](CLI::App& app) {
             } catch (const nlohmann::json::parse_error&) {
                 // load_config reports it with the file name
             }
+            if (is_ood_recall_config(j) && shard.active())
+                throw ConfigError(a->config + ": --shard applies to method sweeps; an \"experiment\": \"ood-recall\" "
+                                  "config runs on one machine");
             if (is_ood_recall_config(j))
                 return run_ood_config(j, a->config,
                                       OodConfigRun{.results_root = a->results, .resume = a->resume,
@@ -69,9 +76,10 @@ const CommandRegistrar reg(10, [](CLI::App& app) {
         opt.resume = a->resume;
         opt.force = a->force;
         opt.threads = a->threads;
+        opt.shard = shard;
         opt.config_path = a->config;
         opt.command_line = "retro-bench run " + a->config + (a->resume ? " --resume" : "") +
-                           (a->force ? " --force" : "");
+                           (a->force ? " --force" : "") + (shard.active() ? " --shard " + shard.str() : "");
         opt.stop = &g_stop;
 #ifdef RETRO_HAVE_CUDA
         const auto gpu = gpu_run::make_cuda_backend();  // used by "backend": "cuda" configs only
@@ -100,15 +108,18 @@ const CommandRegistrar reg(10, [](CLI::App& app) {
                     }
                 }
             };
-        fmt::print(stderr, "{}: {} run(s) x {} trace(s)\n", cfg.name, cfg.runs.size(), cfg.traces.size());
+        fmt::print(stderr, "{}: {} run(s) x {} trace(s){}\n", cfg.name, cfg.runs.size(), cfg.traces.size(),
+                   shard.active() ? ", shard " + shard.str() : "");
         std::signal(SIGINT, on_sigint);
         const RunOutcome out = run_config(cfg, opt);
         std::signal(SIGINT, SIG_DFL);
-        fmt::print("{}", summary_table(out.records));
-        fmt::print("\nresults: {}/ (runs.jsonl, per_head.csv, manifest.json)\n", out.dir);
+        if (!shard.active() || out.merged) {
+            fmt::print("{}", summary_table(out.records));
+            fmt::print("\nresults: {}/ (runs.jsonl, per_head.csv, manifest.json)\n", out.dir);
+        }
         if (out.interrupted) {
-            fmt::print(stderr, "interrupted: {} head(s) done this session; continue with: retro-bench run {} --resume\n",
-                       out.heads_run, a->config);
+            fmt::print(stderr, "interrupted: {} head(s) done this session; continue with: retro-bench run {} --resume{}\n",
+                       out.heads_run, a->config, shard.active() ? " --shard " + shard.str() : "");
             return 130;
         }
         (void)app;

@@ -7,6 +7,7 @@
 
 #include "core/error.hpp"
 #include "core/fs.hpp"
+#include "core/host.hpp"
 
 namespace retro {
 
@@ -63,6 +64,7 @@ json HeadPart::to_json() const {
     json kv = json::object();
     for (const auto& [k, v] : kv_metrics) kv[k] = vec(v);
     j["kv_metrics"] = kv;
+    if (!origin.is_null()) j["origin"] = origin;
     return j;
 }
 
@@ -81,6 +83,7 @@ HeadPart HeadPart::from_json(const json& j) {
         }
         for (auto it = j.at("kv_metrics").begin(); it != j.at("kv_metrics").end(); ++it)
             p.kv_metrics[it.key()] = unvec(*it);
+        if (j.contains("origin")) p.origin = j.at("origin");
         return p;
     } catch (const json::exception& e) {
         throw Error(std::string("malformed result part: ") + e.what());
@@ -97,7 +100,12 @@ bool ResultsDir::has_part(const std::string& run_id, int layer, int kv_head) con
 }
 
 void ResultsDir::write_part(const HeadPart& p) const {
-    write_file_atomic(part_path(p.run_id, p.layer, p.kv_head), p.to_json().dump() + "\n");
+    json j = p.to_json();
+    if (!origin_.is_null()) {
+        j["origin"] = origin_;
+        j["origin"]["written_at"] = utc_now_iso();
+    }
+    write_file_atomic(part_path(p.run_id, p.layer, p.kv_head), j.dump() + "\n");
 }
 
 HeadPart ResultsDir::read_part(const std::string& run_id, int layer, int kv_head) const {

@@ -27,6 +27,9 @@ struct HeadPart {
     std::map<std::string, std::vector<std::vector<double>>> q_metrics;
     /// kv_step metrics: name -> [steps]
     std::map<std::string, std::vector<double>> kv_metrics;
+    /// Where the part was made: {"revision", "config_hash", "host", "shard", "written_at"} (null in parts
+    /// written before it was recorded). `retro-bench merge` refuses parts of another revision or config.
+    nlohmann::json origin;
 
     nlohmann::json to_json() const;
     static HeadPart from_json(const nlohmann::json& j);  ///< throws Error on malformed input
@@ -34,7 +37,9 @@ struct HeadPart {
 
 class ResultsDir {
   public:
-    explicit ResultsDir(std::string dir) : dir_(std::move(dir)) {}
+    /// `origin` (when not null) is stamped into every part written, with the time of writing.
+    explicit ResultsDir(std::string dir, nlohmann::json origin = {})
+        : dir_(std::move(dir)), origin_(std::move(origin)) {}
     const std::string& path() const { return dir_; }
 
     std::string part_path(const std::string& run_id, int layer, int kv_head) const;
@@ -54,6 +59,7 @@ class ResultsDir {
 
   private:
     std::string dir_;
+    nlohmann::json origin_;
 };
 
 /// Aggregates of one run over all its parts: {"metrics": {name: Aggregate}, "per_layer": {name:

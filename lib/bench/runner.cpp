@@ -11,9 +11,12 @@
 #include <optional>
 #include <set>
 #include <thread>
+#include <tuple>
 
+#include "bench/assemble.hpp"
 #include "bench/cuda_runner.hpp"
 #include "bench/head_run.hpp"
+#include "bench/merge.hpp"
 #include "bench/results.hpp"
 #include "core/error.hpp"
 #include "core/fs.hpp"
@@ -49,11 +52,6 @@ std::vector<int> iota_vec(int n) {
     std::vector<int> v((size_t)n);
     for (int i = 0; i < n; ++i) v[(size_t)i] = i;
     return v;
-}
-double mean_of_steps(const std::vector<int>& s) {
-    double sum = 0;
-    for (int x : s) sum += x;
-    return s.empty() ? 0.0 : sum / (double)s.size();
 }
 double secs_since(Clock::time_point t0) {
     return std::chrono::duration<double>(Clock::now() - t0).count();
@@ -352,12 +350,19 @@ RunOutcome run_config(const RunConfig& cfg, const RunnerOptions& opt) {
     RunOutcome outcome;
     const std::string dir = opt.results_root + "/" + cfg.name;
     outcome.dir = dir;
-    const ResultsDir rd(dir);
+    const bool sharded = opt.shard.active();
+    const json host = host_info();
+    json origin = {{"revision", git_revision()}, {"config_hash", config_hash(cfg)}, {"host", host.value("hostname", "")}};
+    if (sharded) origin["shard"] = opt.shard.str();
+    const ResultsDir rd(dir, origin);
 
     // ---- everything that can fail on bad input happens before any work ----
     const bool on_gpu = cfg.backend == "cuda";
     if (on_gpu) check_cuda_backend(opt.gpu);  // first: before a synthetic trace is generated
-    if (rd.has_results() && !opt.resume && !opt.force)
+    if (sharded && opt.force)
+        throw ConfigError("--force cannot be combined with --shard: it would delete the other shards' results; "
+                          "remove " + dir + " before the sweep instead");
+    if (!sharded && rd.has_results() && !opt.resume && !opt.force)
         throw ConfigError(dir + " already holds results: pass --resume to continue it or --force to "
                                 "replace it");
     const auto traces = prepare_traces(cfg, true, opt.on_note);
@@ -369,67 +374,69 @@ RunOutcome run_config(const RunConfig& cfg, const RunnerOptions& opt) {
     }
     if (on_gpu)
         for (const auto& t : traces) check_cuda_trace(t, cfg, *opt.gpu);
-    auto reg = metric_registry(cfg.recall_k);
-    if (on_gpu) {
-        const auto more = gpu_metric_registry();
-        reg.insert(reg.end(), more.begin(), more.end());
-    }
+    const auto reg = sweep_metric_registry(cfg);
     const HardwareProfile hw = load_hardware_profile(cfg.hardware);  // configs/hardware/<name>.json
-    // run ids per trace
-    std::vector<std::vector<std::string>> ids(traces.size());
-    for (size_t ti = 0; ti < traces.size(); ++ti)
-        for (const auto& r : cfg.runs) ids[ti].push_back(run_id_for(traces[ti], r, cfg));
+    const auto ids = sweep_run_ids(cfg, traces);
+    // The units of this shard (lib/bench/shard.hpp): every unit when not sharded.
+    const auto units = sweep_units(cfg, traces, on_gpu);
+    const std::vector<int> owner = sharded ? assign_shards(units, opt.shard.count) : std::vector<int>(units.size(), 0);
+    std::set<std::tuple<size_t, size_t, int, int>> mine;  // (trace, run, layer, kv_head or -1)
+    for (size_t i = 0; i < units.size(); ++i)
+        if (owner[i] == opt.shard.index) mine.insert({units[i].trace, units[i].run, units[i].layer, units[i].kv_head});
+    auto in_shard = [&](size_t ti, size_t r, int l, int h) { return mine.count({ti, r, l, on_gpu ? -1 : h}) > 0; };
+    if (sharded && !opt.resume)
+        for (size_t ti = 0; ti < traces.size(); ++ti)
+            for (int l : traces[ti].layers)
+                for (int h : traces[ti].kv_heads)
+                    for (size_t r = 0; r < cfg.runs.size(); ++r)
+                        if (in_shard(ti, r, l, h) && rd.has_part(ids[ti][r], l, h))
+                            throw ConfigError(dir + " already holds results of shard " + opt.shard.str() +
+                                              ": pass --resume to continue it, or remove " + dir);
 
     if (opt.force) {
         std::error_code ec;
         fs::remove_all(dir, ec);
         if (ec) throw Error("cannot remove " + dir + ": " + ec.message());
     }
-    rd.remove_stale_temp_files();
+    // A shard leaves the directory's temp files alone: they may be another shard's writes in flight.
+    if (!sharded) rd.remove_stale_temp_files();
 
-    // ---- manifest ----
-    const std::string manifest_path = dir + "/manifest.json";
+    // ---- manifest (one machine) or this shard's session file (lib/bench/merge.hpp) ----
+    const auto t_session = Clock::now();
+    const std::string device = on_gpu ? opt.gpu->device_name() : "";
+    const SweepSummaryInput summary{cfg, traces, ids, reg, rd, hw, opt.config_path, device, git_revision()};
+    const std::string manifest_path = sharded ? shard_session_path(dir, opt.shard) : dir + "/manifest.json";
     json manifest = read_manifest(manifest_path);
     json sessions = manifest.is_object() && manifest.contains("sessions") ? manifest["sessions"] : json::array();
-    json session = {{"started_at", utc_now_iso()}, {"command", opt.command_line}, {"status", "running"}};
+    json session = {{"started_at", utc_now_iso()}, {"command", opt.command_line}, {"status", "running"},
+                    {"host", origin["host"]}, {"revision", git_revision()}};
+    if (sharded) session["units"] = mine.size();
     sessions.push_back(session);
-    manifest = json::object();
-    manifest["name"] = cfg.name;
-    manifest["status"] = "running";
-    manifest["config_file"] = opt.config_path;
-    manifest["config"] = cfg.resolved();
-    manifest["config_source"] = cfg.source;
-    manifest["hardware_profile"] = cfg.hardware;
-    manifest["backend"] = cfg.backend;
-    const std::string device = on_gpu ? opt.gpu->device_name() : "";
-    if (on_gpu) manifest["device"] = device;
-    manifest["host"] = host_info();
-    manifest["metrics"] = json::array();
-    for (const auto& m : reg)
-        manifest["metrics"].push_back({{"name", m.name}, {"description", m.description}, {"unit", m.unit},
-                                       {"direction", direction_name(m.direction)}, {"level", level_name(m.level)}});
-    manifest["traces"] = json::array();
-    for (size_t ti = 0; ti < traces.size(); ++ti) {
-        const auto& t = traces[ti];
-        json runs = json::array();
-        for (size_t r = 0; r < cfg.runs.size(); ++r)
-            runs.push_back({{"run_id", ids[ti][r]}, {"label", cfg.runs[r].label()}});
-        manifest["traces"].push_back({{"path", t.spec.path}, {"model", t.info.model}, {"source", t.info.source},
-                                      {"prompt_len", t.info.prompt_len}, {"decode_steps", t.info.num_decode_steps},
-                                      {"dtype", dtype_name(t.info.dtype)}, {"layers", t.layers},
-                                      {"kv_heads", t.kv_heads}, {"steps", t.steps}, {"runs", runs}});
+    if (sharded) {
+        manifest = {{"index", opt.shard.index}, {"count", opt.shard.count}, {"config_file", opt.config_path},
+                    {"config_source", cfg.source}, {"config_hash", origin["config_hash"]},
+                    {"revision", git_revision()}, {"device", device}, {"status", "running"}};
+    } else {
+        manifest = sweep_manifest(summary);
+        manifest["status"] = "running";
+        manifest["host"] = host;
     }
     manifest["sessions"] = sessions;
     write_file_atomic(manifest_path, manifest.dump(2) + "\n");
 
-    // ---- plan: (trace, layer, kv head) jobs with the runs still missing ----
+    // ---- plan: (trace, layer, kv head) jobs with this shard's runs still missing ----
     std::vector<Job> jobs;
     for (size_t ti = 0; ti < traces.size(); ++ti)
         for (int l : traces[ti].layers)
             for (int h : traces[ti].kv_heads) {
                 Job j{ti, l, h, {}};
-                for (size_t r = 0; r < cfg.runs.size(); ++r)
+                bool any = false;
+                for (size_t r = 0; r < cfg.runs.size(); ++r) {
+                    if (!in_shard(ti, r, l, h)) continue;
+                    any = true;
                     if (!rd.has_part(ids[ti][r], l, h)) j.runs.push_back(r);
+                }
+                if (!any) continue;
                 if (j.runs.empty()) ++outcome.heads_skipped;
                 else jobs.push_back(std::move(j));
             }
@@ -441,6 +448,7 @@ RunOutcome run_config(const RunConfig& cfg, const RunnerOptions& opt) {
     auto finish_manifest = [&](const std::string& status) {
         manifest["status"] = status;
         manifest["sessions"].back()["status"] = status;
+        manifest["sessions"].back()["wall_s"] = secs_since(t_session);
         manifest["sessions"].back()["finished_at"] = utc_now_iso();
         manifest["finished_at"] = utc_now_iso();
         write_file_atomic(manifest_path, manifest.dump(2) + "\n");
@@ -449,77 +457,33 @@ RunOutcome run_config(const RunConfig& cfg, const RunnerOptions& opt) {
         finish_manifest("failed");
         std::rethrow_exception(first_error);
     }
-
-    // ---- records for every run whose heads are all complete ----
-    std::string csv = per_head_csv_header(reg);
-    int index = 0;
-    for (size_t ti = 0; ti < traces.size(); ++ti) {
-        const auto& t = traces[ti];
-        for (size_t r = 0; r < cfg.runs.size(); ++r, ++index) {
-            std::vector<HeadPart> parts;
-            bool complete = true;
-            for (int l : t.layers)
-                for (int h : t.kv_heads) {
-                    if (!rd.has_part(ids[ti][r], l, h)) complete = false;
-                    else if (complete) parts.push_back(rd.read_part(ids[ti][r], l, h));
-                }
-            if (!complete) continue;
-            const MethodRun& mr = cfg.runs[r];
-            json rec = {{"index", index},
-                        {"run_id", ids[ti][r]},
-                        {"config", cfg.name},
-                        {"trace", t.spec.path},
-                        {"trace_model", t.info.model},
-                        {"prompt_len", t.info.prompt_len},
-                        {"method", mr.method},
-                        {"params", mr.params},
-                        {"label", mr.label()},
-                        {"hardware", cfg.hardware},
-                        {"kv_dtype", cfg.kv_dtype == "trace" ? std::string(dtype_name(t.info.dtype)) : cfg.kv_dtype},
-                        {"layers", t.layers},
-                        {"kv_heads", t.kv_heads},
-                        {"steps", t.steps.size()},
-                        {"samples_per_metric", parts.size() * (size_t)t.info.group_size() * t.steps.size()},
-                        {"revision", git_revision()}};
-            const json agg = aggregate_parts(parts, reg);
-            if (!mr.system.is_null()) rec["system"] = mr.system;  // the run's system-model point
-            if (mr.batch > 0) {
-                rec["backend"] = "cuda";
-                rec["batch"] = mr.batch;
-            }
-            rec["metrics"] = agg["metrics"];
-            rec["per_layer"] = agg["per_layer"];
-            if (mr.batch > 0) rec["cuda"] = cuda_record_summary(rec["metrics"], mr.batch, device);
-            if (!cfg.throughput.is_null())  // decode throughput vs batch (lib/system/cost_model.hpp)
-                rec["throughput"] = record_throughput(
-                    rec["metrics"], t.info.prompt_len + 1.0 + mean_of_steps(t.steps), t.info.head_dim,
-                    t.info.group_size(),
-                    (double)(cfg.kv_dtype == "trace" ? dtype_bytes(t.info.dtype) : dtype_bytes(parse_dtype(cfg.kv_dtype))),
-                    mr.method, mr.params, mr.system, cfg.throughput, hw);
-            // A record is immutable once written; rewrite only if it covers different heads.
-            bool write = true;
-            if (file_exists(rd.run_path(ids[ti][r]))) {
-                try {
-                    const json old = json::parse(read_file(rd.run_path(ids[ti][r])));
-                    write = old.value("layers", json()) != rec["layers"] ||
-                            old.value("kv_heads", json()) != rec["kv_heads"] || old.value("index", -1) != index;
-                    if (!write) rec = old;
-                } catch (const json::exception&) {
-                }
-            }
-            if (write) {
-                rec["finished_at"] = utc_now_iso();
-                rd.write_run(ids[ti][r], rec);
-            }
-            csv += per_head_csv_rows(rec, parts, reg);
-            outcome.records.push_back(rec);
-        }
+    if (!sharded) {
+        outcome.records = write_run_summaries(summary);
+        finish_manifest(outcome.interrupted ? "interrupted" : "complete");
+        return outcome;
     }
-    std::string jsonl;
-    for (const auto& rec : outcome.records) jsonl += rec.dump() + "\n";
-    write_file_atomic(dir + "/runs.jsonl", jsonl);
-    write_file_atomic(dir + "/per_head.csv", csv);
     finish_manifest(outcome.interrupted ? "interrupted" : "complete");
+    if (outcome.interrupted) return outcome;
+    // The shard that finds every unit of the sweep present merges (the others leave it to the last).
+    size_t present = 0, total = 0;
+    for (size_t ti = 0; ti < traces.size(); ++ti)
+        for (int l : traces[ti].layers)
+            for (int h : traces[ti].kv_heads)
+                for (size_t r = 0; r < cfg.runs.size(); ++r, ++total) present += rd.has_part(ids[ti][r], l, h);
+    if (present < total) {
+        if (opt.on_note)
+            opt.on_note("shard " + opt.shard.str() + " complete; " + std::to_string(present) + " of " +
+                        std::to_string(total) + " part files of the sweep present: the last shard merges "
+                        "(or: retro-bench merge " + dir + ")");
+        return outcome;
+    }
+    if (opt.on_note) opt.on_note("shard " + opt.shard.str() + ": every part file of the sweep is present; merging");
+    try {
+        outcome.records = merge_results(dir).records;
+    } catch (const Error& e) {
+        throw Error("shard " + opt.shard.str() + " finished, but merging failed: " + e.what());
+    }
+    outcome.merged = true;
     return outcome;
 }
 

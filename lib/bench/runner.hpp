@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "bench/config.hpp"
+#include "bench/shard.hpp"
 #include "gpu/backend.hpp"
 #include "trace/trace.hpp"
 
@@ -54,6 +55,9 @@ struct RunnerOptions {
     std::string results_root = "results";
     bool resume = false;  ///< continue an existing results directory, skipping finished (run, head)s
     bool force = false;   ///< delete an existing results directory first
+    /// Run only this shard's units (lib/bench/shard.hpp); its sessions go to shards/shard-I-of-N.json
+    /// instead of manifest.json, and the shard that completes the sweep merges (lib/bench/merge.hpp).
+    ShardSpec shard;
     int threads = -1;     ///< overrides the config when >= 0 (0 = all cores)
     std::string command_line;  ///< recorded in the manifest
     std::string config_path;   ///< recorded in the manifest
@@ -70,6 +74,7 @@ struct RunOutcome {
     std::vector<nlohmann::json> records;  ///< complete run records of this config, in config order
     bool interrupted = false;
     int heads_run = 0, heads_skipped = 0;
+    bool merged = false;  ///< a shard that completed the sweep and merged it
 };
 
 RunOutcome run_config(const RunConfig& cfg, const RunnerOptions& opt);

@@ -354,3 +354,42 @@ TEST_F(Cli, CudaBackendWithoutADeviceFailsBeforeAnyWork) {
     EXPECT_FALSE(fs::exists("results"));
     EXPECT_FALSE(fs::exists("t.h5"));
 }
+
+// Sharded runs (docs/cluster.md): a malformed --shard is refused before any work, naming the value and
+// the expected form; two shards into one directory merge (the second automatically); `merge` of a
+// directory whose parts come from two revisions is refused naming both.
+TEST_F(Cli, ShardSpecIsCheckedAndShardsMerge) {
+    make_trace("t.h5");
+    write_config("c.json", tiny_config("t.h5"));
+    for (const std::string bad : {"4/4", "0/0", "a/b"}) {
+        const auto r = sh(bin() + " run c.json --shard " + bad);
+        EXPECT_EQ(r.code, 2) << r.out;
+        EXPECT_NE(r.out.find("retro-bench: error: --shard '" + bad + "': expected I/N with 0 <= I < N"),
+                  std::string::npos) << r.out;
+        EXPECT_FALSE(fs::exists("results/tiny"));
+    }
+    auto r = sh(bin() + " run c.json --shard 0/2 -q");
+    ASSERT_EQ(r.code, 0) << r.out;
+    EXPECT_NE(r.out.find("shard 0/2 complete"), std::string::npos) << r.out;
+    EXPECT_FALSE(fs::exists("results/tiny/runs.jsonl"));
+    r = sh(bin() + " run c.json --shard 1/2 -q");
+    ASSERT_EQ(r.code, 0) << r.out;
+    EXPECT_NE(r.out.find("merging"), std::string::npos) << r.out;
+    EXPECT_EQ(read_jsonl("results/tiny/runs.jsonl").size(), 4u);
+    r = sh(bin() + " merge results/tiny");
+    ASSERT_EQ(r.code, 0) << r.out;
+    EXPECT_NE(r.out.find("merged 24 units from 2 shard session file(s)"), std::string::npos) << r.out;
+    // one part from another build
+    fs::path part;
+    for (const auto& e : fs::recursive_directory_iterator("results/tiny/parts"))
+        if (e.is_regular_file()) part = e.path();
+    json p = json::parse(slurp(part));
+    const std::string mine = p["origin"]["revision"];
+    p["origin"]["revision"] = "feedbee-old";
+    std::ofstream(part) << p.dump();
+    r = sh(bin() + " merge results/tiny");
+    EXPECT_EQ(r.code, 2) << r.out;
+    EXPECT_NE(r.out.find("come from 2 revisions: "), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("feedbee-old (1 file, e.g. parts/"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find(mine + " ("), std::string::npos) << r.out;
+}

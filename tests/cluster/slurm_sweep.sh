@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# A sharded sweep on a real (one-node, throw-away) Slurm cluster (ctest label "cluster", docs/cluster.md):
+#   1. starts munged + slurmctld + slurmd in a temporary directory (scripts/slurm/local-cluster.sh),
+#   2. runs a tiny config on one machine, then submits it with scripts/slurm/sweep.sh as 4 shards,
+#      waits for the merge job and compares the merged results with the one-machine run (equal metrics),
+#   3. submits it again, kills one shard mid-run (SIGKILL), shows the merge refused naming that shard,
+#      reruns that shard alone (ONLY=i) and compares again,
+#   4. stops every daemon it started, by PID, on every exit path (trap).
+# Exit 77 (ctest: skipped) only when Slurm cannot be installed here.
+# Usage: slurm_sweep.sh RETRO_BENCH_BINARY
+set -euo pipefail
+bin=$(readlink -f "${1:?usage: slurm_sweep.sh RETRO_BENCH_BINARY}")
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+source "$root/scripts/env.sh"
+cluster="$root/scripts/slurm/local-cluster.sh"
+
+work=$(mktemp -d /tmp/retro_slurm_XXXXXX)
+cleanup() {
+  bash "$cluster" stop "$work/cluster" || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+start() { bash "$cluster" start "$work/cluster" >"$work/cluster.env"; }
+rc=0
+start || rc=$?
+if [[ $rc -eq 77 ]]; then  # not installed: try the project's set-up (it lists slurm-wlm and munge)
+  if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null 2>&1; then
+    bash "$root/scripts/setup.sh" >&2 || true
+    rc=0
+    start || rc=$?
+  fi
+  if [[ $rc -eq 77 ]]; then echo "SKIPPED: Slurm (slurm-wlm, munge) cannot be installed or run here"; exit 77; fi
+fi
+[[ $rc -eq 0 ]] || { echo "FAIL: the local Slurm cluster did not start" >&2; exit 1; }
+source "$work/cluster.env"
+echo "cluster up: $(sinfo -h -o '%P %t %c CPUs')"
+
+cd "$work"
+# 2 layers x 3 KV heads, 6 runs = 36 units; a few seconds per shard on one core
+cat >sweep.json <<'EOF'
+{
+  "name": "tiny-sweep",
+  "traces": [{"path": "t.h5", "synth": {"preset": "smollm2", "num_layers": 2, "prompt_len": 3000,
+                                       "decode_steps": 12, "prefill_queries": 0, "seed": 5}}],
+  "metrics": {"recall_k": [10, 100]},
+  "methods": [{"name": "full"}, {"name": "oracle_topk", "params": {"k": [10, 100]}},
+              {"name": "streaming", "params": {"sink": 4, "window": 64}},
+              {"name": "wave", "params": {"estimation": [0.232, 0]}}]
+}
+EOF
+
+"$bin" run sweep.json --results one -q --threads 1 >/dev/null
+
+job_state() { scontrol -o show job "$1" 2>/dev/null | sed -n 's/.*JobState=\([A-Z_]*\).*/\1/p' | head -n1; }
+wait_done() {  # JOBID TIMEOUT_S: waits until the job (every array task) left the queue; prints its state
+  local id=$1 t=$2
+  for _ in $(seq $((t * 5))); do
+    [[ -z "$(squeue -h -j "$id" 2>/dev/null)" ]] && { job_state "$id"; return 0; }
+    sleep 0.2
+  done
+  echo "TIMEOUT"
+}
+submit() {  # RESULTS_ROOT [env...]: sweep.sh as 4 shards, one core each; sets array_id, merge_id
+  local out
+  out=$(env SHARDS=4 CPUS_PER_TASK=1 RESULTS="$1" RETRO_BENCH="$bin" "${@:2}" bash "$root/scripts/slurm/sweep.sh" sweep.json)
+  array_id=$(awk '/^array/{print $2}' <<<"$out")
+  merge_id=$(awk '/^merge/{print $2}' <<<"$out")
+  [[ -n "$array_id" && -n "$merge_id" ]] || { echo "FAIL: sweep.sh printed: $out" >&2; exit 1; }
+}
+
+# ---- a whole sweep as 4 shards ----
+submit sharded
+state=$(wait_done "$merge_id" 90)
+[[ "$state" == COMPLETED ]] || { echo "FAIL: merge job $merge_id ended $state" >&2; tail -n 20 sharded/slurm-logs/* >&2; exit 1; }
+"$RETRO_PYTHON" "$root/tests/cluster/same_results.py" one/tiny-sweep sharded/tiny-sweep
+sessions=$(ls sharded/tiny-sweep/shards | wc -l)
+[[ "$sessions" -eq 4 ]] || { echo "FAIL: $sessions shard session files, expected 4" >&2; exit 1; }
+echo "PASS: 4-shard sweep merged by job $merge_id equals the one-machine run"
+
+# ---- kill shard 1 mid-run, merge refused naming it, rerun it alone ----
+submit killed
+victim="${array_id}_1"
+for _ in $(seq 300); do  # until shard 1 wrote a part file
+  grep -lqs '"shard":"1/4"' killed/tiny-sweep/parts/*/*.json 2>/dev/null && break
+  sleep 0.1
+done
+grep -lqs '"shard":"1/4"' killed/tiny-sweep/parts/*/*.json || { echo "FAIL: shard 1 never started writing" >&2; exit 1; }
+scancel --signal=KILL --full "$victim"
+wait_done "$array_id" 90 >/dev/null
+vstate=$(job_state "$victim")
+[[ "$vstate" != COMPLETED ]] || { echo "FAIL: shard 1 completed before it could be killed" >&2; exit 1; }
+mstate=$(wait_done "$merge_id" 30)
+[[ "$mstate" != COMPLETED ]] || { echo "FAIL: the merge job ran although shard 1 failed" >&2; exit 1; }
+if "$bin" merge killed/tiny-sweep >merge.out 2>&1; then echo "FAIL: merge accepted a sweep with a killed shard" >&2; exit 1; fi
+grep -q "rerun shard 1/4" merge.out || { echo "FAIL: merge refusal does not name shard 1/4:" >&2; cat merge.out >&2; exit 1; }
+echo "PASS: shard $victim killed mid-run ($vstate); merge refused: $(head -c 200 merge.out)..."
+submit killed ONLY=1
+state=$(wait_done "$merge_id" 90)
+[[ "$state" == COMPLETED ]] || { echo "FAIL: merge job after the rerun ended $state" >&2; tail -n 20 killed/slurm-logs/* >&2; exit 1; }
+"$RETRO_PYTHON" "$root/tests/cluster/same_results.py" one/tiny-sweep killed/tiny-sweep
+echo "PASS: shard 1 rerun alone completed the sweep"
