@@ -7,6 +7,7 @@
 
 #include "bench/config.hpp"
 #include "bench/runner.hpp"
+#include "bench/shard.hpp"
 #include "bench/summary.hpp"
 #include "commands.hpp"
 #include "core/error.hpp"
@@ -32,12 +33,39 @@ std::string hms(double s) {
                      : fmt::format("{:02}:{:02}", t / 60, t % 60);
 }
 
+// `--shard-plan N`: the units and estimated cost of every shard, from the traces' metadata (or a synth
+// recipe's shape) alone.
+void print_shard_plan(const RunConfig& cfg, int n) {
+    const auto traces = prepare_traces(cfg, false);
+    const auto units = sweep_units(cfg, traces, cfg.backend == "cuda");
+    const auto owner = assign_shards(units, n);
+    std::vector<uint64_t> load((size_t)n, 0);
+    std::vector<size_t> count((size_t)n, 0);
+    uint64_t total = 0;
+    for (size_t i = 0; i < units.size(); ++i) {
+        load[(size_t)owner[i]] += units[i].cost;
+        ++count[(size_t)owner[i]];
+        total += units[i].cost;
+    }
+    fmt::print("{}: {} units, estimated cost {:.4g} (tokens x method weight, docs/cluster.md)\n", cfg.name,
+               units.size(), (double)total);
+    uint64_t slowest = 0;
+    for (int s = 0; s < n; ++s) {
+        fmt::print("  shard {}/{}: {} units, cost {:.4g} ({:.1f}%)\n", s, n, count[(size_t)s], (double)load[(size_t)s],
+                   total ? 100.0 * (double)load[(size_t)s] / (double)total : 0.0);
+        slowest = std::max(slowest, load[(size_t)s]);
+    }
+    fmt::print("estimated balance (slowest / mean shard): {:.3f}\n",
+               total ? (double)slowest * n / (double)total : 1.0);
+}
+
 struct RunArgs {
     std::string config;
     std::string results = "results";
     bool resume = false, force = false, quiet = false;
     int threads = -1;
     std::string shard;  ///< "I/N" (docs/cluster.md)
+    int shard_plan = 0;  ///< print the assignment for this many shards and exit
 };
 
 const CommandRegistrar reg(10, [](CLI::App& app) {
@@ -50,6 +78,8 @@ const CommandRegistrar reg(10, [](CLI::App& app) {
     sub->add_option("--threads", a->threads, "worker threads over heads (0 = all cores; default: config)");
     sub->add_option("--shard", a->shard, "run only shard I of N (I/N, counted from 0) of the sweep's units "
                     "into the shared results directory; the last shard to finish merges (docs/cluster.md)");
+    sub->add_option("--shard-plan", a->shard_plan, "print how N shards would split the sweep (units and "
+                    "estimated cost per shard) and exit; nothing is generated or run")->check(CLI::Range(1, 100000));
     sub->add_flag("-q,--quiet", a->quiet, "no progress output");
     sub->callback([] {});
     return std::function<int()>([a, &app] {
@@ -71,6 +101,10 @@ const CommandRegistrar reg(10, [](CLI::App& app) {
                                                    .force = a->force, .threads = a->threads});
         }
         const RunConfig cfg = load_config(a->config);
+        if (a->shard_plan > 0) {
+            print_shard_plan(cfg, a->shard_plan);
+            return 0;
+        }
         RunnerOptions opt;
         opt.results_root = a->results;
         opt.resume = a->resume;
