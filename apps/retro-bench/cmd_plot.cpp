@@ -1,15 +1,7 @@
 // `retro-bench plot RESULTS_DIR` and `retro-bench report RESULTS_DIR` (docs/plots.md): figures and the
 // self-contained HTML report. Both run scripts/plotting/retro_plot.py (matplotlib) with RETRO_PYTHON or
 // /usr/bin/python3 (Debian's python3-matplotlib), by posix_spawn with an argument vector (no shell).
-#include <spawn.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <csignal>
 #include <cstdlib>
-#include <cstring>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -17,9 +9,7 @@
 
 #include "commands.hpp"
 #include "core/error.hpp"
-#include "core/host.hpp"
-
-extern char** environ;
+#include "spawn.hpp"
 
 namespace retro::cli {
 namespace {
@@ -36,34 +26,6 @@ struct PlotArgs {
     int dpi = 0;
 };
 
-bool is_file(const std::string& p) {
-    std::error_code ec;
-    return fs::is_regular_file(p, ec);
-}
-
-/// The plotting script: $RETRO_PLOT_SCRIPT, else the source tree this binary was built from, else next to
-/// the executable (an installed or copied tree).
-std::string plot_script() {
-    if (const char* e = std::getenv("RETRO_PLOT_SCRIPT"); e && *e) {
-        if (!is_file(e)) throw Error(std::string("RETRO_PLOT_SCRIPT=") + e + ": no such file");
-        return e;
-    }
-    std::vector<std::string> tried = {std::string(source_dir()) + "/scripts/plotting/retro_plot.py"};
-    std::error_code ec;
-    const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
-    if (!ec) {
-        tried.push_back((exe.parent_path() / "../scripts/plotting/retro_plot.py").lexically_normal().string());
-        tried.push_back((exe.parent_path() / "../share/retro-bench/plotting/retro_plot.py").lexically_normal().string());
-    }
-    std::string list;
-    for (const auto& p : tried) {
-        if (is_file(p)) return p;
-        list += (list.empty() ? "" : ", ") + p;
-    }
-    throw Error("cannot find the plotting script retro_plot.py (looked at " + list +
-                "); set RETRO_PLOT_SCRIPT to its path");
-}
-
 /// The Python interpreter: $RETRO_PYTHON, else /usr/bin/python3 (not the first python3 on PATH, which may
 /// be a build without Debian's matplotlib; see scripts/env.sh).
 std::string python_path() {
@@ -78,11 +40,7 @@ int run_script(const std::string& sub, const PlotArgs& a) {
             throw Error("results directory " + a.results + " does not exist (run `retro-bench run CONFIG` first)");
     }
     const std::string py = python_path();
-    const bool has_slash = py.find('/') != std::string::npos;
-    if (has_slash && access(py.c_str(), X_OK) != 0)
-        throw Error("Python interpreter " + py + " is not executable (" + std::strerror(errno) +
-                    "): install python3 and python3-matplotlib (bash scripts/setup.sh) or set RETRO_PYTHON");
-    const std::string script = plot_script();
+    const std::string script = find_script("scripts/plotting/retro_plot.py", "RETRO_PLOT_SCRIPT", "plotting/retro_plot.py");
 
     std::vector<std::string> args = {py, "-B", script, sub, a.results};
     if (!a.out.empty()) args.insert(args.end(), {"--out", a.out});
@@ -93,25 +51,8 @@ int run_script(const std::string& sub, const PlotArgs& a) {
     if (!a.only.empty()) args.insert(args.end(), {"--only", a.only});
     for (const auto& f : a.inspect) args.insert(args.end(), {"--inspect", f});
     for (const auto& r : a.heatmap_runs) args.insert(args.end(), {"--heatmap-run", r});
-
-    std::vector<char*> argv;
-    for (auto& s : args) argv.push_back(s.data());
-    argv.push_back(nullptr);
-
-    pid_t pid = 0;
-    const int rc = has_slash ? posix_spawn(&pid, py.c_str(), nullptr, nullptr, argv.data(), environ)
-                             : posix_spawnp(&pid, py.c_str(), nullptr, nullptr, argv.data(), environ);
-    if (rc != 0)
-        throw Error("cannot run Python interpreter " + py + ": " + std::strerror(rc) +
-                    " (install python3 and python3-matplotlib with bash scripts/setup.sh, or set RETRO_PYTHON)");
-    // Ctrl-C reaches the child too (same process group); wait for it to finish and report its status.
-    int status = 0;
-    while (waitpid(pid, &status, 0) < 0) {
-        if (errno != EINTR) throw Error(std::string("waitpid: ") + std::strerror(errno));
-    }
-    if (WIFEXITED(status)) return WEXITSTATUS(status);
-    if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
-    return 3;
+    return spawn_wait(args, {}, "Python interpreter",
+                      "install python3 and python3-matplotlib with bash scripts/setup.sh, or set RETRO_PYTHON");
 }
 
 void add_common(CLI::App* sub, PlotArgs& a) {

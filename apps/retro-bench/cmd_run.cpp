@@ -12,6 +12,7 @@
 #include "commands.hpp"
 #include "core/error.hpp"
 #include "core/fs.hpp"
+#include "closed_loop_cmd.hpp"
 #include "ood_recall_cmd.hpp"
 #ifdef RETRO_HAVE_CUDA
 #include "run/cuda_backend.hpp"
@@ -99,6 +100,9 @@ const CommandRegistrar reg(10, [](CLI::App& app) {
                 return run_ood_config(j, a->config,
                                       OodConfigRun{.results_root = a->results, .resume = a->resume,
                                                    .force = a->force, .threads = a->threads});
+            if (is_closed_loop_config(j))  // the Python side over the binding (closed_loop_config.cpp)
+                return run_closed_loop_config(
+                    j, a->config, ClosedLoopRun{.results_root = a->results, .resume = a->resume, .force = a->force});
         }
         const RunConfig cfg = load_config(a->config);
         if (a->shard_plan > 0) {

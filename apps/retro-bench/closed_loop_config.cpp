@@ -1,0 +1,80 @@
+// `retro-bench run CONFIG` for "experiment": "closed-loop" configs (configs/closedloop/*.json,
+// docs/closed-loop.md): checks, then scripts/closedloop/closed_loop.py in the dump venv.
+#include <fmt/format.h>
+
+#include <cstdlib>
+#include <filesystem>
+
+#include "bench/config.hpp"
+#include "closed_loop_cmd.hpp"
+#include "core/error.hpp"
+#include "core/json_keys.hpp"
+#include "spawn.hpp"
+
+namespace retro::cli {
+namespace {
+
+using json = nlohmann::json;
+namespace fs = std::filesystem;
+
+/// The closed loop's interpreter: $RETRO_CLOSED_LOOP_PYTHON, else the trace dumper's venv (torch,
+/// transformers; scripts/dump/setup_venv.sh): $RETRO_DUMP_VENV or ${XDG_CACHE_HOME:-~/.cache}/retro-bench/dump-venv.
+std::string closed_loop_python() {
+    if (const char* e = std::getenv("RETRO_CLOSED_LOOP_PYTHON"); e && *e) return e;
+    std::string venv;
+    if (const char* e = std::getenv("RETRO_DUMP_VENV"); e && *e) {
+        venv = e;
+    } else {
+        const char* xdg = std::getenv("XDG_CACHE_HOME");
+        const char* home = std::getenv("HOME");
+        venv = (xdg && *xdg ? std::string(xdg) : std::string(home ? home : "") + "/.cache") + "/retro-bench/dump-venv";
+    }
+    return venv + "/bin/python";
+}
+
+}  // namespace
+
+bool is_closed_loop_config(const json& j) {
+    return j.is_object() && j.contains("experiment") && j["experiment"].is_string() &&
+           j["experiment"].get<std::string>() == "closed-loop";
+}
+
+int run_closed_loop_config(const json& j, const std::string& origin, const ClosedLoopRun& opt) {
+    check_keys(j, {"name", "experiment", "description", "figure", "model", "dense_layers", "prefill_queries",
+                   "prefill_chunk", "storage", "threads", "seed", "allow_beyond_context", "fidelity", "niah",
+                   "methods", "open_loop"},
+               origin);
+    if (opt.resume && opt.force) throw ConfigError("--resume and --force exclude each other");
+    if (!j.contains("model") || !j["model"].is_string())
+        throw ConfigError(origin + ": missing \"model\" (smollm2, FILE.gguf, a Hugging Face directory or "
+                                   "tiny-random-llama)");
+    // The name and the methods go through the run-config parser (same checks, same expansion of the
+    // parameter grids, defaults filled from the registry), with a placeholder trace: none is read.
+    json base = {{"name", j.value("name", "")}, {"traces", json::array({"(closed loop: no trace)"})}};
+    if (j.contains("methods")) base["methods"] = j["methods"];
+    const RunConfig cfg = parse_config(base, origin);
+    json runs = json::array();
+    for (const auto& r : cfg.runs) runs.push_back({{"method", r.method}, {"params", r.params}, {"label", r.label()}});
+    fmt::print(stderr, "{}: closed loop on {}, {} run(s) + the full-attention reference\n", cfg.name,
+               j["model"].get<std::string>(), cfg.runs.size());
+    if (opt.validate_only) {
+        fmt::print("{}: OK closed-loop config '{}': {} run(s)\n", origin, cfg.name, cfg.runs.size());
+        for (const auto& r : cfg.runs) fmt::print("  {}\n", r.label());
+        return 0;
+    }
+    const std::string py = closed_loop_python();
+    const std::string script = find_script("scripts/closedloop/closed_loop.py", "RETRO_CLOSED_LOOP_SCRIPT");
+    std::string pypath = (fs::path(exe_dir()) / "python").string();  // build/python: the retro_bench binding
+    if (const char* e = std::getenv("PYTHONPATH"); e && *e) pypath += std::string(":") + e;
+    std::string command = "retro-bench run " + origin + (opt.resume ? " --resume" : "") + (opt.force ? " --force" : "");
+    std::vector<std::string> args = {py, "-B", script, origin, "--runs-json", runs.dump(), "--results",
+                                     opt.results_root, "--command", command, "--retro-bin",
+                                     (fs::path(exe_dir()) / "retro-bench").string()};
+    if (opt.resume) args.push_back("--resume");
+    if (opt.force) args.push_back("--force");
+    return spawn_wait(args, {{"PYTHONPATH", pypath}}, "Python interpreter",
+                      "the closed loop runs in the trace dumper's venv: bash scripts/dump/setup_venv.sh, or set "
+                      "RETRO_CLOSED_LOOP_PYTHON");
+}
+
+}  // namespace retro::cli

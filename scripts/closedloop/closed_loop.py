@@ -1,0 +1,328 @@
+#!/usr/bin/env python3
+"""The closed-loop experiment (docs/closed-loop.md): every method inside a real model's decode.
+
+Launched by `retro-bench run CONFIG` for configs with "experiment": "closed-loop" (the C++ side checks
+the config and the methods' parameters against the registry and passes the expanded runs), with the
+dump venv's Python and build/python on PYTHONPATH. For each case (a prompt: a fidelity excerpt or a
+needle-in-a-haystack prompt) the prompt's prefill runs once with exact attention; then the reference
+(the model's own exact attention) and every method run decode on top of that same prefill: the method
+is built per (layer, KV head) on the prompt's post-RoPE keys/values (+ its last prefill queries) through
+the retro_bench binding and sees each decode token appended in order; layers below dense_layers stay
+exact (Quest's setting). One part file per (run, case) makes an interrupted sweep resume."""
+
+import argparse
+import hashlib
+import json
+import os
+import sys
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import backend  # noqa: E402
+import metrics  # noqa: E402
+import tasks  # noqa: E402
+from results import ResultsDir, ResultsError, write_atomic  # noqa: E402
+
+FIDELITY_KEYS = {"texts", "prompt_tokens", "continuation_tokens", "greedy_tokens", "random_prompt", "seed"}
+NIAH_KEYS = {"texts", "prompt_tokens", "depths", "variants", "num_keys", "max_new_tokens", "seed"}
+REFERENCE = "reference"
+
+
+class ConfigError(Exception):
+    pass
+
+
+def log(msg):
+    print(f"[closed-loop] {msg}", file=sys.stderr, flush=True)
+
+
+def check_config(cfg, origin):
+    def keys(obj, allowed, where):
+        if not isinstance(obj, dict):
+            raise ConfigError(f"{origin}: {where}: expected an object")
+        bad = sorted(set(obj) - allowed)
+        if bad:
+            raise ConfigError(f"{origin}: {where}: unknown key '{bad[0]}' (known: {', '.join(sorted(allowed))})")
+    # the top-level keys and the methods are checked by retro-bench (apps/retro-bench/closed_loop_config.cpp)
+    if "model" not in cfg or not isinstance(cfg["model"], str):
+        raise ConfigError(f"{origin}: missing \"model\" (smollm2, FILE.gguf, a HF directory or tiny-random-llama)")
+    if "fidelity" in cfg:
+        keys(cfg["fidelity"], FIDELITY_KEYS, "fidelity")
+    if "niah" in cfg:
+        keys(cfg["niah"], NIAH_KEYS, "niah")
+    if "fidelity" not in cfg and "niah" not in cfg:
+        raise ConfigError(f"{origin}: no task: give \"fidelity\" and/or \"niah\"")
+    dl = cfg.get("dense_layers", 0)
+    if not (isinstance(dl, int) and dl >= 0):
+        raise ConfigError(f"{origin}: dense_layers must be an integer >= 0, got {dl!r}")
+
+
+def run_id(run, cfg):
+    key = {"method": run["method"], "params": run["params"], "model": cfg["model"],
+           "dense_layers": cfg.get("dense_layers", 0), "storage": cfg.get("storage", "f32"),
+           "prefill_queries": cfg.get("prefill_queries", 64), "seed": cfg.get("seed", 0)}
+    return run["method"] + "-" + hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:10]
+
+
+class Decoder:
+    """Decode loops of one case on top of its prefill: the reference (heads None) or a method."""
+
+    def __init__(self, lm, rb, cfg, case, logp0, prefill_q):
+        self.lm, self.rb, self.cfg, self.case = lm, rb, cfg, case
+        self.logp0, self.prefill_q = logp0, prefill_q
+        self.pl = len(case["ids"])
+
+    def build(self, run):
+        """One HeadMethod per (layer >= dense_layers, KV head) on the prompt's KV. Returns seconds."""
+        lm, rb = self.lm, self.rb
+        t0 = time.perf_counter()
+        heads = []
+        g = lm.nq // lm.nkv
+        for l in range(lm.n_layers):
+            if l < self.cfg.get("dense_layers", 0):
+                heads.append(None)
+                continue
+            K, V = lm.prefill_kv(l)
+            K = lm.patch.to_trace_layout(K)
+            PQ = lm.patch.to_trace_layout(self.prefill_q[l]) if self.prefill_q[l].shape[1] else None
+            row = []
+            for h in range(lm.nkv):
+                m = rb.HeadMethod(run["method"], run["params"], lm.d, g, layer=l, kv_head=h,
+                                  seed=int(self.cfg.get("seed", 0)), storage=self.cfg.get("storage", "f32"))
+                m.build(K[h], np.ascontiguousarray(V[h]), PQ[h * g:(h + 1) * g] if PQ is not None else None)
+                row.append(m)
+            heads.append(row)
+        lm.patch.heads = heads
+        return time.perf_counter() - t0
+
+    def _steps(self, run, tokens, greedy):
+        """Feeds tokens (teacher-forced) or its own argmax (greedy, starting from the prefill's)."""
+        lm = self.lm
+        lm.reset()
+        build_s = self.build(run) if run is not None else 0.0
+        lm.patch.stats, lm.patch.method_s = [], 0.0
+        step_ms, logps, out = [], [], []
+        tok = int(np.argmax(self.logp0)) if greedy else None
+        n = tokens if greedy else len(tokens) - 1
+        for t in range(n):
+            cur = tok if greedy else tokens[t]
+            if greedy:
+                out.append(cur)
+            t0 = time.perf_counter()
+            logp = lm.step(cur, self.pl + t, t)
+            step_ms.append((time.perf_counter() - t0) * 1e3)
+            if greedy:
+                tok = int(np.argmax(logp))
+            else:
+                logps.append(logp)
+        st = np.array(lm.patch.stats) if lm.patch.stats else np.zeros((0, 3))
+        info = dict(build_s=build_s, step_ms=step_ms, method_s=lm.patch.method_s,
+                    exact_frac=float(st[:, 0].mean()) if len(st) else 1.0,
+                    est_frac=float(st[:, 1].mean()) if len(st) else 0.0,
+                    h2d_bytes_per_step=float(st[:, 2].sum() / max(1, n)) if len(st) else 0.0)
+        lm.reset()
+        return (np.array(logps) if not greedy else out), info
+
+    def teacher_forced(self, run):
+        return self._steps(run, self.case["continuation"], greedy=False)
+
+    def generate(self, run):
+        return self._steps(run, self.case["greedy_tokens"], greedy=True)
+
+
+def run_case(lm, rb, cfg, case, runs, res, tok):
+    """Prefill once, the reference, then every pending run of this case."""
+    t0 = time.perf_counter()
+    logp0, pq = lm.prefill(case["ids"], int(cfg.get("prefill_queries", 64)), int(cfg.get("prefill_chunk", 1024)))
+    prefill_s = time.perf_counter() - t0
+    log(f"case {case['id']} ({case['desc']}, {len(case['ids'])} tokens): prefill {prefill_s:.1f} s")
+    dec = Decoder(lm, rb, cfg, case, logp0, pq)
+    decode = (lambda ids: tok.decode(ids, skip_special_tokens=True)) if tok is not None else \
+        (lambda ids: " ".join(map(str, ids)))
+    targets = case["continuation"][1:]
+
+    ref = {"case": case["id"], "kind": case["kind"], "desc": case["desc"], "prompt_len": len(case["ids"]),
+           "prefill_s": prefill_s}
+    lp_full = None
+    if len(case["continuation"]) > 1:
+        lp_full, info = dec.teacher_forced(None)
+        f = metrics.fidelity(lp_full, lp_full, targets)
+        ref.update(nll=f["nll"], tf=info)
+    gen_full = None
+    if case["greedy_tokens"] > 0:
+        gen_full, info = dec.generate(None)
+        text = decode(gen_full)
+        ref.update(tokens=gen_full, text=text, gen=info, answer=case["answer"],
+                   correct=metrics.exact_match(text, case["answer"]))
+    res.write_part(REFERENCE, case["id"], ref)
+    for run in runs:
+        rid = run["id"]
+        if res.has_part(rid, case["id"]):
+            continue
+        part = {"case": case["id"], "kind": case["kind"], "desc": case["desc"], "run": rid, "label": run["label"]}
+        if lp_full is not None:
+            lp, info = dec.teacher_forced(run)
+            part.update(metrics.fidelity(lp_full, lp, targets), nll_full=ref["nll"], tf=info)
+        if gen_full is not None:
+            gen, info = dec.generate(run)
+            text = decode(gen)
+            part.update(tokens=gen, text=text, gen=info, answer=case["answer"],
+                        correct=metrics.exact_match(text, case["answer"]), correct_full=ref["correct"],
+                        agreement=metrics.agreement(gen, gen_full))
+        res.write_part(rid, case["id"], part)
+        kl = f" KL {np.mean(part['kl']):.3g}" if "kl" in part else ""
+        ok = (f" answer {'ok' if part['correct'] else 'wrong'}" if part.get("answer") else "") + \
+            (f" agree {part['agreement']}/{len(part['tokens'])}" if "tokens" in part else "")
+        steps = (part.get("tf", {}).get("step_ms", []) + part.get("gen", {}).get("step_ms", []))
+        log(f"  {run['label']}:{kl}{ok} ({np.median(steps):.0f} ms/token)")
+
+
+def ms_median(parts, keys=("tf", "gen")):
+    v = [x for p in parts for k in keys if k in p for x in p[k]["step_ms"]]
+    return float(np.median(v)) if v else None
+
+
+def aggregate(res, runs, cases, lm_name):
+    """runs.jsonl (reference first) and cases.csv from the part files."""
+    ids = [c["id"] for c in cases]
+    ref_parts = [res.read_part(REFERENCE, c) for c in ids if res.has_part(REFERENCE, c)]
+    records, rows = [], []
+    ref_gen = [dict(p, agreement=len(p["tokens"]), correct_full=p["correct"])
+               for p in ref_parts if "tokens" in p]
+    ref_fid = [dict(p, kl=[0.0] * len(p["nll"]), top1=[1.0] * len(p["nll"]), nll_full=p["nll"])
+               for p in ref_parts if "nll" in p]
+    records.append(dict(run_id=REFERENCE, method="reference", label="full attention (the model's own, eager)",
+                        params={}, model=lm_name, cases=len(ref_parts),
+                        fidelity=metrics.summarize_fidelity(ref_fid), task=metrics.summarize_task(ref_gen),
+                        step_ms_median=ms_median(ref_parts),
+                        prefill_s_total=float(sum(p["prefill_s"] for p in ref_parts))))
+    for run in runs:
+        parts = [res.read_part(run["id"], c) for c in ids if res.has_part(run["id"], c)]
+        if len(parts) < len(ids):
+            continue
+        infos = [p[k] for p in parts for k in ("tf", "gen") if k in p]
+        records.append(dict(
+            run_id=run["id"], method=run["method"], params=run["params"], label=run["label"], model=lm_name,
+            cases=len(parts), fidelity=metrics.summarize_fidelity([p for p in parts if "kl" in p]),
+            task=metrics.summarize_task([p for p in parts if "tokens" in p]),
+            step_ms_median=ms_median(parts), build_s_total=float(sum(i["build_s"] for i in infos)),
+            exact_frac=float(np.mean([i["exact_frac"] for i in infos])),
+            est_frac=float(np.mean([i["est_frac"] for i in infos])),
+            h2d_bytes_per_step=float(np.mean([i["h2d_bytes_per_step"] for i in infos]))))
+        for p in parts:
+            rows.append([run["id"], run["label"], p["case"], p["kind"], p["desc"],
+                         f"{np.mean(p['kl']):.6g}" if "kl" in p else "",
+                         f"{np.percentile(p['kl'], 90):.6g}" if "kl" in p else "",
+                         f"{np.mean(p['top1']):.4f}" if "top1" in p else "",
+                         f"{np.exp(np.mean(p['nll'])):.4f}" if "nll" in p else "",
+                         str(int(p["correct"])) if "correct" in p and p.get("answer") else "",
+                         str(int(p["correct_full"])) if "correct" in p and p.get("answer") else "",
+                         str(p["agreement"]) if "agreement" in p else "",
+                         f"{np.median(p.get('tf', p.get('gen', {})).get('step_ms', [0])):.2f}"])
+    write_atomic(os.path.join(res.dir, "runs.jsonl"), "".join(json.dumps(r) + "\n" for r in records))
+    head = "run_id,label,case,kind,desc,kl_mean,kl_p90,top1,ppl,correct,correct_full,agreement,step_ms_median\n"
+    esc = lambda s: '"' + str(s).replace('"', '""') + '"' if ("," in str(s) or '"' in str(s)) else str(s)  # noqa: E731
+    write_atomic(os.path.join(res.dir, "cases.csv"), head + "".join(",".join(esc(x) for x in r) + "\n" for r in rows))
+    return records
+
+
+def print_table(records):
+    print(f"{'run':48} {'KL mean':>9} {'KL p90':>9} {'top1':>6} {'ppl':>8} {'acc':>6} {'acc|full':>8} "
+          f"{'agree':>6} {'ms/tok':>8} {'exact':>6}")
+    for r in records:
+        f, t = r.get("fidelity") or {}, r.get("task") or {}
+        fmt = lambda v, s: (s.format(v) if v is not None else "-")  # noqa: E731
+        print(f"{r['label'][:48]:48} {fmt(f.get('kl_mean'), '{:9.4f}'):>9} {fmt(f.get('kl_p90'), '{:9.4f}'):>9} "
+              f"{fmt(f.get('top1'), '{:6.3f}'):>6} {fmt(f.get('ppl'), '{:8.3f}'):>8} "
+              f"{fmt(t.get('accuracy'), '{:6.3f}'):>6} {fmt(t.get('accuracy_on_full_correct'), '{:8.3f}'):>8} "
+              f"{fmt(t.get('agreement_mean'), '{:6.2f}'):>6} {fmt(r.get('step_ms_median'), '{:8.1f}'):>8} "
+              f"{fmt(r.get('exact_frac'), '{:6.3f}'):>6}")
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("config")
+    ap.add_argument("--runs-json", required=True, help="the expanded runs [{method, params, label}] (from retro-bench)")
+    ap.add_argument("--results", default="results")
+    ap.add_argument("--resume", action="store_true")
+    ap.add_argument("--force", action="store_true")
+    ap.add_argument("--command", default="", help="the command line recorded in the manifest")
+    ap.add_argument("--retro-bin", default=os.path.join(HERE, "..", "..", "build", "retro-bench"),
+                    help="retro-bench, for the open-loop replay (\"open_loop\" section)")
+    args = ap.parse_args(argv)
+    try:
+        return run(args)
+    except (ConfigError, tasks.TaskError, ResultsError, backend.BackendError) as e:
+        print(f"retro-bench run: error: {e}", file=sys.stderr)
+        return 2
+    except Exception as e:  # noqa: BLE001
+        import model_loading
+        if isinstance(e, model_loading.ModelError):
+            print(f"retro-bench run: error: {e}", file=sys.stderr)
+            return 2
+        raise
+
+
+def run(args):
+    t_start = time.time()
+    with open(args.config, encoding="utf-8") as f:
+        cfg = json.load(f)
+    check_config(cfg, args.config)
+    runs = json.loads(args.runs_json)
+    rb = backend.load()
+    for r in runs:  # the same registry the C++ side checked: resolved params round-trip unchanged
+        r["params"] = rb.resolve_params(r["method"], r["params"])
+        r["id"] = run_id(r, cfg)
+    import model_runner
+    ctx = model_runner.model_context(cfg["model"])  # ModelError for a model the loaders cannot read
+    tasks.check_lengths(cfg, ctx, args.config)
+    res = ResultsDir(args.results, cfg["name"], args.resume, args.force)
+    resolved = {"runs": [{k: r[k] for k in ("id", "method", "params", "label")} for r in runs],
+                "dense_layers": cfg.get("dense_layers", 0), "storage": cfg.get("storage", "f32")}
+    manifest = res.start_session(cfg, resolved, args.command)
+    status = "failed"
+    try:
+        t0 = time.time()
+        lm = model_runner.LoadedModel(cfg["model"], threads=int(cfg.get("threads", 0)), seed=int(cfg.get("seed", 0)))
+        load_s = time.time() - t0
+        log(f"{lm.name}: {lm.n_layers} layers, {lm.nq} q / {lm.nkv} kv heads, head_dim {lm.d}, "
+            f"q/k to methods in {lm.layout} order; loaded in {load_s:.1f} s")
+        cases = tasks.fidelity_cases(cfg, lm.tok, lm.vocab) + tasks.niah_cases(cfg, lm.tok)
+        manifest["cases"] = [{k: c[k] for k in ("id", "kind", "desc", "answer")} | {"prompt_len": len(c["ids"])}
+                             for c in cases]
+        manifest["model"] = dict(name=lm.name, source=lm.source, layers=lm.n_layers, q_heads=lm.nq,
+                                 kv_heads=lm.nkv, head_dim=lm.d, layout=lm.layout, versions=lm.versions)
+        pdir = os.path.join(res.dir, "prompts")
+        for c in cases:  # the prompts' token ids: the open-loop traces are dumped from these (--prompt-ids)
+            write_atomic(os.path.join(pdir, c["id"] + ".json"), json.dumps(c["ids"]))
+        for i, case in enumerate(cases):
+            todo = [r for r in runs if not res.has_part(r["id"], case["id"])]
+            if not todo and res.has_part(REFERENCE, case["id"]):
+                continue
+            log(f"case {i + 1}/{len(cases)}: {len(todo)} run(s) to do")
+            run_case(lm, rb, cfg, case, todo, res, lm.tok)
+        records = aggregate(res, runs, cases, lm.name)
+        print_table(records)
+        if cfg.get("open_loop"):
+            import offline_online
+            del lm  # the model's memory back before the dump and the replay
+            ol = offline_online.run(cfg, cases, res.dir, args.results, records, args.retro_bin, HERE)
+            if ol:
+                offline_online.print_table(ol)
+        status = "complete"
+        print(f"\nresults: {res.dir}/ (runs.jsonl, cases.csv, manifest.json); {time.time() - t_start:.0f} s")
+        return 0
+    except KeyboardInterrupt:
+        status = "interrupted"
+        print(f"interrupted; continue with: retro-bench run {args.config} --resume", file=sys.stderr)
+        return 130
+    finally:
+        res.end_session(manifest, status, wall_s=round(time.time() - t_start, 1))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

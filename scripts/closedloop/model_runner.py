@@ -1,0 +1,108 @@
+"""The model side of the closed loop: load a model with the dumper's loaders (scripts/dump/
+model_loading.py), run a prompt's prefill once with exact attention (chunked, as the dumper does),
+keep its KV cache and last logits, and decode one token at a time on top of it.
+
+Shapes: prefill keys/values per layer [nkv, prompt_len, d] (transformers' cache), prefill queries per
+layer [nq, n_pf, d] (post-RoPE, the prompt's last n_pf positions), log-probabilities [vocab] float64."""
+
+import os
+import sys
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "dump"))
+
+import model_loading  # noqa: E402
+from attention_patch import AttentionPatch  # noqa: E402
+
+
+def model_context(model):
+    """max_position_embeddings of a model spec without loading its weights (tiny: 4096)."""
+    import json
+    if model == "tiny-random-llama":
+        return 4096
+    model_loading.check_model_arg(model)
+    if model == "smollm2" or model.endswith(".gguf"):
+        import gguf
+        path = model_loading.smollm2_gguf_path() if model == "smollm2" else os.path.abspath(model)
+        r = gguf.GGUFReader(path)
+        for name, f in r.fields.items():
+            if name.endswith(".context_length"):
+                return int(f.parts[f.data[0]][0])
+        return 0
+    cfg = os.path.join(model, "config.json")
+    if os.path.isfile(cfg):
+        with open(cfg) as f:
+            return int(json.load(f).get("max_position_embeddings", 0) or 0)
+    return 0
+
+
+class LoadedModel:
+    def __init__(self, spec, threads=0, seed=0):
+        import torch
+        import transformers
+        transformers.logging.set_verbosity_error()
+        if threads:
+            torch.set_num_threads(threads)
+        self.torch = torch
+        tiny = spec == "tiny-random-llama"
+        self.model, self.tok, self.name, self.source, layout = model_loading.load_model(
+            None if tiny else spec, torch, transformers, tiny=tiny, seed=seed)
+        self.model.eval()
+        cfg = self.model.config
+        self.n_layers = cfg.num_hidden_layers
+        self.nq, self.nkv = cfg.num_attention_heads, cfg.num_key_value_heads
+        self.d = getattr(cfg, "head_dim", None) or cfg.hidden_size // self.nq
+        self.vocab = cfg.vocab_size
+        self.layout = layout
+        perm = model_loading.half_to_interleaved(self.d) if layout == "interleaved" else None
+        self.patch = AttentionPatch(self.model, torch, perm)
+        self.cache = None
+        self.prompt_len = 0
+        self.versions = f"torch {torch.__version__}, transformers {transformers.__version__}"
+
+    def _forward(self, ids, start):
+        torch = self.torch
+        pos = torch.arange(start, start + len(ids))
+        o = self.model.model(input_ids=torch.tensor([ids]), past_key_values=self.cache, use_cache=True,
+                             position_ids=pos[None], cache_position=pos)
+        self.cache = o.past_key_values
+        logits = self.model.lm_head(o.last_hidden_state[:, -1])[0].double()
+        return torch.log_softmax(logits, -1).numpy()
+
+    def prefill(self, ids, n_prefill_queries, chunk=1024):
+        """Exact attention over the prompt. Returns (log-probs of the first generated token [vocab],
+        prefill queries {layer: [nq, n_pf, d]})."""
+        from transformers import DynamicCache
+        torch = self.torch
+        self.cache = DynamicCache()
+        n_pf = min(n_prefill_queries, len(ids))
+        store = {l: np.zeros((self.nq, n_pf, self.d), dtype=np.float32) for l in range(self.n_layers)}
+        self.patch.heads = None
+        self.patch.record = (len(ids) - n_pf, store)
+        try:
+            with torch.no_grad():
+                for s in range(0, len(ids), chunk):
+                    logp = self._forward(ids[s:s + chunk], s)
+        finally:
+            self.patch.record = None
+        self.prompt_len = len(ids)
+        return logp, store
+
+    def reset(self):
+        """Back to the state right after prefill (the cache cropped to the prompt)."""
+        self.cache.crop(self.prompt_len)
+        self.patch.heads = None
+
+    def prefill_kv(self, layer):
+        """Post-RoPE keys and values of the prompt: ([nkv, n, d], [nkv, n, d]) float32 numpy."""
+        k = self.cache.key_cache[layer][0, :, :self.prompt_len].float().numpy()
+        v = self.cache.value_cache[layer][0, :, :self.prompt_len].float().numpy()
+        return k, v
+
+    def step(self, token, position, step_index):
+        """One decode step (the patch's methods, when set, attend). Returns log-probs [vocab]."""
+        self.patch.step = step_index
+        with self.torch.no_grad():
+            return self._forward([int(token)], position)

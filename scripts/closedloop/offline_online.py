@@ -1,0 +1,123 @@
+"""Offline vs online (docs/closed-loop.md): the same methods and parameter points open-loop on traces
+dumped from the closed loop's own prompts, and the Spearman rank correlation, across (method, budget)
+points, between each open-loop metric and each closed-loop one.
+
+Config section "open_loop": {"steps": 16, "kinds": ["fidelity"]}: for every case of those kinds the
+dumper (scripts/dump/dump_trace.py --prompt-ids, the prompt's exact token ids, no chat template added)
+writes a trace of all layers with `steps` greedy decode steps into RESULTS/<name>/traces/; a replay
+config with the closed loop's "methods" list runs on those traces (`retro-bench run`, results in
+RESULTS/<name>-openloop/); offline-online.json in the closed-loop results directory holds the matched
+points and the correlation table (the `offline_online` figure of retro-bench plot draws it)."""
+
+import json
+import os
+import subprocess
+import sys
+
+import metrics
+from results import write_atomic
+
+OPEN = (("recall@100", "recall@100"), ("mass", "mass"), ("out_err", "out_err"))
+# closed-loop metrics: (name, path in the run record)
+CLOSED = (("kl_mean", ("fidelity", "kl_mean")), ("top1", ("fidelity", "top1")),
+          ("ppl", ("fidelity", "ppl")), ("niah_accuracy", ("task", "accuracy")),
+          ("agreement", ("task", "agreement_mean")))
+
+
+def _canon(method, params):
+    return json.dumps([method, params], sort_keys=True)
+
+
+def dump_traces(cfg, cases, res_dir, python, here):
+    ol = cfg["open_loop"]
+    kinds = ol.get("kinds", ["fidelity"])
+    out = []
+    for c in cases:
+        if c["kind"] not in kinds:
+            continue
+        path = os.path.join(res_dir, "traces", c["id"] + ".h5")
+        out.append(path)
+        if os.path.exists(path):
+            continue
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        model = cfg["model"]
+        margs = ["--tiny-random-llama"] if model == "tiny-random-llama" else ["--model", model]
+        cmd = [python, "-B", os.path.join(here, "..", "dump", "dump_trace.py"), path, *margs,
+               "--prompt-ids", os.path.join(res_dir, "prompts", c["id"] + ".json"), "--no-chat",
+               "--steps", str(int(ol.get("steps", 16))), "--prefill-queries", str(int(cfg.get("prefill_queries", 64))),
+               "--seed", str(int(cfg.get("seed", 0))), "--threads", str(int(cfg.get("threads", 0)))]
+        if cfg.get("allow_beyond_context"):
+            cmd.append("--allow-beyond-context")
+        print(f"[closed-loop] open loop: dumping {path}", file=sys.stderr, flush=True)
+        r = subprocess.run(cmd)
+        if r.returncode != 0:
+            raise RuntimeError(f"the trace dump for case {c['id']} failed ({r.returncode}): {' '.join(cmd)}")
+    return out
+
+
+def run_open_loop(cfg, traces, results_root, retro_bin):
+    name = cfg["name"] + "-openloop"
+    ocfg = {"name": name, "description": f"open-loop replay of the closed-loop config {cfg['name']} on traces "
+                                         "dumped from its prompts (docs/closed-loop.md)",
+            "traces": [{"path": t} for t in traces], "layers": "all", "kv_heads": "all", "steps": "all",
+            "threads": int(cfg.get("open_loop", {}).get("threads", 0)), "methods": cfg["methods"]}
+    cpath = os.path.join(results_root, cfg["name"], "openloop-config.json")
+    write_atomic(cpath, json.dumps(ocfg, indent=1))
+    odir = os.path.join(results_root, name)
+    cmd = [retro_bin, "run", cpath, "--results", results_root, "-q", "--resume" if os.path.isdir(odir) else "--force"]
+    print(f"[closed-loop] open loop: {' '.join(cmd)}", file=sys.stderr, flush=True)
+    r = subprocess.run(cmd, stdout=subprocess.DEVNULL)
+    if r.returncode != 0:
+        raise RuntimeError(f"the open-loop run failed ({r.returncode}): {' '.join(cmd)}")
+    with open(os.path.join(odir, "runs.jsonl")) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def correlate(open_records, closed_records):
+    """Matches (method, params) points; per (open, closed) metric pair the Spearman correlation."""
+    by = {}
+    for r in open_records:  # several traces: the mean over traces
+        by.setdefault(_canon(r["method"], r["params"]), []).append(r)
+    points = []
+    for c in closed_records:
+        if c["method"] == "reference":
+            continue
+        o = by.get(_canon(c["method"], c["params"]))
+        if not o:
+            continue
+        p = {"label": c["label"], "method": c["method"], "exact_frac": c.get("exact_frac")}
+        for name, key in OPEN:
+            vals = [r["metrics"][key]["mean"] for r in o if key in r.get("metrics", {})]
+            p[name] = sum(vals) / len(vals) if vals else None
+        for name, path in CLOSED:
+            v = c.get(path[0]) or {}
+            p[name] = v.get(path[1])
+        points.append(p)
+    table = []
+    for oname, _ in OPEN:
+        for cname, _ in CLOSED:
+            pts = [(p[oname], p[cname]) for p in points if p[oname] is not None and p[cname] is not None]
+            rho = metrics.spearman([a for a, _ in pts], [b for _, b in pts]) if pts else None
+            table.append({"open": oname, "closed": cname, "n": len(pts), "spearman": rho})
+    return {"kind": "offline-online", "points": points, "table": table}
+
+
+def run(cfg, cases, res_dir, results_root, closed_records, retro_bin, here):
+    traces = dump_traces(cfg, cases, res_dir, sys.executable, here)
+    if not traces:
+        return None
+    open_records = run_open_loop(cfg, traces, results_root, retro_bin)
+    out = correlate(open_records, closed_records)
+    out["traces"] = traces
+    write_atomic(os.path.join(res_dir, "offline-online.json"), json.dumps(out, indent=1) + "\n")
+    return out
+
+
+def print_table(out):
+    print("\nSpearman rank correlation, open-loop metric (rows) vs closed-loop metric (columns), "
+          f"over {max(t['n'] for t in out['table'])} (method, budget) points:")
+    closed = [c for c, _ in CLOSED]
+    print(f"{'':12}" + "".join(f"{c:>15}" for c in closed))
+    for o, _ in OPEN:
+        row = {t["closed"]: t["spearman"] for t in out["table"] if t["open"] == o}
+        print(f"{o:12}" + "".join(f"{row[c]:15.3f}" if row[c] is not None else f"{'-':>15}" for c in closed))

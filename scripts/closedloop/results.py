@@ -1,0 +1,87 @@
+"""Result files of a closed-loop experiment (docs/results.md, "closed-loop experiment"):
+
+  parts/<run_id>/<case_id>.json   one (run, case): per-position fidelity samples or the greedy tokens,
+                                  selection statistics, build and per-step times; the unit of --resume
+  runs.jsonl                      one aggregated record per run (reference first), config order
+  cases.csv                       one row per (run, case)
+  manifest.json                   status, config as given, resolved runs, cases, host, sessions
+
+Every file is written to a temporary name and renamed into place."""
+
+import json
+import os
+import platform
+import shutil
+import socket
+import time
+
+
+def write_atomic(path, text):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = f"{path}.tmp-{os.getpid()}"
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def write_json(path, obj):
+    write_atomic(path, json.dumps(obj, indent=1) + "\n")
+
+
+def read_json(path):
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+class ResultsError(Exception):
+    pass
+
+
+class ResultsDir:
+    def __init__(self, root, name, resume, force):
+        self.dir = os.path.join(root, name)
+        if os.path.exists(self.dir):
+            if force:
+                shutil.rmtree(self.dir)
+            elif not resume:
+                raise ResultsError(f"{self.dir} already holds results: pass --resume to continue it or --force "
+                                   "to start over")
+        os.makedirs(os.path.join(self.dir, "parts"), exist_ok=True)
+        for dp, _, files in os.walk(self.dir):  # temporary leftovers of an interrupted session
+            for f in files:
+                if ".tmp-" in f:
+                    os.remove(os.path.join(dp, f))
+
+    def part_path(self, run_id, case_id):
+        return os.path.join(self.dir, "parts", run_id, case_id + ".json")
+
+    def has_part(self, run_id, case_id):
+        return os.path.exists(self.part_path(run_id, case_id))
+
+    def write_part(self, run_id, case_id, obj):
+        write_json(self.part_path(run_id, case_id), obj)
+
+    def read_part(self, run_id, case_id):
+        return read_json(self.part_path(run_id, case_id))
+
+    def manifest_path(self):
+        return os.path.join(self.dir, "manifest.json")
+
+    def start_session(self, config_source, resolved, command):
+        m = read_json(self.manifest_path()) if os.path.exists(self.manifest_path()) else {}
+        m.update(experiment="closed-loop", config=config_source, resolved=resolved, status="running",
+                 host=dict(hostname=socket.gethostname(), machine=platform.machine(), cpus=os.cpu_count(),
+                           python=platform.python_version()))
+        m.setdefault("sessions", []).append(dict(start=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                                                 command=command, status="running"))
+        write_json(self.manifest_path(), m)
+        return m
+
+    def end_session(self, m, status, **extra):
+        m["status"] = status
+        m["sessions"][-1].update(end=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), status=status, **extra)
+        write_json(self.manifest_path(), m)

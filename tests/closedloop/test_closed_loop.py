@@ -1,0 +1,200 @@
+"""The closed loop (`retro-bench run` with "experiment": "closed-loop", scripts/closedloop/), end to end on
+the tiny random Llama of tests/dump (2 layers, GQA 4 q / 2 kv heads): every method runs inside the model's
+decode through the retro_bench binding.
+
+- exhaustive parameters (oracle k = all, wave retrieving every cluster, IVF probing every list, MagicPIG
+  K = 0, full through the binding) equal the model's own attention: the same greedy tokens and
+  KL(full || method) < 1e-6 at every teacher-forced position;
+- a method that keeps only the sinks (streaming window 1) and oracle k = 4 measurably diverge, and with
+  dense_layers covering every layer the sink-only method equals full again (the option works);
+- resume: a second session computes nothing; a deleted part file is recomputed alone;
+- bad input (unknown method or parameter, a model the loaders cannot read, a prompt beyond the model's
+  context) is a clear error before any model work.
+
+Needs the dump venv (scripts/setup.sh); without it the test exits 77 (ctest: skipped).
+Environment: RETRO_BIN (retro-bench), RETRO_DUMP_VENV."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+BIN = os.environ.get("RETRO_BIN", os.path.join(ROOT, "build", "retro-bench"))
+VENV = os.environ.get("RETRO_DUMP_VENV") or os.path.join(
+    os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"),
+    "retro-bench", "dump-venv")
+if not (os.path.exists(os.path.join(VENV, "bin", "python")) and os.path.exists(os.path.join(VENV, ".retro-stamp"))):
+    print(f"SKIPPED: the dump venv is missing ({VENV}); run scripts/setup.sh", flush=True)
+    sys.exit(77)
+
+TMP = tempfile.mkdtemp(prefix="retro-closedloop-test-")
+STEPS = 10  # teacher-forced positions scored and greedy tokens generated
+
+EXHAUSTIVE = [
+    {"name": "full"},
+    {"name": "oracle_topk", "params": {"k": 100000}},
+    {"name": "wave", "params": {"retrieval": 1.0, "estimation": 0, "segment": 1024}},
+    {"name": "faiss_ivf", "params": {"k": 100000, "nlist": 8, "nprobe": 8}},
+    {"name": "magicpig", "params": {"K": 0, "L": 4}},
+]
+LOSSY = [
+    {"name": "streaming", "params": {"sink": 4, "window": 1}},
+    {"name": "oracle_topk", "params": {"k": 4}},
+]
+
+
+def tiny_config(name, methods, **extra):
+    cfg = {"name": name, "experiment": "closed-loop", "model": "tiny-random-llama", "prefill_queries": 16,
+           "threads": 1, "fidelity": {"random_prompt": 300, "continuation_tokens": STEPS, "greedy_tokens": STEPS},
+           "methods": methods}
+    cfg.update(extra)
+    path = os.path.join(TMP, name + ".json")
+    with open(path, "w") as f:
+        json.dump(cfg, f)
+    return path
+
+
+def run(config, *args):
+    return subprocess.run([BIN, "run", config, "--results", os.path.join(TMP, "results"), *args],
+                          capture_output=True, text=True)
+
+
+def records(name):
+    with open(os.path.join(TMP, "results", name, "runs.jsonl")) as f:
+        return [json.loads(line) for line in f]
+
+
+def parts(name, run_id):
+    with open(os.path.join(TMP, "results", name, "manifest.json")) as f:
+        case = json.load(f)["cases"][0]["id"]
+    with open(os.path.join(TMP, "results", name, "parts", run_id, case + ".json")) as f:
+        return json.load(f)
+
+
+class ClosedLoop(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.cfg = tiny_config("tiny", EXHAUSTIVE + LOSSY)
+        t0 = time.time()
+        r = run(cls.cfg)
+        if r.returncode != 0:
+            raise AssertionError(f"closed loop failed ({r.returncode}):\n{r.stdout}\n{r.stderr[-4000:]}")
+        print(f"\n[time] tiny closed loop, {len(EXHAUSTIVE + LOSSY)} runs: {time.time() - t0:.1f} s", file=sys.stderr)
+        cls.recs = {r["label"]: r for r in records("tiny")}
+        cls.stdout = r.stdout
+
+    def test_exhaustive_equals_full(self):
+        ref = self.recs["full attention (the model's own, eager)"]
+        self.assertEqual(ref["task"]["agreement_mean"], STEPS)
+        exhaustive = [r for r in self.recs.values() if r["method"] != "reference" and r["method"] not in
+                      ("streaming",) and not (r["method"] == "oracle_topk" and r["params"]["k"] == 4)]
+        self.assertEqual(sorted({r["method"] for r in exhaustive}),
+                         ["faiss_ivf", "full", "magicpig", "oracle_topk", "wave"])
+        for r in exhaustive:
+            part = parts("tiny", r["run_id"])
+            self.assertEqual(len(part["kl"]), STEPS, r["label"])
+            self.assertLess(max(part["kl"]), 1e-6, r["label"])         # KL(full || method) at every position
+            self.assertEqual(part["tokens"], parts("tiny", "reference")["tokens"], r["label"])  # same greedy tokens
+            self.assertEqual(part["agreement"], STEPS, r["label"])
+            self.assertEqual(r["fidelity"]["top1"], 1.0, r["label"])
+            self.assertAlmostEqual(r["fidelity"]["ppl"], ref["fidelity"]["ppl"], delta=1e-4 * ref["fidelity"]["ppl"])
+            self.assertGreater(r["exact_frac"] + r["est_frac"], 0.99, r["label"])  # every token attended
+
+    def test_sinks_only_diverges(self):
+        for label in ("streaming(sink=4,window=1)", "oracle_topk(k=4)"):
+            r = next(x for x in self.recs.values() if x["label"].startswith(label.split("(")[0]) and
+                     all(f"{kv}" in x["label"] for kv in label[label.index("(") + 1:-1].split(",")))
+            self.assertGreater(r["fidelity"]["kl_mean"], 1e-3, r["label"])
+            self.assertLess(r["exact_frac"], 0.05, r["label"])
+        s = next(x for x in self.recs.values() if x["method"] == "streaming")
+        self.assertGreater(s["fidelity"]["kl_mean"], 0.1)
+        self.assertLess(s["task"]["agreement_mean"], STEPS)
+        self.assertLess(s["fidelity"]["top1"], 1.0)
+
+    def test_dense_layers_cover_all(self):
+        cfg = tiny_config("tiny-dense", LOSSY[:1], dense_layers=2)
+        r = run(cfg)
+        self.assertEqual(r.returncode, 0, r.stderr[-3000:])
+        rec = [x for x in records("tiny-dense") if x["method"] == "streaming"][0]
+        self.assertLess(rec["fidelity"]["kl_max"], 1e-9)
+        self.assertEqual(rec["task"]["agreement_mean"], STEPS)
+
+    def test_results_and_resume(self):
+        d = os.path.join(TMP, "results", "tiny")
+        for f in ("runs.jsonl", "cases.csv", "manifest.json"):
+            self.assertTrue(os.path.exists(os.path.join(d, f)), f)
+        with open(os.path.join(d, "manifest.json")) as f:
+            m = json.load(f)
+        self.assertEqual(m["status"], "complete")
+        self.assertEqual(m["experiment"], "closed-loop")
+        self.assertEqual(len(m["resolved"]["runs"]), len(EXHAUSTIVE + LOSSY))
+        with open(os.path.join(d, "cases.csv")) as f:
+            self.assertEqual(len(f.read().strip().splitlines()), 1 + len(EXHAUSTIVE + LOSSY))
+        # an existing directory needs --resume or --force
+        r = run(self.cfg)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("already holds results", r.stderr)
+        # resume: nothing to do, no part rewritten; a deleted part is recomputed alone
+        pdir = os.path.join(d, "parts")
+        mt = {p: os.path.getmtime(os.path.join(pdir, p, f)) for p in os.listdir(pdir) for f in os.listdir(os.path.join(pdir, p))}
+        before = records("tiny")
+        victim = [x for x in before if x["method"] == "streaming"][0]["run_id"]
+        shutil.rmtree(os.path.join(pdir, victim))
+        r = run(self.cfg, "--resume")
+        self.assertEqual(r.returncode, 0, r.stderr[-3000:])
+        self.assertIn("1 run(s) to do", r.stderr)
+        for p in os.listdir(pdir):
+            for f in os.listdir(os.path.join(pdir, p)):
+                if p not in (victim, "reference"):
+                    self.assertEqual(os.path.getmtime(os.path.join(pdir, p, f)), mt[p], p)
+        after = {x["run_id"]: x for x in records("tiny")}
+        self.assertEqual(after[victim]["fidelity"]["kl_mean"],
+                         [x for x in before if x["run_id"] == victim][0]["fidelity"]["kl_mean"])
+        self.assertEqual([f for _, _, fs in os.walk(d) for f in fs if ".tmp-" in f], [])
+
+
+class BadInput(unittest.TestCase):
+    def expect_error(self, cfg, *needles):
+        t0 = time.time()
+        r = run(cfg, "--force")
+        self.assertEqual(r.returncode, 2, r.stdout + r.stderr[-3000:])
+        for n in needles:
+            self.assertIn(n, r.stderr)
+        self.assertNotIn("Traceback", r.stderr)
+        return time.time() - t0
+
+    def test_unknown_method_and_parameter(self):
+        self.expect_error(tiny_config("bad1", [{"name": "no_such_method"}]), "no_such_method")
+        self.expect_error(tiny_config("bad2", [{"name": "oracle_topk", "params": {"kk": 3}}]), "kk")
+        self.expect_error(tiny_config("bad3", [{"name": "full"}], tasks={}), "unknown key 'tasks'")
+        self.expect_error(tiny_config("bad4", [{"name": "full"}], fidelity={"random_prompt": 50, "steps": 3}),
+                          "fidelity: unknown key 'steps'")
+        for n in ("bad1", "bad2", "bad3"):  # refused before anything is written
+            self.assertFalse(os.path.exists(os.path.join(TMP, "results", n)))
+
+    def test_unreadable_model(self):
+        for model, msg in ((os.path.join(TMP, "nope.gguf"), "model file not found"),
+                           (TMP, "has no config.json: not a Hugging Face checkpoint directory")):
+            cfg = tiny_config("badmodel", [{"name": "full"}], model=model)
+            self.expect_error(cfg, msg)
+            self.assertFalse(os.path.exists(os.path.join(TMP, "results", "badmodel")))
+
+    def test_beyond_context(self):
+        cfg = tiny_config("long", [{"name": "full"}], fidelity={"random_prompt": 4090, "continuation_tokens": 10})
+        self.expect_error(cfg, "exceeds the model's context (4096 tokens", "allow_beyond_context")
+        self.assertFalse(os.path.exists(os.path.join(TMP, "results", "long")))
+        cfg = tiny_config("long-smol", [{"name": "full"}], model="smollm2",
+                          niah={"texts": ["mobydick"], "prompt_tokens": [9000], "depths": [0.5]})
+        self.expect_error(cfg, "niah.prompt_tokens 9000", "exceeds the model's context (8192 tokens")
+
+
+if __name__ == "__main__":
+    try:
+        unittest.main(verbosity=2)
+    finally:
+        shutil.rmtree(TMP, ignore_errors=True)
