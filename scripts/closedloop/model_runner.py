@@ -43,6 +43,7 @@ class LoadedModel:
         import torch
         import transformers
         transformers.logging.set_verbosity_error()
+        transformers.utils.logging.disable_progress_bar()  # no GGUF tensor-conversion bars in the log
         if threads:
             torch.set_num_threads(threads)
         self.torch = torch
