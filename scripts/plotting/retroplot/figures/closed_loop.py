@@ -7,8 +7,9 @@ import json
 import os
 from collections import OrderedDict
 
-from . import style
-from .figures import _legend_above, drawer, figure
+from .. import style
+from .drawing import legend_above
+from .registry import drawer, figure
 
 _CLOSED = (("kl_mean", "KL(full‖method) ↓", True), ("niah_accuracy", "NIAH accuracy ↑", False))
 _OPEN = (("recall@100", "Recall@100 (open loop)"), ("mass", "Mass (open loop)"), ("out_err", "Output err. (open loop)"))
