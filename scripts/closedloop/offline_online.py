@@ -15,6 +15,7 @@ import subprocess
 import sys
 
 import metrics
+import model_runner
 from results import write_atomic
 
 OPEN = (("recall@100", "recall@100"), ("mass", "mass"), ("out_err", "out_err"))
@@ -41,7 +42,13 @@ def dump_traces(cfg, cases, res_dir, python, here):
             continue
         os.makedirs(os.path.dirname(path), exist_ok=True)
         model = cfg["model"]
-        margs = ["--tiny-random-llama"] if model == "tiny-random-llama" else ["--model", model]
+        cached = model_runner.gguf_checkpoint_cache(model) if model != "tiny-random-llama" else None
+        if model == "tiny-random-llama":
+            margs = ["--tiny-random-llama"]
+        elif cached and os.path.isdir(cached):  # the closed loop's export of the GGUF: the GGUF's q/k layout
+            margs = ["--model", cached, "--rope-layout", "interleaved"]
+        else:
+            margs = ["--model", model]
         cmd = [python, "-B", os.path.join(here, "..", "dump", "dump_trace.py"), path, *margs,
                "--prompt-ids", os.path.join(res_dir, "prompts", c["id"] + ".json"), "--no-chat",
                "--steps", str(int(ol.get("steps", 16))), "--prefill-queries", str(int(cfg.get("prefill_queries", 64))),

@@ -2,6 +2,8 @@
 
   parts/<run_id>/<case_id>.json   one (run, case): per-position fidelity samples or the greedy tokens,
                                   selection statistics, build and per-step times; the unit of --resume
+                                  (parts/reference/<case_id>.npy: the reference's log-probabilities)
+  prefill/<case_id>.pt            the prompt's prefill state (KV cache, prefill queries), for resuming
   runs.jsonl                      one aggregated record per run (reference first), config order
   cases.csv                       one row per (run, case)
   manifest.json                   status, config as given, resolved runs, cases, host, sessions
@@ -22,6 +24,18 @@ def write_atomic(path, text):
     try:
         with open(tmp, "w", encoding="utf-8") as f:
             f.write(text)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def save_npy_atomic(path, arr):
+    import numpy as np
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = f"{path}.tmp-{os.getpid()}.npy"
+    try:
+        np.save(tmp, arr)
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):

@@ -158,6 +158,40 @@ class ClosedLoop(unittest.TestCase):
         self.assertEqual([f for _, _, fs in os.walk(d) for f in fs if ".tmp-" in f], [])
 
 
+PATCH_CHECK = r"""
+import sys, numpy as np, torch, transformers
+sys.path.insert(0, sys.argv[1])
+import model_loading
+from attention_patch import AttentionPatch
+ref = model_loading.tiny_random_llama(torch, transformers, seed=3).eval()
+pat = model_loading.tiny_random_llama(torch, transformers, seed=3).eval()
+patch = AttentionPatch(pat, torch)
+ids = torch.tensor([list(np.random.default_rng(0).integers(3, 500, size=200))])
+worst = 0.0
+with torch.no_grad():
+    for m in (ref, pat):
+        m.out = m(ids, use_cache=True)
+    for t in range(5):  # decode steps on the caches
+        nxt = ref.out.logits[:, -1].argmax(-1, keepdim=True)
+        for m in (ref, pat):
+            m.out = m(nxt, past_key_values=m.out.past_key_values, use_cache=True)
+        worst = max(worst, float((ref.out.logits - pat.out.logits).abs().max()))
+print("max_abs_logit_diff", worst)
+"""
+
+
+class Patch(unittest.TestCase):
+    def test_patched_exact_path_equals_transformers(self):
+        """The patch's exact-attention path (the reference run) computes what transformers' eager
+        LlamaAttention computes: the same logits in prefill and decode."""
+        r = subprocess.run([os.path.join(VENV, "bin", "python"), "-B", "-c", PATCH_CHECK,
+                            os.path.join(ROOT, "scripts", "closedloop")], capture_output=True, text=True,
+                           env=dict(os.environ, PYTHONPATH=os.path.join(ROOT, "scripts", "dump")))
+        self.assertEqual(r.returncode, 0, r.stderr[-3000:])
+        diff = float(r.stdout.split()[-1])
+        self.assertLess(diff, 1e-5)
+
+
 class BadInput(unittest.TestCase):
     def expect_error(self, cfg, *needles):
         t0 = time.time()
