@@ -63,7 +63,7 @@ def check_config(cfg, origin):
 
 def run_id(run, cfg):
     key = {"method": run["method"], "params": run["params"], "model": cfg["model"],
-           "dense_layers": cfg.get("dense_layers", 0), "storage": cfg.get("storage", "f32"),
+           "dense_layers": cfg.get("dense_layers", 0), "storage": cfg.get("storage", "f16"),
            "prefill_queries": cfg.get("prefill_queries", 64), "seed": cfg.get("seed", 0)}
     return run["method"] + "-" + hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:10]
 
@@ -91,8 +91,10 @@ class Decoder:
             PQ = lm.patch.to_trace_layout(self.prefill_q[l]) if self.prefill_q[l].shape[1] else None
             row = []
             for h in range(lm.nkv):
+                # seed None: the seed `retro-bench run` gives this point on this (layer, KV head), so
+                # the closed loop's selections are the open-loop replay's
                 m = rb.HeadMethod(run["method"], run["params"], lm.d, g, layer=l, kv_head=h,
-                                  seed=int(self.cfg.get("seed", 0)), storage=self.cfg.get("storage", "f32"))
+                                  storage=self.cfg.get("storage", "f16"))
                 m.build(K[h], np.ascontiguousarray(V[h]), PQ[h * g:(h + 1) * g] if PQ is not None else None)
                 row.append(m)
             heads.append(row)
@@ -268,6 +270,12 @@ def main(argv=None):
     ap.add_argument("--resume", action="store_true")
     ap.add_argument("--force", action="store_true")
     ap.add_argument("--command", default="", help="the command line recorded in the manifest")
+    ap.add_argument("--only-kind", choices=["fidelity", "niah"],
+                    help="run only the cases of this kind (parallel workers on one results directory; a "
+                         "last session without it writes the complete runs.jsonl)")
+    ap.add_argument("--worker", default=None, metavar="I/N",
+                    help="run every N-th run starting at I (0-based) on cases whose prefill and reference "
+                         "are done (parallel workers; a last session without it writes runs.jsonl)")
     ap.add_argument("--retro-bin", default=os.path.join(HERE, "..", "..", "build", "retro-bench"),
                     help="retro-bench, for the open-loop replay (\"open_loop\" section)")
     args = ap.parse_args(argv)
@@ -299,7 +307,7 @@ def run(args):
     tasks.check_lengths(cfg, ctx, args.config)
     res = ResultsDir(args.results, cfg["name"], args.resume, args.force)
     resolved = {"runs": [{k: r[k] for k in ("id", "method", "params", "label")} for r in runs],
-                "dense_layers": cfg.get("dense_layers", 0), "storage": cfg.get("storage", "f32")}
+                "dense_layers": cfg.get("dense_layers", 0), "storage": cfg.get("storage", "f16")}
     manifest = res.start_session(cfg, resolved, args.command)
     status = "failed"
     try:
@@ -317,14 +325,23 @@ def run(args):
         for c in cases:  # the prompts' token ids: the open-loop traces are dumped from these (--prompt-ids)
             write_atomic(os.path.join(pdir, c["id"] + ".json"), json.dumps(c["ids"]))
         for i, case in enumerate(cases):
-            todo = [r for r in runs if not res.has_part(r["id"], case["id"])]
+            if args.only_kind and case["kind"] != args.only_kind:
+                continue
+            mine = runs
+            if args.worker:
+                i_w, n_w = (int(x) for x in args.worker.split("/"))
+                mine = runs[i_w::n_w]
+            todo = [r for r in mine if not res.has_part(r["id"], case["id"])]
             if not todo and res.has_part(REFERENCE, case["id"]):
                 continue
             log(f"case {i + 1}/{len(cases)}: {len(todo)} run(s) to do")
             run_case(lm, rb, cfg, case, todo, res, lm.tok)
+        if args.worker or args.only_kind:
+            status = "partial"
+            return 0
         records = aggregate(res, runs, cases, lm.name)
         print_table(records)
-        if cfg.get("open_loop"):
+        if cfg.get("open_loop") and not args.only_kind:
             import offline_online
             del lm  # the model's memory back before the dump and the replay
             ol = offline_online.run(cfg, cases, res.dir, args.results, records, args.retro_bin, HERE)

@@ -38,7 +38,7 @@ STEPS = 10  # teacher-forced positions scored and greedy tokens generated
 EXHAUSTIVE = [
     {"name": "full"},
     {"name": "oracle_topk", "params": {"k": 100000}},
-    {"name": "wave", "params": {"retrieval": 1.0, "estimation": 0, "segment": 1024}},
+    {"name": "wave", "params": {"retrieval": 100000, "estimation": 0}},
     {"name": "faiss_ivf", "params": {"k": 100000, "nlist": 8, "nprobe": 8}},
     {"name": "magicpig", "params": {"K": 0, "L": 4}},
 ]
@@ -190,6 +190,41 @@ class Patch(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr[-3000:])
         diff = float(r.stdout.split()[-1])
         self.assertLess(diff, 1e-5)
+
+
+class Metrics(unittest.TestCase):
+    """scripts/closedloop/metrics.py on hand-worked values."""
+
+    @classmethod
+    def setUpClass(cls):
+        sys.path.insert(0, os.path.join(ROOT, "scripts", "closedloop"))
+        import metrics
+        cls.m = metrics
+
+    def test_kl_top1_nll(self):
+        import numpy as np
+        p = np.log(np.array([[0.5, 0.25, 0.25], [0.1, 0.8, 0.1]]))
+        q = np.log(np.array([[0.25, 0.5, 0.25], [0.1, 0.8, 0.1]]))
+        f = self.m.fidelity(p, q, [0, 2])
+        self.assertAlmostEqual(f["kl"][0], 0.5 * np.log(2) + 0.25 * np.log(0.5), places=12)  # 0.25 ln 2
+        self.assertAlmostEqual(f["kl"][1], 0.0, places=12)
+        self.assertEqual(f["top1"], [0.0, 1.0])
+        self.assertAlmostEqual(f["nll"][0], np.log(4), places=12)
+        self.assertAlmostEqual(f["nll"][1], np.log(10), places=12)
+
+    def test_agreement_and_exact_match(self):
+        self.assertEqual(self.m.agreement([1, 2, 3, 4], [1, 2, 9, 4]), 2)
+        self.assertEqual(self.m.agreement([1, 2], [1, 2]), 2)
+        self.assertEqual(self.m.agreement([5], [1]), 0)
+        self.assertTrue(self.m.exact_match(" 468278.", "468278"))
+        self.assertFalse(self.m.exact_match(" 46827.", "468278"))
+
+    def test_spearman(self):
+        self.assertAlmostEqual(self.m.spearman([1, 2, 3, 4], [10, 20, 30, 40]), 1.0)
+        self.assertAlmostEqual(self.m.spearman([1, 2, 3, 4], [4, 3, 2, 1]), -1.0)
+        self.assertAlmostEqual(self.m.spearman([1, 2, 3, 4, 5], [5, 6, 7, 8, 7]), 0.8207826816681233)  # ties
+        self.assertIsNone(self.m.spearman([1, 2, 3], [1, 1, 1]))
+        self.assertIsNone(self.m.spearman([1, 2], [1, 2]))
 
 
 class BadInput(unittest.TestCase):
