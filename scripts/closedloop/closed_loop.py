@@ -221,12 +221,12 @@ def aggregate(res, runs, cases, lm_name):
                         prefill_s_total=float(sum(p["prefill_s"] for p in ref_parts))))
     for run in runs:
         parts = [res.read_part(run["id"], c) for c in ids if res.has_part(run["id"], c)]
-        if len(parts) < len(ids):
+        if not parts:
             continue
         infos = [p[k] for p in parts for k in ("tf", "gen") if k in p]
         records.append(dict(
             run_id=run["id"], method=run["method"], params=run["params"], label=run["label"], model=lm_name,
-            cases=len(parts), fidelity=metrics.summarize_fidelity([p for p in parts if "kl" in p]),
+            cases=len(parts), complete=len(parts) == len(ids), fidelity=metrics.summarize_fidelity([p for p in parts if "kl" in p]),
             task=metrics.summarize_task([p for p in parts if "tokens" in p]),
             step_ms_median=ms_median(parts), build_s_total=float(sum(i["build_s"] for i in infos)),
             exact_frac=float(np.mean([i["exact_frac"] for i in infos])),

@@ -2,10 +2,12 @@
 dumped from the closed loop's own prompts, and the Spearman rank correlation, across (method, budget)
 points, between each open-loop metric and each closed-loop one.
 
-Config section "open_loop": {"steps": 16, "kinds": ["fidelity"]}: for every case of those kinds the
+Config section "open_loop": {"steps": 16, "kinds": ["fidelity"], "layers": "all" | [l, ...], "threads": 0}:
+for every case of those kinds the
 dumper (scripts/dump/dump_trace.py --prompt-ids, the prompt's exact token ids, no chat template added)
 writes a trace of all layers with `steps` greedy decode steps into RESULTS/<name>/traces/; a replay
-config with the closed loop's "methods" list runs on those traces (`retro-bench run`, results in
+config with the closed loop's "methods" list runs on those traces (on `layers`: open-loop metrics are
+means over (layer, head, step), a subset of layers keeps the replay affordable) (`retro-bench run`, results in
 RESULTS/<name>-openloop/); offline-online.json in the closed-loop results directory holds the matched
 points and the correlation table (the `offline_online` figure of retro-bench plot draws it)."""
 
@@ -66,7 +68,8 @@ def run_open_loop(cfg, traces, results_root, retro_bin):
     name = cfg["name"] + "-openloop"
     ocfg = {"name": name, "description": f"open-loop replay of the closed-loop config {cfg['name']} on traces "
                                          "dumped from its prompts (docs/closed-loop.md)",
-            "traces": [{"path": t} for t in traces], "layers": "all", "kv_heads": "all", "steps": "all",
+            "traces": [{"path": t} for t in traces], "layers": cfg["open_loop"].get("layers", "all"),
+            "kv_heads": "all", "steps": "all",
             "threads": int(cfg.get("open_loop", {}).get("threads", 0)), "methods": cfg["methods"]}
     cpath = os.path.join(results_root, cfg["name"], "openloop-config.json")
     write_atomic(cpath, json.dumps(ocfg, indent=1))

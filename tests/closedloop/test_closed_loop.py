@@ -11,7 +11,8 @@ decode through the retro_bench binding.
 - bad input (unknown method or parameter, a model the loaders cannot read, a prompt beyond the model's
   context) is a clear error before any model work.
 
-Needs the dump venv (scripts/setup.sh); without it the test exits 77 (ctest: skipped).
+Needs the dump venv (scripts/setup.sh) and the binding (build/python); without them the test exits 77
+(ctest: skipped).
 Environment: RETRO_BIN (retro-bench), RETRO_DUMP_VENV."""
 
 import json
@@ -30,6 +31,12 @@ VENV = os.environ.get("RETRO_DUMP_VENV") or os.path.join(
     "retro-bench", "dump-venv")
 if not (os.path.exists(os.path.join(VENV, "bin", "python")) and os.path.exists(os.path.join(VENV, ".retro-stamp"))):
     print(f"SKIPPED: the dump venv is missing ({VENV}); run scripts/setup.sh", flush=True)
+    sys.exit(77)
+
+import glob  # noqa: E402
+if not (glob.glob(os.path.join(os.path.dirname(BIN), "python", "retro_bench*.so")) or os.environ.get("RETRO_PYTHONPATH")):
+    print(f"SKIPPED: the retro_bench binding was not built (no {os.path.dirname(BIN)}/python/retro_bench*.so: "
+          "pybind11-dev / python3-dev missing?)", flush=True)
     sys.exit(77)
 
 TMP = tempfile.mkdtemp(prefix="retro-closedloop-test-")
