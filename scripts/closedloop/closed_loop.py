@@ -324,14 +324,18 @@ def run(args):
         pdir = os.path.join(res.dir, "prompts")
         for c in cases:  # the prompts' token ids: the open-loop traces are dumped from these (--prompt-ids)
             write_atomic(os.path.join(pdir, c["id"] + ".json"), json.dumps(c["ids"]))
+        if args.worker:
+            # a worker takes every N-th run and completes it on every case before the next one (the
+            # prefills and references come from disk: run stage "prefill + reference" first)
+            i_w, n_w = (int(x) for x in args.worker.split("/"))
+            for run in runs[i_w::n_w]:
+                for case in cases:
+                    if (not args.only_kind or case["kind"] == args.only_kind) and not res.has_part(run["id"], case["id"]):
+                        run_case(lm, rb, cfg, case, [run], res, lm.tok)
         for i, case in enumerate(cases):
-            if args.only_kind and case["kind"] != args.only_kind:
+            if args.worker or (args.only_kind and case["kind"] != args.only_kind):
                 continue
-            mine = runs
-            if args.worker:
-                i_w, n_w = (int(x) for x in args.worker.split("/"))
-                mine = runs[i_w::n_w]
-            todo = [r for r in mine if not res.has_part(r["id"], case["id"])]
+            todo = [r for r in runs if not res.has_part(r["id"], case["id"])]
             if not todo and res.has_part(REFERENCE, case["id"]):
                 continue
             log(f"case {i + 1}/{len(cases)}: {len(todo)} run(s) to do")
