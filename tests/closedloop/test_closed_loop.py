@@ -234,6 +234,45 @@ class Metrics(unittest.TestCase):
         self.assertIsNone(self.m.spearman([1, 2], [1, 2]))
 
 
+class OfflineOnline(unittest.TestCase):
+    """offline_online.correlate matches (method, params) points and ranks them; the offline_online
+    figure's data comes from the file it writes."""
+
+    def test_correlate_and_figure_data(self):
+        sys.path.insert(0, os.path.join(ROOT, "scripts", "closedloop"))
+        sys.path.insert(0, os.path.join(ROOT, "scripts", "plotting"))
+        import offline_online
+        from retroplot import figures as F
+        from retroplot import results as R
+        closed = [{"method": "reference", "label": "full", "params": {}}]
+        opened = []
+        for i in range(5):  # recall rises with k, KL falls: rho(recall, KL) = -1, rho(out_err, KL) = +1
+            p = {"k": 10 * (i + 1)}
+            closed.append({"method": "oracle_topk", "label": f"k={p['k']}", "params": p, "exact_frac": 0.01 * i,
+                           "fidelity": {"kl_mean": 1.0 / (i + 1), "top1": 0.5 + 0.1 * i, "ppl": 70 - i},
+                           "task": {"accuracy": [0, 0, 1, 1, 1][i], "agreement_mean": i}})
+            opened.append({"method": "oracle_topk", "params": p, "metrics": {
+                "recall@100": {"mean": 0.5 + 0.1 * i}, "mass": {"mean": 0.9 + 0.01 * i}, "out_err": {"mean": 0.5 - 0.1 * i}}})
+        opened.append({"method": "pq", "params": {"k": 1}, "metrics": {}})  # no closed-loop twin: left out
+        out = offline_online.correlate(opened, closed)
+        self.assertEqual(len(out["points"]), 5)
+        rho = {(t["open"], t["closed"]): t["spearman"] for t in out["table"]}
+        self.assertAlmostEqual(rho[("recall@100", "kl_mean")], -1.0)
+        self.assertAlmostEqual(rho[("out_err", "kl_mean")], 1.0)
+        self.assertAlmostEqual(rho[("mass", "top1")], 1.0)
+        self.assertGreater(rho[("recall@100", "niah_accuracy")], 0.8)
+        d = os.path.join(TMP, "oo-results")
+        os.makedirs(d)
+        with open(os.path.join(d, "offline-online.json"), "w") as f:
+            json.dump(out, f)
+        with open(os.path.join(d, "runs.jsonl"), "w") as f:
+            f.write(json.dumps(closed[1]) + "\n")
+        s = F.FIGURES["offline_online"].data(R.Results(d))
+        self.assertEqual(len(s["panels"]), 6)  # (KL, accuracy) x (recall@100, mass, out_err)
+        self.assertAlmostEqual(s["panels"][0]["spearman"], -1.0)
+        self.assertEqual(len(s["panels"][0]["points"]), 5)
+
+
 class BadInput(unittest.TestCase):
     def expect_error(self, cfg, *needles):
         t0 = time.time()
