@@ -276,6 +276,9 @@ def main(argv=None):
     ap.add_argument("--worker", default=None, metavar="I/N",
                     help="run every N-th run starting at I (0-based) on cases whose prefill and reference "
                          "are done (parallel workers; a last session without it writes runs.jsonl)")
+    ap.add_argument("--aggregate-only", action="store_true",
+                    help="compute nothing: runs.jsonl, cases.csv and the open-loop correlation from the part "
+                         "files on disk (runs missing cases are marked complete=false)")
     ap.add_argument("--retro-bin", default=os.path.join(HERE, "..", "..", "build", "retro-bench"),
                     help="retro-bench, for the open-loop replay (\"open_loop\" section)")
     args = ap.parse_args(argv)
@@ -310,6 +313,22 @@ def run(args):
                 "dense_layers": cfg.get("dense_layers", 0), "storage": cfg.get("storage", "f16")}
     manifest = res.start_session(cfg, resolved, args.command)
     status = "failed"
+    if args.aggregate_only:
+        try:
+            if "cases" not in manifest:
+                raise ConfigError(f"{res.dir}: the manifest lists no cases yet (no session got past loading the model)")
+            records = aggregate(res, runs, manifest["cases"], manifest["model"]["name"])
+            print_table(records)
+            if cfg.get("open_loop") and os.path.isdir(os.path.join(res.dir, "traces")):
+                import offline_online
+                ol = offline_online.run(cfg, manifest["cases"], res.dir, args.results, records, args.retro_bin, HERE)
+                if ol:
+                    offline_online.print_table(ol)
+            status = "complete" if all(r.get("complete", True) for r in records) and \
+                len(records) == len(runs) + 1 else "partial"
+            return 0
+        finally:
+            res.end_session(manifest, status, wall_s=round(time.time() - t_start, 1))
     try:
         t0 = time.time()
         lm = model_runner.LoadedModel(cfg["model"], threads=int(cfg.get("threads", 0)), seed=int(cfg.get("seed", 0)))
