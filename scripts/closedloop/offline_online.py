@@ -74,6 +74,13 @@ def run_open_loop(cfg, traces, results_root, retro_bin):
     cpath = os.path.join(results_root, cfg["name"], "openloop-config.json")
     write_atomic(cpath, json.dumps(ocfg, indent=1))
     odir = os.path.join(results_root, name)
+    done = os.path.join(odir, "manifest.json")
+    if os.path.exists(done) and os.path.exists(os.path.join(odir, "runs.jsonl")):
+        with open(done) as f:
+            m = json.load(f)
+        if m.get("status") == "complete" and m.get("config_source") == ocfg:  # the same replay, finished
+            with open(os.path.join(odir, "runs.jsonl")) as f:
+                return [json.loads(line) for line in f if line.strip()]
     cmd = [retro_bin, "run", cpath, "--results", results_root, "-q", "--resume" if os.path.isdir(odir) else "--force"]
     print(f"[closed-loop] open loop: {' '.join(cmd)}", file=sys.stderr, flush=True)
     r = subprocess.run(cmd, stdout=subprocess.DEVNULL)
