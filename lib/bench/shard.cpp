@@ -36,8 +36,8 @@ ShardSpec parse_shard(const std::string& text) {
 
 uint64_t method_cost_weight(const std::string& method) {
     // Per token and decode step, relative to full attention (= 4: its select plus the exact reference
-    // it is evaluated against). Measured from build_ms + select_us on the quickstart sweep
-    // (docs/cluster.md); methods not measured there are set from their index type.
+    // it is evaluated against). Set by hand from each method's index type (a k-means or graph build
+    // costs several full passes); docs/cluster.md compares them with measured times.
     static const std::map<std::string, uint64_t> w = {
         {"full", 4},        {"oracle_topk", 5},  {"streaming", 2},   {"quest", 4},
         {"wave", 12},       {"pq", 12},          {"magicpig", 12},   {"ctkvr", 12},
