@@ -368,7 +368,13 @@ TEST_F(Cli, ShardSpecIsCheckedAndShardsMerge) {
                   std::string::npos) << r.out;
         EXPECT_FALSE(fs::exists("results/tiny"));
     }
-    auto r = sh(bin() + " run c.json --shard 0/2 -q");
+    auto r = sh(bin() + " run c.json --shard-plan 2");  // the split, nothing run
+    ASSERT_EQ(r.code, 0) << r.out;
+    EXPECT_NE(r.out.find("tiny: 24 units"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("shard 1/2: 12 units"), std::string::npos) << r.out;  // 6 equal heads, 3 each
+    EXPECT_NE(r.out.find("estimated balance (slowest / mean shard): 1.000"), std::string::npos) << r.out;
+    EXPECT_FALSE(fs::exists("results"));
+    r = sh(bin() + " run c.json --shard 0/2 -q");
     ASSERT_EQ(r.code, 0) << r.out;
     EXPECT_NE(r.out.find("shard 0/2 complete"), std::string::npos) << r.out;
     EXPECT_FALSE(fs::exists("results/tiny/runs.jsonl"));
