@@ -67,6 +67,7 @@ struct RunArgs {
     int threads = -1;
     std::string shard;  ///< "I/N" (docs/cluster.md)
     int shard_plan = 0;  ///< print the assignment for this many shards and exit
+    std::string max_memory;
 };
 
 const CommandRegistrar reg(10, [](CLI::App& app) {
@@ -82,6 +83,8 @@ const CommandRegistrar reg(10, [](CLI::App& app) {
     sub->add_option("--shard-plan", a->shard_plan, "print how N shards would split the sweep (units and "
                     "estimated cost per shard) and exit; nothing is generated or run")->check(CLI::Range(1, 100000));
     sub->add_flag("-q,--quiet", a->quiet, "no progress output");
+    sub->add_option("--max-memory", a->max_memory,
+                    "refuse to start when the estimated memory exceeds this, e.g. 8G (default: the available memory)");
     sub->callback([] {});
     return std::function<int()>([a, &app] {
         if (a->resume && a->force) throw ConfigError("--resume and --force exclude each other");
@@ -115,6 +118,7 @@ const CommandRegistrar reg(10, [](CLI::App& app) {
         opt.force = a->force;
         opt.threads = a->threads;
         opt.shard = shard;
+        opt.max_memory = a->max_memory;
         opt.config_path = a->config;
         opt.command_line = "retro-bench run " + a->config + (a->resume ? " --resume" : "") +
                            (a->force ? " --force" : "") + (shard.active() ? " --shard " + shard.str() : "");

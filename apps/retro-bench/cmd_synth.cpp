@@ -9,6 +9,7 @@
 #include "commands.hpp"
 #include "core/error.hpp"
 #include "trace/synth.hpp"
+#include "trace/memory_estimates.hpp"
 
 namespace retro::cli {
 namespace {
@@ -24,6 +25,7 @@ struct SynthArgs {
     std::string dtype;
     long long seed = -1;
     bool print_params = false;
+    std::string max_memory;
 };
 
 /// --set key=value: the value is parsed as JSON when it is valid JSON, else taken as a string.
@@ -74,12 +76,15 @@ const CommandRegistrar reg(20, [](CLI::App& app) {
     sub->add_option("--params", a->params_file, "JSON file of synth parameters (as in a config's \"synth\")");
     sub->add_option("--set", a->sets, "override one parameter: key=value (repeatable)");
     sub->add_flag("--print-params", a->print_params, "print the resolved parameters as JSON and exit");
+    sub->add_option("--max-memory", a->max_memory,
+                    "refuse to start when the estimated memory exceeds this, e.g. 8G (default: the available memory)");
     return std::function<int()>([a] {
         const SynthParams p = resolve(*a);
         if (a->print_params) {
             fmt::print("{}\n", p.to_json().dump(2));
             return 0;
         }
+        check_memory(estimate_synth_memory(p, a->out), memory_limit(a->max_memory));  // before any work
         const auto parent = std::filesystem::path(a->out).parent_path();
         std::error_code mk;
         if (!parent.empty()) std::filesystem::create_directories(parent, mk);

@@ -3,6 +3,7 @@
 
 #include "bench/config.hpp"
 #include "bench/cuda_runner.hpp"
+#include "bench/preflight.hpp"
 #include "bench/runner.hpp"
 #include "commands.hpp"
 #include "core/error.hpp"
@@ -17,7 +18,7 @@
 namespace retro::cli {
 namespace {
 
-void validate_config(const std::string& path) {
+void validate_config(const std::string& path, const PreflightOptions& popt) {
     if (file_exists(path)) {  // "experiment": "ood-recall" configs (apps/retro-bench/ood_recall_config.cpp)
         nlohmann::json j;
         try {
@@ -36,12 +37,15 @@ void validate_config(const std::string& path) {
     }
     const RunConfig cfg = load_config(path);
     const auto traces = prepare_traces(cfg, false);
+    const Preflight pf = check_before_work(cfg, traces, popt);  // every check `run` makes before work
     fmt::print("{}: OK config '{}': {} run(s)\n", path, cfg.name, cfg.runs.size());
     for (const auto& r : cfg.runs) fmt::print("  {}\n", r.label());
     for (const auto& t : traces)
         fmt::print("  trace {}{}: {} layer(s) x {} KV head(s) x {} step(s)\n", t.spec.path,
                    t.generation_note(), t.layers.size(),
                    t.kv_heads.size(), t.steps.size());
+    fmt::print("  memory: about {} ({}), limit {}\n", format_bytes(pf.memory.bytes), pf.memory.what,
+               pf.limit.bytes > 0 ? format_bytes(pf.limit.bytes) + " (" + pf.limit.source + ")" : "unknown");
     if (cfg.backend != "cuda") return;
 #ifdef RETRO_HAVE_CUDA
     const auto gpu = gpu_run::make_cuda_backend();
@@ -66,13 +70,17 @@ void validate_trace(const std::string& path) {
 
 const CommandRegistrar reg(40, [](CLI::App& app) {
     auto files = std::make_shared<std::vector<std::string>>();
+    auto popt = std::make_shared<PreflightOptions>();
     auto* sub = app.add_subcommand("validate", "Check configs (.json) and traces (HDF5) without running");
     sub->add_option("files", *files, "config or trace files")->required();
-    return std::function<int()>([files] {
+    sub->add_option("--threads", popt->threads, "worker threads `run` would use (memory estimate; default: config)");
+    sub->add_option("--max-memory", popt->max_memory,
+                    "memory limit for the estimate, e.g. 8G (default: the available memory)");
+    return std::function<int()>([files, popt] {
         int bad = 0;
         for (const auto& f : *files) {
             try {
-                if (f.size() >= 5 && f.substr(f.size() - 5) == ".json") validate_config(f);
+                if (f.size() >= 5 && f.substr(f.size() - 5) == ".json") validate_config(f, *popt);
                 else validate_trace(f);
             } catch (const Error& e) {
                 fmt::print(stderr, "{}: INVALID: {}\n", f, e.what());

@@ -107,6 +107,12 @@ RunConfig parse_config(const json& j, const std::string& origin) {
     c.name = j["name"].get<std::string>();
     if (!std::regex_match(c.name, std::regex("[A-Za-z0-9._-]+")) || c.name == "." || c.name == "..")
         throw ConfigError(w + ": name '" + c.name + "' must match [A-Za-z0-9._-]+");
+    // The name is a directory name (NAME_MAX 255 on Linux file systems); 128 leaves room for suffixes.
+    constexpr size_t kMaxConfigName = 128;
+    if (c.name.size() > kMaxConfigName)
+        throw ConfigError(w + ": name '" + c.name.substr(0, 32) + "...' is " + std::to_string(c.name.size()) +
+                          " characters, expected at most " + std::to_string(kMaxConfigName) +
+                          " (it names the results directory)");
     if (j.contains("description")) {
         if (!j["description"].is_string()) throw ConfigError(w + ": description must be a string");
         c.description = j["description"].get<std::string>();

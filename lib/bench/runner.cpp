@@ -17,6 +17,7 @@
 #include "bench/cuda_runner.hpp"
 #include "bench/head_run.hpp"
 #include "bench/merge.hpp"
+#include "bench/preflight.hpp"
 #include "bench/results.hpp"
 #include "core/error.hpp"
 #include "core/fs.hpp"
@@ -248,9 +249,7 @@ struct Execution {
 // Worker threads pull (trace, layer, KV head) jobs. Returns the first error (the others stop).
 std::exception_ptr run_on_cpu(const Execution& x, const std::vector<Job>& jobs, RunOutcome& outcome) {
     const RunnerOptions& opt = x.opt;
-    int threads = opt.threads >= 0 ? opt.threads : x.cfg.threads;
-    if (threads <= 0) threads = (int)std::max(1u, std::thread::hardware_concurrency());
-    threads = std::min<int>(threads, (int)std::max<size_t>(1, jobs.size()));
+    const int threads = run_threads(x.cfg, opt.threads, jobs.size());
     std::atomic<size_t> next{0};
     std::atomic<bool> failed{false};
     std::mutex mu;
@@ -365,6 +364,9 @@ RunOutcome run_config(const RunConfig& cfg, const RunnerOptions& opt) {
     if (!sharded && rd.has_results() && !opt.resume && !opt.force)
         throw ConfigError(dir + " already holds results: pass --resume to continue it or --force to "
                                 "replace it");
+    // the checks validate makes too (lib/bench/preflight), on the traces as they are before generation
+    const HardwareProfile hw =
+        check_before_work(cfg, prepare_traces(cfg, false), {opt.threads, opt.max_memory}).hardware;
     const auto traces = prepare_traces(cfg, true, opt.on_note);
     std::vector<TraceReader*> readers;
     std::vector<std::unique_ptr<TraceReader>> reader_store;
@@ -375,7 +377,6 @@ RunOutcome run_config(const RunConfig& cfg, const RunnerOptions& opt) {
     if (on_gpu)
         for (const auto& t : traces) check_cuda_trace(t, cfg, *opt.gpu);
     const auto reg = sweep_metric_registry(cfg);
-    const HardwareProfile hw = load_hardware_profile(cfg.hardware);  // configs/hardware/<name>.json
     const auto ids = sweep_run_ids(cfg, traces);
     // The units of this shard (lib/bench/shard.hpp): every unit when not sharded.
     const auto units = sweep_units(cfg, traces, on_gpu);

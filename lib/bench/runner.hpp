@@ -59,6 +59,7 @@ struct RunnerOptions {
     /// instead of manifest.json, and the shard that completes the sweep merges (lib/bench/merge.hpp).
     ShardSpec shard;
     int threads = -1;     ///< overrides the config when >= 0 (0 = all cores)
+    std::string max_memory;  ///< memory limit for the check before work ("8G"); empty = available memory
     std::string command_line;  ///< recorded in the manifest
     std::string config_path;   ///< recorded in the manifest
     std::function<void(const RunProgress&)> on_progress;

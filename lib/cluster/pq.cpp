@@ -55,15 +55,19 @@ void nearest_centroids_l2(const float* x, int n, int ldx, const float* c, int k,
 }
 
 ProductQuantizer::ProductQuantizer(int d, const PQParams& p) : p_(p), d_(d) {
+    check(d, p);
+    dsub_ = d / p.m;
+    ksub_ = 1 << p.nbits;
+    centroids_.assign((size_t)p.m * ksub_ * dsub_, 0.0f);
+}
+
+void ProductQuantizer::check(int d, const PQParams& p) {
     if (d < 1) throw ParamError("pq: dimension " + std::to_string(d) + " must be >= 1");
     if (p.m < 1 || d % p.m != 0)
         throw ParamError("pq: m = " + std::to_string(p.m) + " must divide the head dimension " + std::to_string(d));
     if (p.nbits < 1 || p.nbits > 16)
         throw ParamError("pq: nbits = " + std::to_string(p.nbits) + " must be in [1, 16]");
     if (p.iters < 1) throw ParamError("pq: iters = " + std::to_string(p.iters) + " must be >= 1");
-    dsub_ = d / p.m;
-    ksub_ = 1 << p.nbits;
-    centroids_.assign((size_t)p.m * ksub_ * dsub_, 0.0f);
 }
 
 void ProductQuantizer::train(const float* x, int n) {

@@ -28,6 +28,8 @@ class ProductQuantizer {
     ProductQuantizer() = default;
     /// Throws ParamError when m does not divide d or a parameter is out of range.
     ProductQuantizer(int d, const PQParams& p);
+    /// The constructor's parameter checks alone (m divides d, nbits, iters): throws ParamError.
+    static void check(int d, const PQParams& p);
 
     /// Fits the codebooks on rows x: [n, d] (n >= 1).
     void train(const float* x, int n);

@@ -30,6 +30,24 @@ struct CtkvrParams {
     bool dynamic_update = false;  ///< DCU: FIFO-push the current query's list, evicting the oldest
 };
 
+/// Centroids a head with a `P`-token prompt uses (the prefill queries it needs per query head), or 0
+/// when sink and window cover the whole prompt (no index). Shared by build() and the check before work.
+int centroids_needed(const CtkvrParams& p, int P) {
+    const int ib = std::min(p.sink, P), ie = std::max(ib, P - p.window);
+    if (ie - ib <= 0) return 0;
+    return p.C > 0 ? p.C : std::max(1, std::min(2048, P / 16));
+}
+
+void check_prefill(const CtkvrParams& p, int C, int npf) {
+    if (npf < C)
+        throw ParamError("ctkvr: parameter 'C' = " + std::to_string(C) + " needs " + std::to_string(C) +
+                         " prefill queries per query head; the trace has " + std::to_string(npf) +
+                         " (regenerate it with more prefill queries, or lower C)");
+    if (p.C_prime > C)
+        throw ParamError("ctkvr: parameter 'C_prime' = " + std::to_string(p.C_prime) +
+                         " exceeds the number of centroids C = " + std::to_string(C));
+}
+
 // Indices of the k largest v[i] (ties: lower index), best first.
 void top_k(const float* v, int n, int k, std::vector<int32_t>& idx, std::vector<int32_t>& out) {
     idx.resize((size_t)n);
@@ -63,16 +81,10 @@ class Ctkvr final : public Method {
         next_slot_ = 0;
         const int ni = ie_ - ib_;
         if (ni <= 0) return;
-        C_ = p_.C > 0 ? p_.C : std::max(1, std::min(2048, P / 16));
+        C_ = centroids_needed(p_, P);
         const HeadSlice* s = ctx.slice;
         const int npf = s ? s->num_prefill : 0;
-        if (npf < C_)
-            throw ParamError("ctkvr: parameter 'C' = " + std::to_string(C_) + " needs " + std::to_string(C_) +
-                             " prefill queries per query head; the trace has " + std::to_string(npf) +
-                             " (regenerate it with more prefill queries, or lower C)");
-        if (p_.C_prime > C_)
-            throw ParamError("ctkvr: parameter 'C_prime' = " + std::to_string(p_.C_prime) +
-                             " exceeds the number of centroids C = " + std::to_string(C_));
+        check_prefill(p_, C_, npf);
         rho_ = p_.rho > 0 ? p_.rho
                           : std::max(1, (int)std::lround(p_.rho_factor * resolve_budget(p_.rho_prime, P)));
         rho_ = std::min(rho_, ni);
@@ -205,6 +217,19 @@ class Ctkvr final : public Method {
     std::vector<float> qn_, cos_, agg_, sc_;
     std::vector<int32_t> idx_, chosen_, recalled_, kept_;
 };
+
+CtkvrParams ctkvr_params(const nlohmann::json& j) {
+    CtkvrParams p;
+    p.C = j.at("C").get<int>();
+    p.C_prime = j.at("C_prime").get<int>();
+    p.rho_prime = j.at("rho_prime").get<double>();
+    p.rho_factor = j.at("rho_factor").get<double>();
+    p.rho = j.at("rho").get<int>();
+    p.sink = j.at("sink").get<int>();
+    p.window = j.at("window").get<int>();
+    p.dynamic_update = j.at("dynamic_update").get<bool>();
+    return p;
+}
 }  // namespace
 
 MethodInfo ctkvr_method_info() {
@@ -238,18 +263,18 @@ MethodInfo ctkvr_method_info() {
         if (C > 0 && cp > C)
             throw ParamError("parameter 'C_prime' = " + std::to_string(cp) + " exceeds 'C' = " + std::to_string(C));
     };
-    m.make = [](const nlohmann::json& j) {
-        CtkvrParams p;
-        p.C = j.at("C").get<int>();
-        p.C_prime = j.at("C_prime").get<int>();
-        p.rho_prime = j.at("rho_prime").get<double>();
-        p.rho_factor = j.at("rho_factor").get<double>();
-        p.rho = j.at("rho").get<int>();
-        p.sink = j.at("sink").get<int>();
-        p.window = j.at("window").get<int>();
-        p.dynamic_update = j.at("dynamic_update").get<bool>();
-        return std::make_unique<Ctkvr>(p);
+    m.check_trace = [](const nlohmann::json& j, const TraceInfo& t) {
+        const CtkvrParams p = ctkvr_params(j);
+        if (const int C = centroids_needed(p, t.prompt_len)) check_prefill(p, C, t.num_prefill_queries);
     };
+    m.index_bytes = [](const nlohmann::json& j, const TraceInfo& t) {
+        // build(): score and max buffers [32, P], normalized centroids [C, group, d], lists [C, rho] int32
+        const CtkvrParams p = ctkvr_params(j);
+        const double P = t.prompt_len, C = centroids_needed(p, t.prompt_len);
+        const double rho = p.rho > 0 ? p.rho : p.rho_factor * resolve_budget(p.rho_prime, t.prompt_len);
+        return 2.0 * 32 * P * 4 + C * t.group_size() * t.head_dim * 4.0 + C * std::min(rho, P) * 4.0 + P * 4.0;
+    };
+    m.make = [](const nlohmann::json& j) { return std::make_unique<Ctkvr>(ctkvr_params(j)); };
     return m;
 }
 

@@ -35,6 +35,13 @@ struct MethodInfo {
     std::function<std::unique_ptr<Method>(const nlohmann::json& params)> make;
     /// Optional cross-parameter check on resolved parameters (throws ParamError).
     std::function<void(const nlohmann::json& params)> check;
+    /// Optional check of resolved parameters against a trace's shape, the same condition build() would
+    /// throw on (pq: m divides head_dim; ctkvr: C prefill queries). `run` and `validate` call it before
+    /// any work (lib/bench/preflight.hpp). Throws ParamError.
+    std::function<void(const nlohmann::json& params, const TraceInfo& trace)> check_trace;
+    /// Optional estimate of the bytes one instance keeps per (layer, KV head) beyond the head's slice
+    /// (index, codes, graphs) for the memory check before work; absent = one float32 copy of the keys.
+    std::function<double(const nlohmann::json& params, const TraceInfo& trace)> index_bytes;
 };
 
 /// Every registered method, in display order.

@@ -214,6 +214,19 @@ MethodInfo pq_method_info() {
          "PQCache's public code (pq_search.py decoding_attn_GQA_euc)",
          -1e300, 1e300, {"max", "mean", "softmax_sum", "per_head"}},
     };
+    m.check_trace = [](const nlohmann::json& j, const TraceInfo& t) {
+        PQParams qp;
+        qp.m = j.at("m").get<int>();
+        qp.nbits = j.at("nbits").get<int>();
+        qp.iters = j.at("iters").get<int>();
+        ProductQuantizer::check(t.head_dim, qp);  // what build() checks
+    };
+    m.index_bytes = [](const nlohmann::json& j, const TraceInfo& t) {
+        // codes [P, m] uint16, codebooks [m, 2^nbits, d/m] float32, and the k-means training buffers of one
+        // sub-space (assignment, distance, permutation per row: 12 bytes)
+        const double P = t.prompt_len, m = j.at("m").get<int>(), K = std::ldexp(1.0, j.at("nbits").get<int>());
+        return P * m * 2.0 + K * t.head_dim * 4.0 + P * 12.0;
+    };
     m.make = [](const nlohmann::json& j) {
         PqMethodParams p;
         p.k = j.at("k").get<double>();

@@ -22,6 +22,13 @@ struct RaParams {
     int train_queries = 0;  ///< last prefill queries per query head used for training; 0 = all
 };
 
+/// The graph is trained on prefill queries: a head with prompt tokens to index needs some.
+void check_prefill(int num_prefill) {
+    if (num_prefill <= 0)
+        throw ParamError("retrieval_attention: the trace has no prefill queries (the graph is trained "
+                         "on them); regenerate it with prefill queries (synth --prefill-queries N)");
+}
+
 class RetrievalAttention final : public Method {
   public:
     explicit RetrievalAttention(RaParams p) : p_(p) {}
@@ -36,9 +43,7 @@ class RetrievalAttention final : public Method {
         const int ni = ie_ - ib_;
         if (ni <= 0) return;
         const HeadSlice* s = ctx.slice;
-        if (!s || s->num_prefill <= 0)
-            throw ParamError("retrieval_attention: the trace has no prefill queries (the graph is trained "
-                             "on them); regenerate it with prefill queries (synth --prefill-queries N)");
+        check_prefill(s ? s->num_prefill : 0);
         const int T = p_.train_queries > 0 ? std::min(p_.train_queries, s->num_prefill) : s->num_prefill;
         const int first = s->num_prefill - T;
         const float* keys = prompt.keys + (size_t)ib_ * d;
@@ -143,6 +148,11 @@ MethodInfo retrieval_attention_method_info() {
         {"train_queries", ParamType::integer, 0,
          "last prefill queries per query head used as training queries; 0 = all in the trace",
          "the paper uses all prefill queries", 0, 1e9},
+    };
+    m.check_trace = [](const nlohmann::json& j, const TraceInfo& t) {
+        // build() needs prefill queries only when sink and window leave prompt tokens to index
+        const int P = t.prompt_len, ib = std::min(j.at("sink").get<int>(), P);
+        if (std::max(ib, P - j.at("window").get<int>()) > ib) check_prefill(t.num_prefill_queries);
     };
     m.make = [](const nlohmann::json& j) {
         RaParams p;

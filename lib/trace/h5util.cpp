@@ -103,6 +103,9 @@ std::optional<AttrValue> read_attr(hid_t obj, const char* name) {
     if (!space.valid() || !ftype.valid()) fail("no dataspace or type");
     const hssize_t np = H5Sget_simple_extent_npoints(space);
     if (np < 0) fail("bad dataspace");
+    // A corrupt header can declare any size; attributes are small metadata (64 KiB compact storage).
+    constexpr hssize_t kMaxAttrPoints = 1 << 20;
+    if (np > kMaxAttrPoints) fail("dataspace of more than 2^20 elements: corrupt");
     AttrValue v;
     v.npoints = (size_t)np;
     if (np == 0) return v;  // empty / null dataspace: Other
@@ -122,6 +125,7 @@ std::optional<AttrValue> read_attr(hid_t obj, const char* name) {
                 H5Dvlen_reclaim(mt, space, H5P_DEFAULT, &p);
             } else {
                 const size_t n = H5Tget_size(ftype);
+                if (n == 0 || n > ((size_t)1 << 20)) fail("fixed-length string size 0 or above 1 MiB: corrupt");
                 std::vector<char> buf(n + 1, '\0');
                 Hid mt(H5Tcopy(ftype));
                 if (H5Aread(a, mt, buf.data()) < 0) fail("string read failed");
@@ -143,7 +147,7 @@ std::optional<AttrValue> read_attr(hid_t obj, const char* name) {
             // read the raw base integers and widen them here.
             Hid super(H5Tget_super(ftype));
             const size_t sz = H5Tget_size(ftype);
-            if (!super.valid() || H5Tget_class(super) != H5T_INTEGER || sz > 8 ||
+            if (!super.valid() || H5Tget_class(super) != H5T_INTEGER || sz == 0 || sz > 8 ||
                 (H5Tget_order(super) == H5T_ORDER_LE) != host_little_endian())
                 return v;
             const bool is_signed = H5Tget_sign(super) == H5T_SGN_2;

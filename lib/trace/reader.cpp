@@ -6,10 +6,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "core/error.hpp"
 #include "core/half.hpp"
+#include "core/memory.hpp"
 #include "trace/h5util.hpp"
+#include "trace/memory_estimates.hpp"
 
 namespace retro {
 
@@ -193,6 +196,11 @@ TraceReader::TraceReader(const std::string& path) : impl_(std::make_unique<Impl>
     }
     if (const auto v = attr("model")) info_.model = v->to_string();
     if (const auto v = attr("source")) info_.source = v->to_string();
+    // Token positions are ints: prompt_len + num_decode_steps (each <= 2^30) must stay one.
+    if ((long long)info_.prompt_len + info_.num_decode_steps > std::numeric_limits<int>::max())
+        err("prompt_len (" + std::to_string(info_.prompt_len) + ") + num_decode_steps (" +
+            std::to_string(info_.num_decode_steps) + ") exceeds " +
+            std::to_string(std::numeric_limits<int>::max()) + " tokens (root attributes)");
     if (info_.num_q_heads % info_.num_kv_heads != 0)
         err("num_q_heads (" + std::to_string(info_.num_q_heads) + ") is not a multiple of num_kv_heads (" +
             std::to_string(info_.num_kv_heads) + ") (root attributes; GQA groups must be whole)");
@@ -310,6 +318,10 @@ TraceReader::TraceReader(const std::string& path) : impl_(std::make_unique<Impl>
             if (dims[0] != (hsize_t)info_.num_q_heads || dims[2] != (hsize_t)info_.head_dim || dims[1] < 1)
                 err(dn + " has shape " + shape_str(dims) + ", expected [" + std::to_string(info_.num_q_heads) +
                     ", n_prefill >= 1, " + std::to_string(info_.head_dim) + "] (num_q_heads, n_prefill, head_dim)");
+            if (dims[1] > (hsize_t)info_.prompt_len)
+                err(dn + " has shape " + shape_str(dims) + ": n_prefill " + std::to_string(dims[1]) +
+                    " exceeds prompt_len " + std::to_string(info_.prompt_len) +
+                    " (prefill queries are prompt positions)");
             n_pf = (int)dims[1];
             Hid ds(H5Dopen2(g, "prefill_queries", H5P_DEFAULT));
             std::optional<h5::AttrValue> fp;
@@ -321,7 +333,9 @@ TraceReader::TraceReader(const std::string& path) : impl_(std::make_unique<Impl>
             if (!fp) err(dn + " has no attribute 'first_position' (expected the integer position of its first query)");
             if (fp->kind != h5::AttrValue::Int || fp->npoints != 1)
                 err(dn + " attribute 'first_position' is " + fp->to_string() + ", expected a scalar integer");
-            if (fp->i < 0 || fp->i + n_pf > info_.prompt_len)
+            // Written as first_position > prompt_len - n_prefill: the sum overflows for first_position
+            // near INT64_MAX (and would then pass); n_prefill <= prompt_len was checked above.
+            if (fp->i < 0 || fp->i > (long long)info_.prompt_len - n_pf)
                 err(dn + ": first_position " + std::to_string(fp->i) + " + n_prefill " + std::to_string(n_pf) +
                     " exceeds prompt_len " + std::to_string(info_.prompt_len) +
                     " (expected 0 <= first_position and first_position + n_prefill <= prompt_len)");
@@ -368,6 +382,14 @@ HeadSlice TraceReader::read_head(int layer, int kv_head, const ReadOptions& opt)
     if (kv_head < 0 || kv_head >= info_.num_kv_heads)
         throw TraceError(path + ": kv_head " + std::to_string(kv_head) + " out of range [0, " +
                          std::to_string(info_.num_kv_heads) + ") (num_kv_heads)");
+    {  // a header may declare up to 2^30 tokens: refuse a slice that cannot fit, instead of std::bad_alloc
+        const MemoryEstimate need{head_slice_bytes(info_, opt.max_steps, opt.prefill_queries),
+                                  path + ": reading layer " + std::to_string(layer) + " KV head " +
+                                      std::to_string(kv_head) + " (" + std::to_string(info_.n_tokens()) +
+                                      " tokens x head_dim " + std::to_string(info_.head_dim) + ")",
+                                  "read fewer decode steps or use a smaller trace"};
+        check_memory(need, memory_limit(""));
+    }
     HeadSlice s;
     s.layer = layer;
     s.kv_head = kv_head;

@@ -13,6 +13,9 @@
 #include <sstream>
 #include <string>
 
+#include <hdf5.h>
+
+#include "trace/h5util.hpp"
 #ifdef RETRO_HAVE_CUDA
 #include "cuda_api.hpp"
 #endif
@@ -339,6 +342,7 @@ TEST_F(Cli, ListMethodsShowsParametersAndDefaults) {
 // "backend": "cuda" on a machine without a usable device (or a build without CUDA): the run fails before
 // any work, saying which backend and why, and leaves no trace generated and no results directory.
 TEST_F(Cli, CudaBackendWithoutADeviceFailsBeforeAnyWork) {
+    // The stable part of the message in each build configuration: the reason, not its wording around it.
 #ifdef RETRO_HAVE_CUDA
     if (retro::cuda::device_available()) GTEST_SKIP() << "a CUDA device is present";
     const std::string why = "no usable CUDA device: " + retro::cuda::device_status();
@@ -350,7 +354,9 @@ TEST_F(Cli, CudaBackendWithoutADeviceFailsBeforeAnyWork) {
         "methods": [{"name": "full"}, {"name": "wave"}]})"));
     const auto r = sh(bin() + " run c.json");
     EXPECT_EQ(r.code, 2) << r.out;
-    EXPECT_NE(r.out.find("retro-bench: error: backend 'cuda': " + why), std::string::npos) << r.out;
+    const auto at = r.out.find("retro-bench: error: backend 'cuda': ");
+    ASSERT_NE(at, std::string::npos) << r.out;
+    EXPECT_NE(r.out.find(why, at), std::string::npos) << r.out;
     EXPECT_FALSE(fs::exists("results"));
     EXPECT_FALSE(fs::exists("t.h5"));
 }
@@ -398,4 +404,122 @@ TEST_F(Cli, ShardSpecIsCheckedAndShardsMerge) {
     EXPECT_NE(r.out.find("come from 2 revisions: "), std::string::npos) << r.out;
     EXPECT_NE(r.out.find("feedbee-old (1 file, e.g. parts/"), std::string::npos) << r.out;
     EXPECT_NE(r.out.find(mine + " ("), std::string::npos) << r.out;
+
+// Issue 16 defect 6: `validate` accepted configs that `run` rejected. Both now make the same checks
+// before any work (lib/bench/preflight.hpp); each case fails under both, with the same message.
+TEST_F(Cli, ValidateMakesEveryCheckRunMakesBeforeWork) {
+    make_trace("t.h5");  // smollm2 shape: head_dim 64, 16 prefill queries, 600-token prompt
+    std::vector<std::pair<json, std::string>> cases;
+    json c = tiny_config("t.h5");
+    c["hardware"] = "nosuch-gpu";
+    cases.push_back({c, "hardware profile 'nosuch-gpu' not found"});
+    c = tiny_config("t.h5");
+    c["methods"] = json::parse(R"([{"name": "pq", "params": {"m": 3}}])");
+    cases.push_back({c, "m = 3 must divide the head dimension 64"});
+    c = tiny_config("t.h5");
+    c["methods"] = json::parse(R"([{"name": "ctkvr", "params": {"C": 32, "sink": 4, "window": 16}}])");
+    cases.push_back({c, "parameter 'C' = 32 needs 32 prefill queries per query head; the trace has 16"});
+    c = tiny_config("t.h5");
+    c["name"] = std::string(300, 'n');
+    cases.push_back({c, "is 300 characters, expected at most 128"});
+    for (const auto& [cfg, needle] : cases) {
+        write_config("bad.json", cfg);
+        auto r = sh(bin() + " validate bad.json");
+        EXPECT_EQ(r.code, 2) << r.out;
+        EXPECT_NE(r.out.find("INVALID"), std::string::npos) << r.out;
+        EXPECT_NE(r.out.find(needle), std::string::npos) << "validate: expected '" << needle << "' in: " << r.out;
+        r = sh(bin() + " run bad.json");
+        EXPECT_EQ(r.code, 2) << r.out;
+        EXPECT_NE(r.out.find(needle), std::string::npos) << "run: expected '" << needle << "' in: " << r.out;
+        EXPECT_FALSE(fs::exists("results")) << needle;
+    }
+    // the same methods on a trace that fits them validate and run
+    c = tiny_config("t.h5");
+    c["methods"] = json::parse(R"([{"name": "pq", "params": {"m": 4, "nbits": 4, "k": 32}},
+                                   {"name": "ctkvr", "params": {"C": 16, "sink": 4, "window": 16, "rho_prime": 32}}])");
+    write_config("good.json", c);
+    auto r = sh(bin() + " validate good.json");
+    EXPECT_EQ(r.code, 0) << r.out;
+    EXPECT_NE(r.out.find("memory: about"), std::string::npos) << r.out;
+    r = sh(bin() + " run good.json -q --threads 1");
+    EXPECT_EQ(r.code, 0) << r.out;
+}
+
+// Issue 16 defect 4: an 8M-token synth passed validate and was OOM-killed after seconds. The memory
+// estimate refuses it before any work, naming the estimate, the limit and what to change.
+TEST_F(Cli, OversizedSynthIsRefusedBeforeWork) {
+    auto r = sh(bin() + " synth big.h5 --prompt-len 8388608 --max-memory 1G");
+    EXPECT_EQ(r.code, 2) << r.out;
+    for (const std::string needle : {"synthesizing big.h5 (8 KV heads x 8388640 tokens x head_dim 128",
+                                     "GiB of memory, more than the 1.0 GiB limit (--max-memory 1G)",
+                                     "use a shorter prompt"})
+        EXPECT_NE(r.out.find(needle), std::string::npos) << "expected '" << needle << "' in: " << r.out;
+    for (const auto& e : fs::directory_iterator("."))
+        ADD_FAILURE() << "synth left " << e.path() << " behind";
+    // the same recipe in a config: validate and run refuse it too, before generating anything
+    write_config("c.json", json::parse(R"({"name": "big", "methods": [{"name": "full"}],
+        "traces": [{"path": "big.h5", "synth": {"prompt_len": 8388608}}]})"));
+    for (const std::string cmd : {" validate c.json --max-memory 1G", " run c.json --max-memory 1G"}) {
+        r = sh(bin() + cmd);
+        EXPECT_EQ(r.code, 2) << cmd << ": " << r.out;
+        EXPECT_NE(r.out.find("synthesizing big.h5"), std::string::npos) << cmd << ": " << r.out;
+        EXPECT_NE(r.out.find("limit (--max-memory 1G)"), std::string::npos) << cmd << ": " << r.out;
+    }
+    EXPECT_FALSE(fs::exists("big.h5"));
+    EXPECT_FALSE(fs::exists("results"));
+    r = sh(bin() + " synth small.h5 --preset smollm2 --prompt-len 256 --steps 2 --layers 1 --max-memory 1G");
+    EXPECT_EQ(r.code, 0) << r.out;  // a small trace fits the same limit
+}
+
+// Issue 16 defect 4: a run whose estimate (heads in flight x per-head K/V/index bytes) exceeds
+// --max-memory is refused before any work, naming the estimate and what to change.
+TEST_F(Cli, RunOverMaxMemoryIsRefusedBeforeWork) {
+    make_trace("t.h5");
+    write_config("c.json", tiny_config("t.h5"));
+    auto r = sh(bin() + " run c.json --threads 2 --max-memory 100K");
+    EXPECT_EQ(r.code, 2) << r.out;
+    for (const std::string needle : {"run 'tiny': 2 head(s) in flight x ", "trace t.h5: 606 tokens x head_dim 64",
+                                     "4 method instance(s)", "limit (--max-memory 100K)", "--threads 1 needs about"})
+        EXPECT_NE(r.out.find(needle), std::string::npos) << "expected '" << needle << "' in: " << r.out;
+    EXPECT_FALSE(fs::exists("results"));
+    r = sh(bin() + " validate c.json --threads 2 --max-memory 100K");
+    EXPECT_EQ(r.code, 2) << r.out;
+    EXPECT_NE(r.out.find("run 'tiny': 2 head(s) in flight"), std::string::npos) << r.out;
+    r = sh(bin() + " run c.json -q --threads 2 --max-memory 1G");
+    EXPECT_EQ(r.code, 0) << r.out;
+}
+
+// Issue 16 defect 4: a trace header declaring 2^30 tokens gave "internal error: std::bad_alloc" (exit 3).
+// The datasets are declared at full size but never written, so the file stays small.
+TEST_F(Cli, TraceDeclaringABillionTokensGivesAClearError) {
+    make_trace("huge.h5");
+    const long long tokens = 1LL << 30;
+    {
+        retro::h5::Lock lk;
+        retro::h5::Hid f(H5Fopen("huge.h5", H5F_ACC_RDWR, H5P_DEFAULT));
+        ASSERT_TRUE(f.valid());
+        retro::h5::write_attr_int(f, "prompt_len", tokens - 6);
+        for (const char* name : {"/layers/0/keys", "/layers/0/values", "/layers/1/keys", "/layers/1/values"}) {
+            ASSERT_GE(H5Ldelete(f, name, H5P_DEFAULT), 0);
+            const hsize_t dims[3] = {3, (hsize_t)tokens, 64};
+            retro::h5::Hid space(H5Screate_simple(3, dims, nullptr));
+            retro::h5::Hid type = retro::h5::make_f16_type();
+            retro::h5::Hid ds(H5Dcreate2(f, name, type, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+            ASSERT_TRUE(ds.valid()) << name;
+        }
+    }
+    ASSERT_LT(fs::file_size("huge.h5"), 10u << 20);
+    auto r = sh(bin() + " validate huge.h5");
+    EXPECT_EQ(r.code, 2) << r.out;
+    EXPECT_NE(r.out.find("huge.h5: reading layer 0 KV head 0 (1073741824 tokens x head_dim 64) needs about"),
+              std::string::npos) << r.out;
+    EXPECT_EQ(r.out.find("internal error"), std::string::npos) << r.out;
+    write_config("c.json", tiny_config("huge.h5"));
+    r = sh(bin() + " run c.json");
+    EXPECT_EQ(r.code, 2) << r.out;
+    EXPECT_NE(r.out.find("trace huge.h5: 1073741824 tokens x head_dim 64"), std::string::npos) << r.out;
+    EXPECT_FALSE(fs::exists("results"));
+    r = sh(bin() + " inspect huge.h5");
+    EXPECT_EQ(r.code, 2) << r.out;
+    EXPECT_EQ(r.out.find("internal error"), std::string::npos) << r.out;
 }

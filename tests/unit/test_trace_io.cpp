@@ -8,11 +8,13 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <random>
 #include <thread>
 
 #include "core/error.hpp"
 #include "core/half.hpp"
+#include "core/memory.hpp"
 #include "trace/h5util.hpp"
 #include "trace/reader.hpp"
 #include "trace/writer.hpp"
@@ -683,6 +685,78 @@ TEST_F(TraceIOBad, PrefillBeyondPrompt) {
         replace_dataset(f, "/layers/0/prefill_queries", t, {4, 5, 16});
     });
     expect_open_error({"/layers/0/prefill_queries has shape [4, 5, 16]", "num_q_heads, n_prefill, head_dim"});
+}
+
+// Issue 16 defect 5: first_position + n_prefill overflowed int64 for first_position near INT64_MAX, so
+// the trace validated and ran with prefill queries at wrong (negative) positions.
+TEST_F(TraceIOBad, PrefillFirstPositionNearInt64MaxIsRejected) {
+    for (long long fp : {std::numeric_limits<long long>::max(), std::numeric_limits<long long>::max() - 3,
+                         (long long)std::numeric_limits<int>::max()}) {
+        write_trace(path, in, 5);
+        modify(path, [&](hid_t f) {
+            h5::Hid ds(H5Dopen2(f, "/layers/0/prefill_queries", H5P_DEFAULT));
+            h5::write_attr_int(ds, "first_position", fp);
+        });
+        expect_open_error({"/layers/0/prefill_queries", "first_position " + std::to_string(fp) +
+                                                            " + n_prefill 5 exceeds prompt_len 40"});
+    }
+    write_trace(path, in, 5);
+    modify(path, [&](hid_t f) {
+        h5::Hid ds(H5Dopen2(f, "/layers/0/prefill_queries", H5P_DEFAULT));
+        h5::write_attr_int(ds, "first_position", std::numeric_limits<long long>::min());
+    });
+    expect_open_error({"/layers/0/prefill_queries", "first_position -9223372036854775808"});
+}
+
+// More prefill queries than prompt positions: rejected by shape before n_prefill is narrowed to int.
+TEST_F(TraceIOBad, PrefillLongerThanPrompt) {
+    modify(path, [](hid_t f) {
+        h5::Hid t = h5::make_f16_type();
+        for (const char* name : {"/layers/0/prefill_queries", "/layers/2/prefill_queries"}) {
+            replace_dataset(f, name, t, {8, 41, 16});
+            h5::Hid ds(H5Dopen2(f, name, H5P_DEFAULT));
+            h5::write_attr_int(ds, "first_position", 0);
+        }
+    });
+    expect_open_error({"/layers/0/prefill_queries has shape [8, 41, 16]", "n_prefill 41 exceeds prompt_len 40"});
+}
+
+// prompt_len and num_decode_steps are each <= 2^30, but their sum (the token count, an int) may not be.
+TEST_F(TraceIOBad, TokenCountOverflowingIntIsRejected) {
+    set_int("prompt_len", 1LL << 30);
+    set_int("num_decode_steps", 1LL << 30);
+    expect_open_error({"prompt_len (1073741824) + num_decode_steps (1073741824) exceeds 2147483647 tokens"});
+}
+
+// Issue 16 defect 4: a header declaring 2^30 tokens (datasets declared, never written: a small file)
+// opens, and reading a head is refused with the slice's size instead of std::bad_alloc.
+TEST_F(TraceIOBad, BillionTokenHeaderIsRefusedBeforeReading) {
+    const long long tokens = 1LL << 30;
+    set_int("prompt_len", tokens - in.num_decode_steps);
+    set_int("head_dim", 1024);  // 12 TiB per head: more than any machine has
+    modify(path, [&](hid_t f) {
+        h5::Hid t = h5::make_f16_type();
+        for (int l : {0, 2}) {
+            const std::string g = "/layers/" + std::to_string(l) + "/";
+            for (const char* name : {"keys", "values"}) replace_dataset(f, (g + name).c_str(), t, {2, (hsize_t)tokens, 1024});
+            replace_dataset(f, (g + "queries").c_str(), t, {8, 7, 1024});
+            replace_dataset(f, (g + "prefill_queries").c_str(), t, {8, 5, 1024});
+            h5::Hid ds(H5Dopen2(f, (g + "prefill_queries").c_str(), H5P_DEFAULT));
+            h5::write_attr_int(ds, "first_position", 32);
+        }
+    });
+    ASSERT_LT(fs::file_size(path), 1u << 20);
+    TraceReader r(path);
+    EXPECT_EQ(r.info().n_tokens(), tokens);
+    try {
+        r.read_head(0, 0);
+        ADD_FAILURE() << "read_head did not refuse a " << tokens << "-token head";
+    } catch (const ResourceError& e) {
+        const std::string msg = e.what();
+        EXPECT_NE(msg.find(path + ": reading layer 0 KV head 0 (1073741824 tokens x head_dim 1024) needs about"),
+                  std::string::npos) << msg;
+        EXPECT_NE(msg.find("limit (available memory"), std::string::npos) << msg;
+    }
 }
 
 TEST_F(TraceIOBad, ReadHeadOutOfRange) {
