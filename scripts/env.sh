@@ -17,3 +17,37 @@ retro_build() {
   fi
   cmake --build "$RETRO_BUILD" -j "$(nproc)" >&2
 }
+
+# The sanitizer build (scripts/test.sh, docs/testing.md): ASan + UBSan, no CUDA, no benchmarks, -O1 with
+# line tables (readable reports at a bearable speed), asserts on.
+RETRO_BUILD_ASAN="${RETRO_BUILD_ASAN:-$RETRO_ROOT/build-asan}"
+RETRO_BUILD_FUZZ="${RETRO_BUILD_FUZZ:-$RETRO_ROOT/build-fuzz}"
+export RETRO_BUILD_ASAN RETRO_BUILD_FUZZ
+retro_build_asan() {
+  if [[ ! -f "$RETRO_BUILD_ASAN/build.ninja" ]]; then
+    cmake -S "$RETRO_ROOT" -B "$RETRO_BUILD_ASAN" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+      -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g1" \
+      -DRETRO_SANITIZE=address,undefined -DRETRO_CUDA=OFF -DRETRO_BUILD_BENCHMARKS=OFF >&2
+  fi
+  cmake --build "$RETRO_BUILD_ASAN" -j "$(nproc)" >&2
+}
+
+# The libFuzzer build (tests/fuzz): Debian's clang, the library and the fuzz targets only.
+retro_build_fuzz() {
+  if [[ ! -f "$RETRO_BUILD_FUZZ/build.ninja" ]]; then
+    cmake -S "$RETRO_ROOT" -B "$RETRO_BUILD_FUZZ" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+      -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_C_COMPILER=clang \
+      -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g1" \
+      -DRETRO_FUZZ=ON -DRETRO_CUDA=OFF >&2
+  fi
+  cmake --build "$RETRO_BUILD_FUZZ" -j "$(nproc)" >&2
+}
+
+# Sanitizer run-time options: abort on the first finding, with a stack; suppressions only for
+# third-party libraries (tests/sanitizers/*.supp say why each one is there).
+retro_sanitizer_env() {
+  local supp="$RETRO_ROOT/tests/sanitizers"
+  export ASAN_OPTIONS="abort_on_error=1:detect_leaks=1:strict_string_checks=1:detect_stack_use_after_return=1:check_initialization_order=1"
+  export LSAN_OPTIONS="suppressions=$supp/lsan.supp:print_suppressions=0"
+  export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:suppressions=$supp/ubsan.supp"
+}

@@ -9,6 +9,8 @@ PKGS=(
   build-essential cmake ninja-build ccache pkg-config
   libhdf5-dev libfaiss-dev libopenblas-dev liblapack-dev libcli11-dev nlohmann-json3-dev libfmt-dev
   libgtest-dev libgmock-dev libbenchmark-dev libomp-dev
+  # the fuzz targets (tests/fuzz, docs/testing.md): clang with libFuzzer and the sanitizer run-times
+  clang libclang-rt-14-dev
   python3-numpy python3-h5py python3-matplotlib chromium
   # trace dumper (scripts/dump/): CPU torch under the pinned venv, and the texts prompts are built from
   python3-venv python3-torch python3-yaml python3-requests python3-packaging python3-psutil
