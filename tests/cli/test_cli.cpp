@@ -404,6 +404,7 @@ TEST_F(Cli, ShardSpecIsCheckedAndShardsMerge) {
     EXPECT_NE(r.out.find("come from 2 revisions: "), std::string::npos) << r.out;
     EXPECT_NE(r.out.find("feedbee-old (1 file, e.g. parts/"), std::string::npos) << r.out;
     EXPECT_NE(r.out.find(mine + " ("), std::string::npos) << r.out;
+}
 
 // Issue 16 defect 6: `validate` accepted configs that `run` rejected. Both now make the same checks
 // before any work (lib/bench/preflight.hpp); each case fails under both, with the same message.
