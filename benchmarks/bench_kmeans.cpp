@@ -120,22 +120,27 @@ double recall100(const Head& h, const std::vector<int32_t>& assign, int k) {
     return total / kQueries;
 }
 
-// Variant 0: global (segment = all keys); 1: 8K segments + final global assignment (the public code,
-// the default); 2: 8K segments, final assignment within the segment (pure segmented). Third argument:
+// Variant 0: global (segment = all keys); 1: 8K segments + final global assignment (the public code);
+// 2: 8K segments, final assignment within the segment (pure segmented, final_assign none); 3: 8K
+// segments + final assignment over the own and neighbouring segments (final_assign local, radius 1). Third argument:
 // normalize_init (0 = the public code's raw-key initial centroids, 1 = normalized as FAISS).
 void BM_WaveKMeans(benchmark::State& st) {
     const Head& h = head((int)st.range(0));
     const int variant = (int)st.range(1);
     retro::KMeansParams p;
     p.segment = variant == 0 ? 0 : 8192;
-    p.final_global_assign = variant == 1;
+    p.final_assign = variant == 1 ? retro::FinalAssign::global
+                     : variant == 3 ? retro::FinalAssign::local : retro::FinalAssign::none;
     p.normalize_init = st.range(2) != 0;
     retro::KMeansResult r;
     for (auto _ : st) {
         r = retro::segmented_kmeans(h.keys.data(), h.n, kDim, p);
         benchmark::DoNotOptimize(r.assign.data());
     }
-    st.SetLabel(std::string(variant == 0 ? "global" : variant == 1 ? "seg8k+global_assign" : "seg8k") +
+    st.SetLabel(std::string(variant == 0   ? "global"
+                            : variant == 1 ? "seg8k+global_assign"
+                            : variant == 3 ? "seg8k+local_assign"
+                                           : "seg8k") +
                 (p.normalize_init ? " norm_init" : ""));
     st.counters["k"] = r.k;
     st.counters["segments"] = r.plan.segments();
@@ -143,7 +148,7 @@ void BM_WaveKMeans(benchmark::State& st) {
     st.counters["empty"] = (double)std::count(r.sizes.begin(), r.sizes.end(), 0);
 }
 BENCHMARK(BM_WaveKMeans)
-    ->ArgsProduct({{32768, 131072}, {0, 1, 2}, {0, 1}})
+    ->ArgsProduct({{32768, 131072}, {0, 1, 2, 3}, {0, 1}})
     ->Unit(benchmark::kSecond)
     ->Iterations(1)
     ->UseRealTime();

@@ -16,6 +16,7 @@ set(RETRO_WARNINGS -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initia
 # own index code), the block cache, the evaluator, the cost model's layer time and the prediction.
 add_library(retro_ref STATIC
   ${CMAKE_SOURCE_DIR}/lib/attention/attention.cpp
+  ${CMAKE_SOURCE_DIR}/lib/attention/group_attention.cpp
   ${CMAKE_SOURCE_DIR}/lib/attention/cluster_rank.cpp
   ${CMAKE_SOURCE_DIR}/lib/cluster/kmeans.cpp
   ${CMAKE_SOURCE_DIR}/lib/cluster/wave_index.cpp

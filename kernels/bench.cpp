@@ -254,7 +254,7 @@ std::vector<BenchRow> run_benches(const BenchOptions& o, const DeviceCeilings& c
         auto drb = upload(plan.row_begin), dcb = upload(plan.cluster_begin);
         DeviceBuffer<int32_t> da((size_t)n);
         const double us = median_us(
-            [&] { kmeans_assign(dx.get(), n, d, dc.get(), plan.k, drb.get(), dcb.get(), S, false, da.get()); }, reps);
+            [&] { kmeans_assign(dx.get(), n, d, dc.get(), plan.k, drb.get(), dcb.get(), S, 0, da.get()); }, reps);
         BenchRow a;
         a.name = "kmeans_assign", a.params = shape("n=%ld d=%ld k=%ld segments=%ld", n, d, plan.k, S);
         a.time_us = us, a.flops = 2.0 * n * d * ks, a.rate = a.flops / (us * 1e-6), a.unit = "FLOP/s";

@@ -414,15 +414,16 @@ void check_kmeans_assign(Checker& c) {
         auto dc = upload(cen);
         auto drb = upload(plan.row_begin), dcb = upload(plan.cluster_begin);
         DeviceBuffer<int32_t> da((size_t)k.n);
-        for (const bool global : {false, true}) {
+        for (const int radius : {0, 1, -1}) {
             poison(da);
-            kmeans_assign(dx.get(), k.n, k.d, dc.get(), plan.k, drb.get(), dcb.get(), S, global, da.get());
+            kmeans_assign(dx.get(), k.n, k.d, dc.get(), plan.k, drb.get(), dcb.get(), S, radius, da.get());
             synchronize();
             const auto got = download(da);
             std::vector<int32_t> ref((size_t)k.n);
             for (int s = 0; s < S; ++s) {
                 const int r0 = plan.row_begin[s], ns = plan.row_begin[s + 1] - r0;
-                const int c0 = global ? 0 : plan.cluster_begin[s], ks = global ? plan.k : plan.cluster_begin[s + 1] - c0;
+                const int c0 = radius < 0 ? 0 : plan.cluster_begin[std::max(0, s - radius)];
+                const int ks = (radius < 0 ? plan.k : plan.cluster_begin[std::min(S, s + radius + 1)]) - c0;
                 assign_max_inner_product(x.data() + (size_t)r0 * k.d, ns, cen.data() + (size_t)c0 * k.d, ks, k.d,
                                          ref.data() + r0);
                 for (int i = 0; i < ns; ++i) ref[(size_t)r0 + i] += c0;
@@ -438,7 +439,7 @@ void check_kmeans_assign(Checker& c) {
                 if (g < 0 || g >= plan.k || dot(xi, cen.data() + (size_t)g * k.d, k.d) < best - 1e-4 * (std::fabs(best) + 1))
                     ++bad;
             }
-            const std::string tag = fmt("n=%g k=%g d=%g S=%g global=%g", k.n, k.k, k.d, S, global);
+            const std::string tag = fmt("n=%g k=%g d=%g S=%g radius=%g", k.n, k.k, k.d, S, radius);
             c.expect(bad == 0, tag + fmt(": %g rows assigned to a worse centroid", bad));
             if (diff) c.note(tag + fmt(": %g rows differ by a tie", diff));
         }

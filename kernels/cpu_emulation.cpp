@@ -148,11 +148,11 @@ void decode_attention(const DecodeShape& s, const float* q, const uint16_t* K, c
     }
 }
 void kmeans_assign(const float* x, int n, int d, const float* c, int k, const int32_t* rb, const int32_t* cb, int S,
-                   bool global, int32_t* assign, void*) {
+                   int radius, int32_t* assign, void*) {
     for (int r = 0; r < n; ++r) {
         int s = 0;
         while (s + 1 < S && rb[s + 1] <= r) ++s;
-        int c0 = global ? 0 : cb[s], c1 = global ? k : cb[s + 1];
+        int c0 = radius < 0 ? 0 : cb[std::max(0, s - radius)], c1 = radius < 0 ? k : cb[std::min(S, s + radius + 1)];
         float best = -INFINITY;
         int arg = c0;
         for (int j = c0; j < c1; ++j) {
@@ -174,7 +174,7 @@ KMeansResult segmented_kmeans_gpu(const float* x, int n, int d, const KMeansPara
     kmeans_initial_centroids(xc, d, res.plan, p, cent.data());
     res.assign.resize(n);
     for (int it = 0; it + 1 < p.iters; ++it) {
-        kmeans_assign(xc, n, d, cent.data(), K, res.plan.row_begin.data(), res.plan.cluster_begin.data(), S, false,
+        kmeans_assign(xc, n, d, cent.data(), K, res.plan.row_begin.data(), res.plan.cluster_begin.data(), S, 0,
                       res.assign.data());
         std::vector<float> sum((size_t)K * d, 0);
         std::vector<int> cnt(K, 0);
@@ -193,7 +193,7 @@ KMeansResult segmented_kmeans_gpu(const float* x, int n, int d, const KMeansPara
         }
     }
     kmeans_assign(xc, n, d, cent.data(), K, res.plan.row_begin.data(), res.plan.cluster_begin.data(), S,
-                  p.final_global_assign && S > 1, res.assign.data());
+                  kmeans_final_radius(p, S), res.assign.data());
     kmeans_finish(x, cent.data(), res);
     return res;
 }

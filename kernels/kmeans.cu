@@ -29,18 +29,18 @@ __device__ inline float warp_sum(float v) {
 // One warp per row (8 rows per block of 256): the lane holds dims lane + 32 i of the row and walks the
 // row's centroid range; strict '>' keeps the lowest j on ties. d <= 256.
 __global__ void assign_kernel(const float* x, int n, int d, const float* c, int k, const int32_t* row_begin,
-                              const int32_t* cluster_begin, int S, bool global_assign, int32_t* assign) {
+                              const int32_t* cluster_begin, int S, int radius, int32_t* assign) {
     const int row = blockIdx.x * 8 + threadIdx.x / 32, lane = threadIdx.x % 32;
     if (row >= n) return;
     int c0 = 0, c1 = k;
-    if (!global_assign) {
+    if (radius >= 0) {
         int lo = 0, hi = S - 1;  // segment of row: last s with row_begin[s] <= row
         while (lo < hi) {
             const int mid = (lo + hi + 1) / 2;
             if (row_begin[mid] <= row) lo = mid;
             else hi = mid - 1;
         }
-        c0 = cluster_begin[lo], c1 = cluster_begin[lo + 1];
+        c0 = cluster_begin[max(0, lo - radius)], c1 = cluster_begin[min(S, lo + radius + 1)];
     }
     float xr[8];
     const int per = d / 32;
@@ -80,10 +80,10 @@ __global__ void normalize_kernel(int k, int d, const float* sums, const int* cnt
 }  // namespace
 
 void kmeans_assign(const float* x, int n, int d, const float* c, int k, const int32_t* row_begin,
-                   const int32_t* cluster_begin, int S, bool global_assign, int32_t* assign, void* stream) {
+                   const int32_t* cluster_begin, int S, int radius, int32_t* assign, void* stream) {
     if (d < 32 || d > 256 || d % 32 != 0) throw ParamError("cuda kmeans_assign: d must be 32..256, a multiple of 32");
     if (n <= 0) return;
-    assign_kernel<<<(n + 7) / 8, 256, 0, st(stream)>>>(x, n, d, c, k, row_begin, cluster_begin, S, global_assign,
+    assign_kernel<<<(n + 7) / 8, 256, 0, st(stream)>>>(x, n, d, c, k, row_begin, cluster_begin, S, radius,
                                                        assign);
     check_launch("kmeans_assign");
 }
@@ -110,7 +110,7 @@ KMeansResult segmented_kmeans_gpu(const float* x, int n, int d, const KMeansPara
     copy_h2d(dcb.get(), plan.cluster_begin.data(), dcb.bytes());
     // Segments never share clusters, so one accumulate/normalize over all of them is the per-segment update.
     for (int it = 0; it + 1 < p.iters; ++it) {
-        kmeans_assign(dx.get(), n, d, dc.get(), K, drb.get(), dcb.get(), S, false, das.get());
+        kmeans_assign(dx.get(), n, d, dc.get(), K, drb.get(), dcb.get(), S, 0, das.get());
         dev_memset(dsum.get(), 0, dsum.bytes());
         dev_memset(dcnt.get(), 0, dcnt.bytes());
         accumulate_kernel<<<(n + 7) / 8, 256>>>(dx.get(), n, d, das.get(), dsum.get(), dcnt.get());
@@ -118,8 +118,7 @@ KMeansResult segmented_kmeans_gpu(const float* x, int n, int d, const KMeansPara
         normalize_kernel<<<(K + 7) / 8, 256>>>(K, d, dsum.get(), dcnt.get(), dc.get());
         check_launch("kmeans normalize");
     }
-    const bool global = p.final_global_assign && S > 1;
-    kmeans_assign(dx.get(), n, d, dc.get(), K, drb.get(), dcb.get(), S, global, das.get());
+    kmeans_assign(dx.get(), n, d, dc.get(), K, drb.get(), dcb.get(), S, kmeans_final_radius(p, S), das.get());
     res.assign.resize((size_t)n);
     copy_d2h(res.assign.data(), das.get(), das.bytes());
     copy_d2h(cent.data(), dc.get(), dc.bytes());

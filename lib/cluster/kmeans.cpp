@@ -93,13 +93,14 @@ struct Task {
     int r0, r1, c0, c1;
 };
 
-// Row blocks of every segment, each against clusters [c0, c1) of its segment (global: all clusters).
-std::vector<Task> make_tasks(const KMeansPlan& plan, bool global) {
+// Row blocks of every segment, each against the clusters of segments [s - radius, s + radius] (a
+// contiguous range; radius < 0: all clusters).
+std::vector<Task> make_tasks(const KMeansPlan& plan, int radius) {
     std::vector<Task> t;
     const int S = plan.segments();
     for (int s = 0; s < S; ++s) {
-        const int c0 = global ? 0 : plan.cluster_begin[s];
-        const int c1 = global ? plan.k : plan.cluster_begin[s + 1];
+        const int c0 = radius < 0 ? 0 : plan.cluster_begin[std::max(0, s - radius)];
+        const int c1 = radius < 0 ? plan.k : plan.cluster_begin[std::min(S, s + radius + 1)];
         for (int r = plan.row_begin[s]; r < plan.row_begin[s + 1]; r += kRowBlock)
             t.push_back({r, std::min(r + kRowBlock, plan.row_begin[s + 1]), c0, c1});
     }
@@ -180,6 +181,15 @@ class SerialBlas {
 
 }  // namespace
 
+int kmeans_final_radius(const KMeansParams& p, int segments) {
+    switch (p.final_assign) {
+        case FinalAssign::global: return segments > 1 ? -1 : 0;
+        case FinalAssign::local: return std::min(p.final_radius, std::max(0, segments - 1));
+        case FinalAssign::none: break;
+    }
+    return 0;
+}
+
 KMeansPlan kmeans_plan(int n, const KMeansParams& p) {
     if (n <= 0) throw ParamError("k-means: no rows to cluster (n = " + std::to_string(n) + ")");
     if (p.iters < 1)
@@ -187,6 +197,9 @@ KMeansPlan kmeans_plan(int n, const KMeansParams& p) {
     if (p.segment < 0)
         throw ParamError("k-means: parameter 'segment' = " + std::to_string(p.segment) +
                          ": expected 0 (global) or a positive row count");
+    if (p.final_radius < 0)
+        throw ParamError("k-means: parameter 'final_radius' = " + std::to_string(p.final_radius) +
+                         ": expected >= 0 segments");
     if (p.k < 0) throw ParamError("k-means: parameter 'k' = " + std::to_string(p.k) + ": expected >= 0");
     if (p.k == 0 && !(p.tokens_per_cluster >= 1.0))
         throw ParamError("k-means: parameter 'tokens_per_cluster' = " +
@@ -284,7 +297,7 @@ KMeansResult segmented_kmeans(const float* x, int n, int d, const KMeansParams& 
 
     int threads = p.threads;
     if (threads <= 0) threads = std::max(1, std::min(openblas_get_num_threads(), omp_get_max_threads()));
-    const auto seg_tasks = make_tasks(plan, false);
+    const auto seg_tasks = make_tasks(plan, 0);
     threads = std::min(threads, (int)seg_tasks.size());
     SerialBlas serial_blas(threads > 1);
 
@@ -301,9 +314,7 @@ KMeansResult segmented_kmeans(const float* x, int n, int d, const KMeansParams& 
     }
 
     // ---- final assignment and un-normalized mean centroids ----
-    const bool global = p.final_global_assign && S > 1;
-    run_assign(xc, cent.data(), d, global ? make_tasks(plan, true) : seg_tasks, threads,
-               res.assign.data());
+    run_assign(xc, cent.data(), d, make_tasks(plan, kmeans_final_radius(p, S)), threads, res.assign.data());
     kmeans_finish(x, cent.data(), res);
     return res;
 }

@@ -10,9 +10,12 @@
 //   iters-1 spherical iterations: assign each row to argmax_j x.c_j over its segment's centroids
 //           (inner product, lowest j on ties), then c_j = normalize(mean of its rows); an empty
 //           cluster keeps its previous centroid
-//   final   one more assignment, against every centroid of every segment (final_global_assign, as
-//           the public code) or only its own segment's, then each centroid becomes the un-normalized
-//           mean of its member rows in the input space (the centering mean added back)
+//   final   one more assignment (final_assign): against every centroid of every segment (global, as
+//           the public code; cost n * k * d), against the centroids of the row's own segment and the
+//           final_radius segments on either side (local; cost n * (2 final_radius + 1) * k/S * d, linear
+//           in n for a fixed segment length), or none (own segment only: pure segmented k-means); then each
+//           centroid becomes the un-normalized mean of its member rows in the input space (the
+//           centering mean added back)
 // so `iters` counts assignment passes. Assignment is a blocked float32 GEMM (cblas_sgemm, X·Cᵀ per block
 // of rows and tile of centroids) followed by a row-wise argmax; the update is a scatter-add.
 // Parallelism: OpenMP over (segment, row block) tasks with BLAS kept serial inside; results do not depend
@@ -22,13 +25,21 @@
 
 namespace retro {
 
+/// The final assignment pass of segmented k-means (see above).
+enum class FinalAssign {
+    none,    ///< own segment only (pure segmented k-means): O(n * k/S * d)
+    global,  ///< every row against every centroid of every segment (public code): O(n * k * d)
+    local,   ///< every row against its own segment's and final_radius neighbours' centroids: O(n * d)
+};
+
 struct KMeansParams {
     int k = 0;                        ///< clusters in total; 0 = max(1, round(n / tokens_per_cluster))
     double tokens_per_cluster = 16;   ///< used when k == 0 (RetroInfer §5: one centroid per 16 tokens)
     int segment = 8192;               ///< rows per segment; 0 or >= n = one segment (global k-means)
     int iters = 10;                   ///< assignment passes, the final (un-normalized) one included; >= 1
     bool center = true;               ///< subtract the mean row before clustering (added back at the end)
-    bool final_global_assign = true;  ///< final assignment against all segments' centroids (public code)
+    FinalAssign final_assign = FinalAssign::global;  ///< the final pass (public code: global)
+    int final_radius = 1;             ///< local: segments on either side of the row's own (>= 0)
     bool normalize_init = false;      ///< L2-normalize the initial centroids (the public code does not:
                                       ///< its first assignment scores raw keys; FAISS normalizes)
     unsigned seed = 0;                ///< 0: stride midpoints (public code); else seeded offsets per stride
@@ -77,6 +88,11 @@ void kmeans_initial_centroids(const float* xc, int d, const KMeansPlan& plan, co
 /// From res.assign ([n], res.n/d/k/mean set): sizes and the un-normalized mean centroids of x: [n, d];
 /// an empty cluster keeps cent[j] ([k, d], centered space) + mean.
 void kmeans_finish(const float* x, const float* cent, KMeansResult& res);
+
+/// Segments either side of a row's own that the final pass scores: -1 = all (global, S > 1), else
+/// 0 (none: own segment, i.e. the within-segment assignment again) or final_radius (local), clamped to
+/// S - 1. The same number drives the CPU tasks and the GPU kernel (kernels/kmeans.cu).
+int kmeans_final_radius(const KMeansParams& p, int segments);
 
 /// assign[i] = argmax_{j in [0, k)} x_i · c_j (lowest j on ties) for rows x: [n, d] and centroids
 /// c: [k, d]; blocked sgemm + argmax, serial (the building block of segmented_kmeans).

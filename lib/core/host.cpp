@@ -1,6 +1,7 @@
 #include "core/host.hpp"
 
 #include <dlfcn.h>
+#include <sys/resource.h>
 #include <sys/utsname.h>
 #include <unistd.h>
 
@@ -79,6 +80,12 @@ bool set_blas_threads(int n) {
     if (!fn) return false;
     fn(n);
     return true;
+}
+
+double peak_rss_bytes() {
+    struct rusage ru {};
+    if (getrusage(RUSAGE_SELF, &ru) != 0) return 0.0;
+    return (double)ru.ru_maxrss * 1024.0;  // Linux reports kilobytes
 }
 
 std::string utc_now_iso() {

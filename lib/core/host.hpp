@@ -23,6 +23,10 @@ const char* source_dir();
 /// on several threads, so BLAS calls inside methods do not oversubscribe the cores.
 bool set_blas_threads(int n);
 
+/// Peak resident set size of this process so far, in bytes (getrusage ru_maxrss; 0 if unavailable).
+/// A high-water mark: it never decreases, so a run's value includes everything before it in the process.
+double peak_rss_bytes();
+
 /// Current UTC time as ISO 8601 ("2026-11-23T04:05:06Z").
 std::string utc_now_iso();
 

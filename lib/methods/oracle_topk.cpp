@@ -4,6 +4,7 @@
 #include <unordered_set>
 
 #include "attention/attention.hpp"
+#include "attention/group_attention.hpp"
 #include "core/error.hpp"
 #include "methods/basic_methods.hpp"
 
@@ -17,11 +18,11 @@ struct OracleParams {
     Gqa gqa = Gqa::per_head;     ///< per query head, or one shared set by max/sum of softmax weights
 };
 
-// Indices of the k largest values of v (ties broken by lower index), unordered.
-void top_indices(const std::vector<float>& v, int k, std::vector<int32_t>& out) {
-    out.resize(v.size());
+// Indices of the k largest values of v: [n] (ties broken by lower index), unordered.
+void top_indices(const float* v, int n, int k, std::vector<int32_t>& out) {
+    out.resize((size_t)n);
     std::iota(out.begin(), out.end(), 0);
-    if (k < (int)v.size()) {
+    if (k < n) {
         std::nth_element(out.begin(), out.begin() + k, out.end(), [&](int32_t a, int32_t b) {
             return v[a] > v[b] || (v[a] == v[b] && a < b);
         });
@@ -36,22 +37,20 @@ class OracleTopK final : public Method {
     void select(const float* q, int, const KVView& kv, Selection& out) override {
         const int n = kv.n, d = kv.d, g = ctx_.group;
         const int k = resolve_budget(p_.k, n);
-        scores_.resize((size_t)n);
+        // The whole group's scores in one pass over the keys: scores_ [g, n].
+        scores_.resize((size_t)g * n);
+        group_attention_scores(q, g, kv.keys, n, d, ctx_.scale, scores_.data());
         if (p_.gqa == Gqa::per_head) {
             out.exact.resize((size_t)g);
-            for (int h = 0; h < g; ++h) {
-                attention_scores(q + (size_t)h * d, kv.keys, n, d, ctx_.scale, scores_.data());
-                top_indices(scores_, k, out.exact[(size_t)h]);
-            }
+            for (int h = 0; h < g; ++h) top_indices(scores_.data() + (size_t)h * n, n, k, out.exact[(size_t)h]);
         } else {
             agg_.assign((size_t)n, 0.0f);
             for (int h = 0; h < g; ++h) {
-                attention_scores(q + (size_t)h * d, kv.keys, n, d, ctx_.scale, scores_.data());
-                softmax_inplace(scores_.data(), n);
-                for (int i = 0; i < n; ++i)
-                    agg_[i] = p_.gqa == Gqa::max ? std::max(agg_[i], scores_[i]) : agg_[i] + scores_[i];
+                float* s = scores_.data() + (size_t)h * n;
+                softmax_inplace(s, n);
+                for (int i = 0; i < n; ++i) agg_[i] = p_.gqa == Gqa::max ? std::max(agg_[i], s[i]) : agg_[i] + s[i];
             }
-            top_indices(agg_, k, out.shared());
+            top_indices(agg_.data(), n, k, out.shared());
         }
         out.scan_ops = (double)g * n;
         // KV offloaded, fetched on demand with no cache: the union of the group's lists crosses PCIe.

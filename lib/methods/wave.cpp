@@ -106,7 +106,9 @@ WaveParams wave_params_from_json(const nlohmann::json& j) {
     const auto g = j.at("gqa").get<std::string>();
     p.gqa = g == "max" ? GroupRank::max : g == "mean" ? GroupRank::mean : GroupRank::sum;
     p.center_keys = j.at("center_keys").get<bool>();
-    p.final_global_assign = j.at("final_global_assign").get<bool>();
+    const auto fa = j.at("final_assign").get<std::string>();
+    p.final_assign = fa == "global" ? FinalAssign::global : fa == "none" ? FinalAssign::none : FinalAssign::local;
+    p.final_radius = j.at("final_radius").get<int>();
     p.normalize_init = j.at("normalize_init").get<bool>();
     p.update_segment = j.at("update_segment").get<int>();
     p.seed = (unsigned)j.at("seed").get<long long>();
@@ -153,9 +155,14 @@ MethodInfo wave_method_info() {
          {"sum", "max", "mean"}},
         {"center_keys", ParamType::boolean, true, "k-means on keys minus their mean (added back)",
          "RetroInfer §4.2 centering; public code prefill_update_kv_cache (mean_key)"},
-        {"final_global_assign", ParamType::boolean, true,
-         "k-means final assignment against the centroids of every segment (false: own segment only)",
-         "public code segment_k_means (final pass over all centroids); the paper does not say"},
+        {"final_assign", ParamType::string, "local",
+         "k-means final assignment: global = against every centroid (n*k*d, quadratic), local = against "
+         "the own segment's and final_radius neighbours' centroids (linear), none = own segment only",
+         "global: public code segment_k_means (the faithful setting); local, none: ours (issue 17)",
+         -big, big, {"none", "global", "local"}},
+        {"final_radius", ParamType::integer, 1,
+         "final_assign local: segments on either side of a token's own segment it may move to",
+         "ours (issue 17)", 0, big},
         {"normalize_init", ParamType::boolean, false,
          "k-means: L2-normalize the initial centroids (false: the first assignment scores the raw "
          "initial keys, as the public code)",

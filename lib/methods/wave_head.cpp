@@ -124,7 +124,8 @@ KMeansParams WaveHead::kmeans_params() const {
     kp.tokens_per_cluster = p_.tokens_per_cluster;
     kp.iters = p_.iters;
     kp.center = p_.center_keys;
-    kp.final_global_assign = p_.final_global_assign;
+    kp.final_assign = p_.final_assign;
+    kp.final_radius = p_.final_radius;
     kp.normalize_init = p_.normalize_init;
     if (p_.seed != 0) {
         unsigned s = p_.seed * 2654435761u;

@@ -17,22 +17,28 @@ Evaluator::Evaluator(const HeadSlice& slice, std::vector<int> recall_k)
 void Evaluator::prepare_step(int t) {
     t_ = t;
     n_ = s_.visible(t);
-    const int d = s_.head_dim;
+    const int d = s_.head_dim, G = s_.group;
+    // The whole group in one pass over K and one over V: scores [G, n], weights [G, n], out [G, d].
+    queries_.resize((size_t)G * d);
+    for (int g = 0; g < G; ++g) std::copy(s_.query(g, t), s_.query(g, t) + d, queries_.begin() + (size_t)g * d);
+    scores_.resize((size_t)G * n_);
+    group_attention_scores(queries_.data(), G, s_.keys.data(), n_, d, scale_, scores_.data());
+    weights_ = scores_;
+    out_.resize((size_t)G * d);
+    lse_.resize((size_t)G);
+    group_softmax_output(weights_.data(), G, n_, s_.values.data(), d, out_.data(), lse_.data());
     std::vector<float> tmp;
-    for (int g = 0; g < s_.group; ++g) {
+    for (int g = 0; g < G; ++g) {
         HeadReference& r = ref_[(size_t)g];
-        const float* q = s_.query(g, t);
-        r.scores.resize((size_t)n_);
-        attention_scores(q, s_.keys.data(), n_, d, scale_, r.scores.data());
-        r.weights = r.scores;
-        r.lse = softmax_inplace(r.weights.data(), n_);
-        r.out.resize((size_t)d);
-        weighted_value_sum(r.weights.data(), s_.values.data(), n_, d, r.out.data());
+        r.scores = {scores_.data() + (size_t)g * n_, (size_t)n_};
+        r.weights = {weights_.data() + (size_t)g * n_, (size_t)n_};
+        r.lse = lse_[(size_t)g];
+        r.out.assign(out_.begin() + (size_t)g * d, out_.begin() + (size_t)(g + 1) * d);
         r.recall_threshold.clear();
         r.recall_kk.clear();
         for (int k : recall_k_) {
             const int kk = std::min(k, n_);
-            tmp = r.scores;
+            tmp.assign(r.scores.begin(), r.scores.end());
             std::nth_element(tmp.begin(), tmp.begin() + (kk - 1), tmp.end(), std::greater<float>());
             const float sk = tmp[(size_t)kk - 1];
             // Tie-tolerant: a token counts if its score is within 1e-6*|s_k| of the k-th score.
@@ -114,22 +120,31 @@ double Evaluator::evaluate(const Selection& sel, const std::string& method, std:
     check_selection(sel, method);
     const int d = s_.head_dim, g_count = s_.group;
     out.resize((size_t)g_count);
-    std::vector<float> approx((size_t)d);
-    double attend_us = 0;
+    std::vector<float> approx((size_t)g_count * d);
+    std::vector<double> lse((size_t)g_count);
+    std::vector<std::span<const int32_t>> lists((size_t)g_count);
+    std::vector<const float*> log_w;
+    for (int g = 0; g < g_count; ++g) lists[(size_t)g] = sel.exact_for(g);
+    if (!sel.exact_log_weight.empty())
+        for (int g = 0; g < g_count; ++g) log_w.push_back(sel.log_weight_for(g));
+    // Timed: the group's attention over its selection, one pass over the selected K and V rows.
+    const auto t0 = std::chrono::steady_clock::now();
+    std::vector<PartialAttention> parts = group_partial_attention(
+        queries_.data(), g_count, s_.keys.data(), s_.values.data(), d, scale_, lists, log_w, scratch_);
     for (int g = 0; g < g_count; ++g) {
-        const float* q = s_.query(g, t_);
-        const auto t0 = std::chrono::steady_clock::now();
-        PartialAttention p = partial_attention_ids(q, s_.keys.data(), s_.values.data(), sel.exact_for(g), d,
-                                                   scale_, sel.log_weight_for(g));
+        PartialAttention& p = parts[(size_t)g];
+        const float* q = queries_.data() + (size_t)g * d;
         for (const auto& c : sel.estimated) {
             float s = 0;
             for (int j = 0; j < d; ++j) s += q[j] * c.centroid[j];
             add_estimated_cluster(p, (double)scale_ * s, c.size, c.value_sum, d);
         }
-        p.output(approx.data());
-        attend_us += std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
-        score(sel, g, approx.data(), p.lse(), out[(size_t)g]);
+        p.output(approx.data() + (size_t)g * d);
+        lse[(size_t)g] = p.lse();
     }
+    const double attend_us =
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+    for (int g = 0; g < g_count; ++g) score(sel, g, approx.data() + (size_t)g * d, lse[(size_t)g], out[(size_t)g]);
     return attend_us;
 }
 

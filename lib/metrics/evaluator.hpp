@@ -1,10 +1,12 @@
 #pragma once
 // The harness side of every measurement: exact attention for each query head of a GQA group at a
 // decode step (the oracle), and the metrics of a method's Selection against it (docs/metrics.md).
+// Both read K and V once per step for the whole group (lib/attention/group_attention.hpp).
 #include <span>
 #include <vector>
 
 #include "attention/attention.hpp"
+#include "attention/group_attention.hpp"
 #include "methods/method.hpp"
 #include "trace/trace.hpp"
 
@@ -12,8 +14,8 @@ namespace retro {
 
 /// Exact attention of one query head at one step over its n visible tokens.
 struct HeadReference {
-    std::vector<float> scores;   ///< [n] scale * q.k_i
-    std::vector<float> weights;  ///< [n] softmax(scores)
+    std::span<const float> scores;   ///< [n] scale * q.k_i (a row of the evaluator's [group, n] buffer)
+    std::span<const float> weights;  ///< [n] softmax(scores)
     std::vector<float> out;      ///< [d] exact output
     double lse = 0;
     std::vector<float> recall_threshold;  ///< per recall k: tie-tolerant score threshold of the top-k
@@ -61,6 +63,10 @@ class Evaluator {
     float scale_ = 1.0f;
     std::vector<uint32_t> stamp_;  ///< duplicate detection: stamp_[i] == gen_ means seen
     uint32_t gen_ = 0;
+    std::vector<float> scores_, weights_, out_;  ///< [group, n], [group, n], [group, d]
+    std::vector<double> lse_;                    ///< [group]
+    std::vector<float> queries_;                 ///< [group, d] of step t_
+    GroupScratch scratch_;
 };
 
 }  // namespace retro

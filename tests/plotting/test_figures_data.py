@@ -241,6 +241,8 @@ class SegmentsTest(unittest.TestCase):
         self.assertEqual(s["recall_metric"], "recall@100")
         self.assertEqual(s["prompt_len"], 32768)
         self.assertEqual([v["final_global_assign"] for v in s["variants"]], [True, False])
+        # results made before `final_assign` existed map onto it (true = global, false = none)
+        self.assertEqual([v["final_assign"] for v in s["variants"]], ["global", "none"])
         for v in s["variants"]:
             self.assertEqual([p["segment_label"] for p in v["points"]], ["global", "16K", "8K", "4K", "2K", "1K"])
             self.assertEqual([p["segment"] for p in v["points"]], [0, 16384, 8192, 4096, 2048, 1024])

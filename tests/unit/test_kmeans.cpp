@@ -214,12 +214,12 @@ TEST(KMeans, UncenteredMatchesReferenceToo) {
     for (float m : r.mean) EXPECT_EQ(m, 0.0f);
 }
 
-TEST(KMeans, SegmentsAreIndependentWithoutFinalGlobalAssign) {
+TEST(KMeans, SegmentsAreIndependentWithFinalAssignNone) {
     const int n = 4000, d = 16;
     const auto x = blobs(n, d, 30, 5, 0.5f);
     KMeansParams p;
     p.segment = 1000;
-    p.final_global_assign = false;
+    p.final_assign = FinalAssign::none;
     const auto r = segmented_kmeans(x.data(), n, d, p);
     ASSERT_EQ(r.plan.segments(), 4);
     EXPECT_EQ(r.k, 250);
@@ -241,7 +241,7 @@ TEST(KMeans, SegmentsAreIndependentWithoutFinalGlobalAssign) {
         for (int i = 0; i < one.n; ++i) ASSERT_EQ(u.assign[(size_t)(r0 + i)], c0 + one.assign[(size_t)i]);
     }
     p.center = true;
-    p.final_global_assign = true;
+    p.final_assign = FinalAssign::global;
     const auto g = segmented_kmeans(x.data(), n, d, p);
     int crossing = 0;
     for (int s = 0; s < 4; ++s)
@@ -250,6 +250,48 @@ TEST(KMeans, SegmentsAreIndependentWithoutFinalGlobalAssign) {
                         g.assign[(size_t)i] >= g.plan.cluster_begin[s + 1];
     // blobs are shared by all segments, so the global final pass moves some rows across segments
     EXPECT_GT(crossing, 0);
+}
+
+// The local final pass (issue 17) scores segments [s - radius, s + radius]: with a radius that covers
+// every segment it is the global pass, bit for bit; with radius 0 it is `none`; with radius 1 no row
+// leaves its neighbourhood and rows do cross into neighbours.
+TEST(KMeans, LocalFinalAssignCoveringEverySegmentEqualsGlobal) {
+    const int n = 5000, d = 16;
+    const auto x = blobs(n, d, 40, 7, 0.5f);
+    KMeansParams p;
+    p.segment = 1000;
+    p.final_assign = FinalAssign::global;
+    const auto g = segmented_kmeans(x.data(), n, d, p);
+    const int S = g.plan.segments();
+    ASSERT_EQ(S, 5);
+    p.final_assign = FinalAssign::local;
+    for (int radius : {S - 1, S + 3}) {
+        p.final_radius = radius;
+        const auto l = segmented_kmeans(x.data(), n, d, p);
+        ASSERT_EQ(l.assign, g.assign) << "radius " << radius;
+        ASSERT_EQ(l.sizes, g.sizes);
+        ASSERT_EQ(l.centroids, g.centroids);  // exact: the same tasks in the same order
+    }
+    p.final_radius = 0;
+    const auto l0 = segmented_kmeans(x.data(), n, d, p);
+    p.final_assign = FinalAssign::none;
+    const auto none = segmented_kmeans(x.data(), n, d, p);
+    EXPECT_EQ(l0.assign, none.assign);
+    p.final_assign = FinalAssign::local;
+    p.final_radius = 1;
+    const auto l1 = segmented_kmeans(x.data(), n, d, p);
+    int crossing = 0;
+    for (int s = 0; s < S; ++s)
+        for (int i = l1.plan.row_begin[s]; i < l1.plan.row_begin[s + 1]; ++i) {
+            const int a = l1.assign[(size_t)i];
+            EXPECT_GE(a, l1.plan.cluster_begin[std::max(0, s - 1)]) << i;
+            EXPECT_LT(a, l1.plan.cluster_begin[std::min(S, s + 2)]) << i;
+            crossing += a < l1.plan.cluster_begin[s] || a >= l1.plan.cluster_begin[s + 1];
+        }
+    EXPECT_GT(crossing, 0);  // blobs are shared by all segments: some rows move to a neighbour
+    EXPECT_EQ(kmeans_final_radius(p, S), 1);
+    p.final_radius = -1;
+    EXPECT_THROW(segmented_kmeans(x.data(), n, d, p), ParamError);
 }
 
 TEST(KMeans, CentroidsAreMeansOfMembersAndSizesAddUp) {

@@ -3,7 +3,7 @@ from collections import OrderedDict
 
 from .. import style
 from ..results import metric, fmt_value
-from .common import WAVE, first_trace_runs, params_key
+from .common import WAVE, first_trace_runs, params_key, wave_final_assign
 from .drawing import legend_above, mantissa, method_line
 from .registry import drawer, figure
 
@@ -24,15 +24,18 @@ def segments(res):
         p = r["params"]
         if "segment" not in p:
             continue
-        groups.setdefault(params_key(p, ("segment", "final_global_assign")), []).append(r)
+        groups.setdefault(params_key(p, ("segment", "final_global_assign", "final_assign", "final_radius")),
+                          []).append(r)
     best = max(groups.values(), key=lambda g: len({r["params"]["segment"] for r in g}), default=None)
     if not best or len({r["params"]["segment"] for r in best}) < 2:
         return None
     P = res.prompt_len()
     variants = OrderedDict()
     for r in best:
-        fga = r["params"].get("final_global_assign")
-        variants.setdefault(fmt_value(fga), {"final_global_assign": fga, "points": []})["points"].append(r)
+        fa, radius = wave_final_assign(r["params"]), r["params"].get("final_radius")
+        key = fmt_value(fa) + ("/" + fmt_value(radius) if fa == "local" else "")
+        variants.setdefault(key, {"final_assign": fa, "final_radius": radius if fa == "local" else None,
+                                  "points": []})["points"].append(r)
     out = []
     for v in variants.values():
         pts = []
@@ -43,10 +46,12 @@ def segments(res):
                         "build_ms": metric(r, "build_ms"), "build_ms_p50": metric(r, "build_ms", "p50"),
                         "recall": metric(r, rk), "out_err": metric(r, "out_err"), "run_id": r["run_id"]})
         pts.sort(key=lambda p: -(P or 1e18) if p["segment"] == 0 else -p["segment"])
-        fga = v["final_global_assign"]
-        label = ("segmented" if fga is None else
-                 "with final global assignment" if fga else "pure segmented (no global pass)")
-        out.append({"final_global_assign": fga, "label": label, "points": pts})
+        fa = v["final_assign"]
+        label = {None: "segmented", "global": "with final global assignment",
+                 "none": "pure segmented (no global pass)"}.get(
+            fa, "local final assignment (±%s segments)" % fmt_value(v["final_radius"]))
+        out.append({"final_assign": fa, "final_global_assign": {"global": True, "none": False}.get(fa),
+                    "final_radius": v["final_radius"], "label": label, "points": pts})
     return {"recall_metric": rk, "prompt_len": P, "variants": out}
 
 

@@ -9,7 +9,17 @@ from ..results import fmt_value
 WAVE = "wave"
 # RetroInfer's defaults (§4-5; docs/methods/wave.md): used to break ties when finding a sweep's centre.
 WAVE_DEFAULTS = {"retrieval": 0.018, "estimation": 0.232, "sink": 4, "window": 64, "segment": 8192,
-                 "update_segment": 1024, "final_global_assign": True}
+                 "update_segment": 1024, "final_assign": "local",
+                 "final_global_assign": True}  # results made before final_assign existed
+
+
+def wave_final_assign(params):
+    """A wave run's k-means final pass: `final_assign` (global | local | none), or the older boolean
+    `final_global_assign` of results made before it (true = global, false = none); None if neither."""
+    if "final_assign" in params:
+        return params["final_assign"]
+    fga = params.get("final_global_assign")
+    return None if fga is None else ("global" if fga else "none")
 
 
 def params_key(params, drop=()):

@@ -24,7 +24,8 @@ from .. import style
 
 ORDER = (
     "accuracy_budget", "ood_recall", "zone_sweeps", "estimation", "segments", "updates", "head_heatmap",
-    "sparsity_heatmap", "recall_scanned", "build_time", "cache", "throughput", "centroid_rank", "offline_online",
+    "sparsity_heatmap", "recall_scanned", "build_time", "scale", "cache", "throughput", "centroid_rank",
+    "offline_online",
 )
 
 
