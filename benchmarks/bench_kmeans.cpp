@@ -153,6 +153,16 @@ BENCHMARK(BM_WaveKMeans)
     ->Iterations(1)
     ->UseRealTime();
 
+// Issue 17: the build's growth with the context for each final assignment (1 = global, the public code;
+// 2 = none; 3 = local, the default) at 128K and 1M keys; one iteration each (the global pass at 1M is
+// over a minute). Run with OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 for single-core CPU times.
+void BM_WaveKMeansScale(benchmark::State& st) { BM_WaveKMeans(st); }
+BENCHMARK(BM_WaveKMeansScale)
+    ->ArgsProduct({{131072, 1048576}, {3, 2, 1}, {0}})
+    ->Unit(benchmark::kSecond)
+    ->Iterations(1)
+    ->UseRealTime();
+
 // FAISS on the same (centered) keys: variant 0 global, 1 the same 8K segments one after another (FAISS
 // parallelizes inside each), k and iterations as ours.
 void BM_FaissKMeans(benchmark::State& st) {

@@ -8,13 +8,17 @@
 #include <cmath>
 #include <cstring>
 
+#include "cluster/serial_blas.hpp"
+
 namespace retro {
 
 namespace {
 
 // c: [m, n] = alpha * a: [m, k] x op(b), op(b) = b^T for b: [n, k] (trans_b) or b: [k, n]; row-major.
+// Serial BLAS: the results must not depend on the thread count (cluster/serial_blas.hpp).
 void gemm(bool trans_b, int m, int n, int k, float alpha, const float* a, const float* b, float* c) {
 #ifndef RETRO_NO_BLAS
+    const SerialBlas serial;
     cblas_sgemm(CblasRowMajor, CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, k, b,
                 trans_b ? k : n, 0.0f, c, n);
 #else

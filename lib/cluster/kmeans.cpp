@@ -18,6 +18,7 @@
 #define RETRO_KMEANS_SSE 1
 #endif
 
+#include "cluster/serial_blas.hpp"
 #include "core/error.hpp"
 
 namespace retro {
@@ -156,28 +157,14 @@ void run_update(const float* x, const KMeansPlan& plan, int d, const int32_t* as
     }
 }
 
-// OpenBLAS's thread count is process-wide: while k-means runs its own threads, BLAS stays serial.
+// OpenBLAS's thread count is process-wide: while k-means runs its own threads, BLAS stays serial
+// (cluster/serial_blas.hpp).
 #ifdef RETRO_NO_BLAS
 int openblas_get_num_threads() { return 1; }
-void openblas_set_num_threads(int) {}
 #endif
 #ifndef _OPENMP
 int omp_get_max_threads() { return 1; }
 #endif
-class SerialBlas {
-  public:
-    explicit SerialBlas(bool active) : prev_(active ? openblas_get_num_threads() : 1) {
-        if (prev_ != 1) openblas_set_num_threads(1);
-    }
-    ~SerialBlas() {
-        if (prev_ != 1) openblas_set_num_threads(prev_);
-    }
-    SerialBlas(const SerialBlas&) = delete;
-    SerialBlas& operator=(const SerialBlas&) = delete;
-
-  private:
-    int prev_;
-};
 
 }  // namespace
 

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "attention/attention.hpp"
+#include "cluster/serial_blas.hpp"
 #include "core/error.hpp"
 
 namespace retro {
@@ -45,6 +46,7 @@ class Wave final : public Method {
         if (m > 0 && z.r + z.e > 0) {
             // Rank clusters for the whole group by centroid scores: scores_ [g, m] = scale * Q C^T.
             scores_.resize((size_t)g * m);
+            const SerialBlas serial;  // results independent of the thread count
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, g, m, d, ctx_.scale, q, d,
                         index.centroids().data(), d, 0.0f, scores_.data(), m);
             group_cluster_weights(scores_.data(), g, m, head_.nonempty(), p_.gqa, agg_, w_);

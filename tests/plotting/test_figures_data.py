@@ -530,6 +530,40 @@ class BuildTimeTest(unittest.TestCase):
             self.assertIsNone(data("build_time", load(name)), name)
 
 
+class ScaleTest(U.TempDirMixin, unittest.TestCase):
+    """Cost growth vs. context (configs/paper/scale-1m.json): one series per method point over >= 3 prompt
+    lengths, with the log-log slope of each phase."""
+
+    def write_runs(self, lens):
+        with open(os.path.join(self.tmp, "runs.jsonl"), "w") as f:
+            for i, n in enumerate(lens):
+                for method, params, build, select in (("wave", {"final_assign": "local"}, 1e-4 * n, 1e-9 * n * n),
+                                                     ("full", {}, 0.0, 0.0)):
+                    f.write(json.dumps({
+                        "run_id": f"{method}-{i}", "method": method, "params": params, "prompt_len": n,
+                        "label": method + json.dumps(params), "trace": f"t{n}.h5",
+                        "metrics": {"build_ms": {"mean": build, "p50": build},
+                                    "select_us": {"mean": select, "p50": select},
+                                    "attend_us": {"mean": 2e-3 * n, "p50": 2e-3 * n}}}) + "\n")
+
+    def test_slopes_per_phase(self):
+        self.write_runs([32768, 131072, 524288, 1048576])
+        s = data("scale", R.load(self.tmp))
+        self.assertEqual(s["phases"], ["build_ms", "select_us", "attend_us"])
+        by = {v["method"]: v for v in s["series"]}
+        self.assertEqual([p["prompt_len"] for p in by["wave"]["points"]], [32768, 131072, 524288, 1048576])
+        self.assertAlmostEqual(by["wave"]["slopes"]["build_ms"], 1.0, places=6)   # linear build
+        self.assertAlmostEqual(by["wave"]["slopes"]["select_us"], 2.0, places=6)  # quadratic select
+        self.assertAlmostEqual(by["full"]["slopes"]["attend_us"], 1.0, places=6)
+        self.assertIsNone(by["full"]["slopes"]["build_ms"])  # no index: nothing to fit
+
+    def test_needs_three_lengths(self):
+        self.write_runs([32768, 131072])
+        self.assertIsNone(data("scale", R.load(self.tmp)))
+        for name in ALL:
+            self.assertIsNone(data("scale", load(name)), name)
+
+
 class CentroidRankTest(U.TempDirMixin, unittest.TestCase):
     """retro-bench centroid-rank JSON (fixtures/centroid-rank: the 32K synthetic trace, KV heads 0-1)."""
 

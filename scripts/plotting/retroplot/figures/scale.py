@@ -60,7 +60,7 @@ def short_label(v):
 
 @drawer("scale")
 def _draw_scale(s, fig):
-    from matplotlib.ticker import FuncFormatter
+    from matplotlib.ticker import NullFormatter
     axes = fig.subplots(1, len(PHASES), squeeze=False)[0]
     handles = OrderedDict()
     variant = OrderedDict()  # series label -> (method, index among the method's series): line style, fill
@@ -96,6 +96,9 @@ def _draw_scale(s, fig):
         ax.set_yscale("log")
         ax.set_xlabel("Context (tokens)")
         ax.set_title(title, fontsize=7)
-        ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: style.tokens_label(int(x)) if x >= 1 else f"{x:g}"))
+        ticks = sorted(set(xs_all))  # the measured contexts, labelled 32K ... 1M
+        ax.set_xticks(ticks)
+        ax.set_xticklabels([style.tokens_label(int(x)) for x in ticks])
+        ax.xaxis.set_minor_formatter(NullFormatter())
     fig.tight_layout(pad=0.3)
     legend_above(fig, list(handles.values()), list(handles.keys()), ncol=min(len(handles), 6))
