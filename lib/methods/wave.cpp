@@ -157,10 +157,11 @@ MethodInfo wave_method_info() {
          {"sum", "max", "mean"}},
         {"center_keys", ParamType::boolean, true, "k-means on keys minus their mean (added back)",
          "RetroInfer §4.2 centering; public code prefill_update_kv_cache (mean_key)"},
-        {"final_assign", ParamType::string, "local",
+        {"final_assign", ParamType::string, "global",
          "k-means final assignment: global = against every centroid (n*k*d, quadratic), local = against "
          "the own segment's and final_radius neighbours' centroids (linear), none = own segment only",
-         "global: public code segment_k_means (the faithful setting); local, none: ours (issue 17)",
+         "global: public code segment_k_means (the faithful setting, kept as the default on the real-trace "
+         "numbers of docs/performance.md); local, none: ours (issue 17)",
          -big, big, {"none", "global", "local"}},
         {"final_radius", ParamType::integer, 1,
          "final_assign local: segments on either side of a token's own segment it may move to",

@@ -27,7 +27,7 @@ struct WaveParams {
     int window = 64;                 ///< steady zone: local window of the prompt
     GroupRank gqa = GroupRank::sum;  ///< ranking of clusters for the GQA group
     bool center_keys = true;         ///< k-means on mean-centered keys
-    FinalAssign final_assign = FinalAssign::local;  ///< k-means final pass (public code: global)
+    FinalAssign final_assign = FinalAssign::global;  ///< k-means final pass (public code; local: linear)
     int final_radius = 1;            ///< local final pass: neighbour segments on either side
     bool normalize_init = false;     ///< k-means initial centroids L2-normalized (public code: raw keys)
     int update_segment = 1024;       ///< decode tokens clustered per index update; 0 = no updates

@@ -41,7 +41,7 @@ TEST(Wave, IsRegisteredWithSourcedDefaults) {
     EXPECT_EQ(p.at("window").get<int>(), 64);
     EXPECT_EQ(p.at("gqa").get<std::string>(), "sum");
     EXPECT_TRUE(p.at("center_keys").get<bool>());
-    EXPECT_EQ(p.at("final_assign").get<std::string>(), "local");
+    EXPECT_EQ(p.at("final_assign").get<std::string>(), "global");
     EXPECT_EQ(p.at("final_radius").get<int>(), 1);
     EXPECT_FALSE(p.at("normalize_init").get<bool>());
     EXPECT_EQ(p.at("update_segment").get<int>(), 1024);

@@ -9,7 +9,7 @@ from ..results import fmt_value
 WAVE = "wave"
 # RetroInfer's defaults (§4-5; docs/methods/wave.md): used to break ties when finding a sweep's centre.
 WAVE_DEFAULTS = {"retrieval": 0.018, "estimation": 0.232, "sink": 4, "window": 64, "segment": 8192,
-                 "update_segment": 1024, "final_assign": "local",
+                 "update_segment": 1024, "final_assign": "global",
                  "final_global_assign": True}  # results made before final_assign existed
 
 
