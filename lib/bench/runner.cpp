@@ -451,12 +451,8 @@ RunOutcome run_config(const RunConfig& cfg, const RunnerOptions& opt) {
         manifest["sessions"].back()["status"] = status;
         manifest["sessions"].back()["wall_s"] = secs_since(t_session);
         manifest["sessions"].back()["finished_at"] = utc_now_iso();
-        // Peak resident memory of this process (heads stream one per worker: docs/performance.md);
-        // the manifest's value is the largest over its sessions.
+        // Peak resident memory of this process (heads stream one per worker: docs/performance.md)
         manifest["sessions"].back()["peak_rss_bytes"] = (int64_t)peak_rss_bytes();
-        int64_t peak = 0;
-        for (const auto& s : manifest["sessions"]) peak = std::max<int64_t>(peak, s.value("peak_rss_bytes", (int64_t)0));
-        manifest["peak_rss_bytes"] = peak;
         manifest["finished_at"] = utc_now_iso();
         write_file_atomic(manifest_path, manifest.dump(2) + "\n");
     };

@@ -544,8 +544,7 @@ TEST_F(Cli, PeakMemoryIsBoundedByAHeadNotTheTrace) {
         const auto run = sh(bin() + " run " + name + ".json --threads 1");
         EXPECT_EQ(run.code, 0) << run.out;
         const json m = json::parse(slurp("results/" + name + "/manifest.json"));
-        EXPECT_EQ(m.at("peak_rss_bytes"), m.at("sessions").back().at("peak_rss_bytes"));
-        return m.at("peak_rss_bytes").get<double>();
+        return m.at("sessions").back().at("peak_rss_bytes").get<double>();
     };
     const double one = peak_of("one", "one.h5"), big = peak_of("big", "big.h5");
     // float32 K + V of one head as the runner holds it; the big trace has 4 layers x 8 KV heads of them
