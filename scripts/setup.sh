@@ -12,6 +12,8 @@ PKGS=(
   # the fuzz targets (tests/fuzz, docs/testing.md): clang with libFuzzer and the sanitizer run-times
   clang libclang-rt-14-dev
   python3-numpy python3-h5py python3-matplotlib chromium
+  # the Python module (python/, docs/python.md) and its notebook examples (pandas)
+  pybind11-dev python3-pybind11 python3-dev python3-pandas
   # trace dumper (scripts/dump/): CPU torch under the pinned venv, and the texts prompts are built from
   python3-venv python3-torch python3-yaml python3-requests python3-packaging python3-psutil
   r-cran-janeaustenr r-cran-tokenizers bible-kjv bible-kjv-text

@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "core/hash.hpp"
+
 namespace retro {
 
 MethodContext head_context(const HeadSlice& slice, DType storage) {
@@ -15,6 +17,10 @@ MethodContext head_context(const HeadSlice& slice, DType storage) {
     ctx.storage = storage;
     ctx.slice = &slice;
     return ctx;
+}
+
+unsigned method_seed(const std::string& method, const nlohmann::json& params, int layer, int kv_head) {
+    return (unsigned)fnv1a64(method + params.dump() + "/" + std::to_string(layer) + "/" + std::to_string(kv_head));
 }
 
 HeadPart new_head_part(const std::string& run_id, const HeadSlice& slice, const std::vector<int>& steps,

@@ -175,10 +175,7 @@ void run_head(const RunConfig& cfg, const PreparedTrace& tr, const TraceReader& 
         I.run = r;
         I.m = find_method(mr.method).make(mr.params);
         MethodContext c = ctx;
-        // The seed depends on the method point and the head, not on the system point: a cache sweep
-        // must replay the same selections under every cache setting.
-        c.seed = (unsigned)fnv1a64(mr.method + mr.params.dump() + "/" + std::to_string(job.layer) + "/" +
-                                   std::to_string(job.kv_head));
+        c.seed = method_seed(mr.method, mr.params, job.layer, job.kv_head);
         const auto t0 = Clock::now();
         I.m->build(c, prompt);
         I.part.build_ms = secs_since(t0) * 1e3;

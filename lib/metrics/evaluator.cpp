@@ -49,40 +49,7 @@ void Evaluator::prepare_step(int t) {
 }
 
 void Evaluator::check_selection(const Selection& sel, const std::string& method) {
-    const int g_count = s_.group;
-    if (!sel.exact.empty() && sel.exact.size() != 1 && sel.exact.size() != (size_t)g_count)
-        throw Error("method '" + method + "' returned " + std::to_string(sel.exact.size()) +
-                    " exact lists; expected 1 (shared) or " + std::to_string(g_count) +
-                    " (one per query head)");
-    if (!sel.exact_log_weight.empty()) {
-        bool ok = sel.exact_log_weight.size() == sel.exact.size();
-        for (size_t l = 0; ok && l < sel.exact.size(); ++l)
-            ok = sel.exact_log_weight[l].size() == sel.exact[l].size();
-        if (!ok)
-            throw Error("method '" + method + "' returned exact_log_weight lists that do not match its exact lists");
-        for (const auto& l : sel.exact_log_weight)
-            for (float w : l)
-                if (!std::isfinite(w))
-                    throw Error("method '" + method + "' returned a non-finite log weight at step " + std::to_string(t_));
-    }
-    // Validate every list: ids in [0, n) and unique (a method cannot inflate recall with duplicates).
-    if (stamp_.size() < (size_t)n_) stamp_.assign((size_t)n_, 0);
-    for (size_t l = 0; l < sel.exact.size(); ++l) {
-        if (++gen_ == 0) {
-            std::fill(stamp_.begin(), stamp_.end(), 0);
-            gen_ = 1;
-        }
-        for (int32_t id : sel.exact[l]) {
-            if (id < 0 || id >= n_)
-                throw Error("method '" + method + "' selected token " + std::to_string(id) +
-                            " at step " + std::to_string(t_) + "; visible tokens are [0, " +
-                            std::to_string(n_) + ")");
-            if (stamp_[(size_t)id] == gen_)
-                throw Error("method '" + method + "' selected token " + std::to_string(id) +
-                            " twice at step " + std::to_string(t_) + " (duplicates are not allowed)");
-            stamp_[(size_t)id] = gen_;
-        }
-    }
+    retro::check_selection(sel, method, s_.group, n_, t_, check_scratch_);
 }
 
 void Evaluator::score(const Selection& sel, int g, const float* approx, double lse, QueryMetrics& m) const {
@@ -122,26 +89,10 @@ double Evaluator::evaluate(const Selection& sel, const std::string& method, std:
     out.resize((size_t)g_count);
     std::vector<float> approx((size_t)g_count * d);
     std::vector<double> lse((size_t)g_count);
-    std::vector<std::span<const int32_t>> lists((size_t)g_count);
-    std::vector<const float*> log_w;
-    for (int g = 0; g < g_count; ++g) lists[(size_t)g] = sel.exact_for(g);
-    if (!sel.exact_log_weight.empty())
-        for (int g = 0; g < g_count; ++g) log_w.push_back(sel.log_weight_for(g));
     // Timed: the group's attention over its selection, one pass over the selected K and V rows.
     const auto t0 = std::chrono::steady_clock::now();
-    std::vector<PartialAttention> parts = group_partial_attention(
-        queries_.data(), g_count, s_.keys.data(), s_.values.data(), d, scale_, lists, log_w, scratch_);
-    for (int g = 0; g < g_count; ++g) {
-        PartialAttention& p = parts[(size_t)g];
-        const float* q = queries_.data() + (size_t)g * d;
-        for (const auto& c : sel.estimated) {
-            float s = 0;
-            for (int j = 0; j < d; ++j) s += q[j] * c.centroid[j];
-            add_estimated_cluster(p, (double)scale_ * s, c.size, c.value_sum, d);
-        }
-        p.output(approx.data() + (size_t)g * d);
-        lse[(size_t)g] = p.lse();
-    }
+    selection_outputs(queries_.data(), KVView{s_.keys.data(), s_.values.data(), n_, d}, sel, g_count, scale_,
+                      approx.data(), lse.data(), scratch_);
     const double attend_us =
         std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
     for (int g = 0; g < g_count; ++g) score(sel, g, approx.data() + (size_t)g * d, lse[(size_t)g], out[(size_t)g]);

@@ -8,6 +8,7 @@
 #include "attention/attention.hpp"
 #include "attention/group_attention.hpp"
 #include "methods/method.hpp"
+#include "metrics/selection_output.hpp"
 #include "trace/trace.hpp"
 
 namespace retro {
@@ -61,8 +62,7 @@ class Evaluator {
     int t_ = -1;
     int n_ = 0;
     float scale_ = 1.0f;
-    std::vector<uint32_t> stamp_;  ///< duplicate detection: stamp_[i] == gen_ means seen
-    uint32_t gen_ = 0;
+    SelectionCheckScratch check_scratch_;
     std::vector<float> scores_, weights_, out_;  ///< [group, n], [group, n], [group, d]
     std::vector<double> lse_;                    ///< [group]
     std::vector<float> queries_;                 ///< [group, d] of step t_

@@ -1,0 +1,16 @@
+# Tests of the Python binding (tests/python/, python/, docs/python.md), label `python`: unittest files
+# run by the interpreter the module was built for (Debian's /usr/bin/python3) with PYTHONPATH at the
+# module. Added only when the module is built (pybind11 found). Included from tests/CMakeLists.txt.
+if(RETRO_HAVE_PYTHON_MODULE)
+  set(_retro_py_tests ${CMAKE_SOURCE_DIR}/tests/python)
+  foreach(_t binding_vs_run exhaustive api venv_import)
+    add_test(NAME python.${_t}
+             COMMAND ${RETRO_PYTHON_MODULE_PYTHON} -B ${_retro_py_tests}/test_${_t}.py
+             WORKING_DIRECTORY ${_retro_py_tests})
+    set_tests_properties(python.${_t} PROPERTIES
+      LABELS "python"
+      ENVIRONMENT "PYTHONPATH=$<TARGET_FILE_DIR:retro_bench>;RETRO_BIN=$<TARGET_FILE:retro-bench>;PYTHONDONTWRITEBYTECODE=1"
+      SKIP_RETURN_CODE 77
+      TIMEOUT 300)
+  endforeach()
+endif()

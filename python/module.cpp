@@ -1,0 +1,13 @@
+// The retro_bench Python module: the C++ core (method registry, trace reader, methods, the evaluator's
+// attention of a selection) with NumPy arrays in and out. docs/python.md documents the API.
+#include "bindings.hpp"
+
+PYBIND11_MODULE(retro_bench, m) {
+    m.doc() = "retro-bench: sparse KV-cache attention methods and traces (docs/python.md)";
+    m.attr("__version__") = RETRO_VERSION;
+    retro::pyb::bind_errors(m);
+    retro::pyb::bind_registry(m);
+    retro::pyb::bind_trace(m);
+    retro::pyb::bind_attention(m);
+    retro::pyb::bind_head_method(m);
+}
