@@ -1,8 +1,8 @@
 // full_attention: exact attention of a group of queries over every key, the reference the evaluator
-// scores against (attention/exact_attention), for tests and notebooks.
+// scores against (the same code: attention/group_attention), for tests and notebooks.
 #include <cmath>
 
-#include "attention/attention.hpp"
+#include "attention/group_attention.hpp"
 #include "bindings.hpp"
 #include "numpy_util.hpp"
 
@@ -29,10 +29,9 @@ void bind_attention(py::module_& m) {
             std::vector<double> lse((size_t)g);
             {
                 py::gil_scoped_release nogil;
-                std::vector<float> scratch;
-                for (py::ssize_t h = 0; h < g; ++h)
-                    lse[(size_t)h] = exact_attention(q.data() + h * d, k.data(), v.data(), (int)n, (int)d, scale,
-                                                     out.data() + h * d, scratch);
+                std::vector<float> w((size_t)(g * n));
+                group_attention_scores(q.data(), (int)g, k.data(), (int)n, (int)d, scale, w.data());
+                group_softmax_output(w.data(), (int)g, (int)n, v.data(), (int)d, out.data(), lse.data());
             }
             return py::make_tuple(to_numpy(std::move(out), {g, d}), to_numpy(std::move(lse), {g}));
         },
