@@ -1,5 +1,5 @@
 #pragma once
-// The wave decode step vs full attention per layer on the GPU (issue 8: Llama-3-8B shape, 32K/128K
+// The wave decode step vs full attention per layer on the GPU (Llama-3-8B shape, 32K/128K
 // context, batch 1-64) for the RETRO_GPU_ONLY driver retro_gpu_check, which cannot build retro-bench
 // (no HDF5 or JSON library on the GPU machines): the same layer runs as `retro-bench run` with "backend":
 // "cuda" (kernels/run, GpuBackend), on an in-memory synthetic layer (synthetic_layer.hpp), with the same

@@ -14,7 +14,7 @@
 #include "attention/attention.hpp"
 #include "cluster/roargraph.hpp"  // dot_f32
 #include "core/error.hpp"
-#include "methods/baselines2.hpp"
+#include "methods/builtin_methods.hpp"
 
 namespace retro {
 

@@ -17,6 +17,7 @@
 #include <unordered_set>
 
 #include "core/error.hpp"
+#include "methods/builtin_methods.hpp"
 
 namespace retro {
 

@@ -3,9 +3,10 @@
 // outside a static pattern (sink + window) go into a FAISS index searched by inner product; each query
 // head retrieves its top-k, attended exactly together with the static pattern. docs/methods/faiss.md.
 //
-// AnnIndex is the index wrapper shared by the methods and by ood_recall (lib/methods/ood_recall.hpp):
-// one FAISS index over a set of keys, searched one query at a time, that reports how many vectors each
-// search compared (centroids and list entries for IVF, every distance evaluation for HNSW).
+// AnnIndex is the index wrapper shared by the methods and by the ood_recall analysis
+// (lib/analysis/ood_recall.hpp): one FAISS index over a set of keys, searched one query at a time, that
+// reports how many vectors each search compared (centroids and list entries for IVF, every distance
+// evaluation for HNSW).
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -78,9 +79,5 @@ class AnnIndex {
     int d_ = 0;
     std::vector<int32_t> ids_;  ///< FAISS id (insertion order) -> caller id
 };
-
-MethodInfo faiss_flat_method_info();
-MethodInfo faiss_ivf_method_info();
-MethodInfo faiss_hnsw_method_info();
 
 }  // namespace retro

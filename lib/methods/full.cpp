@@ -1,5 +1,5 @@
 // `full`: every visible token attended exactly. The accuracy reference and the GPU-only baseline.
-#include "methods/basic_methods.hpp"
+#include "methods/builtin_methods.hpp"
 
 #include <numeric>
 

@@ -10,7 +10,7 @@
 #include "cluster/roargraph.hpp"  // dot_f32
 #include "cluster/simhash.hpp"
 #include "core/error.hpp"
-#include "methods/baselines2.hpp"
+#include "methods/builtin_methods.hpp"
 
 namespace retro {
 

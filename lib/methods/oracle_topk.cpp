@@ -6,7 +6,7 @@
 #include "attention/attention.hpp"
 #include "attention/group_attention.hpp"
 #include "core/error.hpp"
-#include "methods/basic_methods.hpp"
+#include "methods/builtin_methods.hpp"
 
 namespace retro {
 

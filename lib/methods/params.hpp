@@ -44,8 +44,16 @@ struct MethodInfo {
     std::function<double(const nlohmann::json& params, const TraceInfo& trace)> index_bytes;
 };
 
-/// Every registered method, in display order.
+/// Every registered method, in display order: the built-in list of lib/methods/registry.cpp, then any
+/// added by register_method.
 const std::vector<MethodInfo>& method_registry();
+
+/// Adds a method defined outside the library (a test, an experiment's own code) to the registry, so
+/// configs, `run_config` and find_method see it like a built-in one; its check gets the shared budget
+/// check. Register before parsing configs or starting runs: references from method_registry() and
+/// find_method() may not survive a later registration. Throws ConfigError when `m` has no name or no
+/// make function, or when a method of that name is already registered.
+void register_method(MethodInfo m);
 
 /// The method named `name`; throws ConfigError listing the known methods.
 const MethodInfo& find_method(const std::string& name);

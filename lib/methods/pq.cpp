@@ -10,8 +10,8 @@
 
 #include "cluster/pq.hpp"
 #include "core/error.hpp"
+#include "methods/builtin_methods.hpp"
 #include "methods/params.hpp"
-#include "methods/pq.hpp"
 #include "trace/stats.hpp"
 
 namespace retro {

@@ -9,6 +9,7 @@
 #include <numeric>
 
 #include "core/error.hpp"
+#include "methods/builtin_methods.hpp"
 
 namespace retro {
 

@@ -11,6 +11,4 @@ namespace retro {
 /// An upper bound of q.k for every key k with mn <= k <= mx channel-wise.
 float quest_page_bound(const float* q, const float* mn, const float* mx, int d);
 
-MethodInfo quest_method_info();
-
 }  // namespace retro

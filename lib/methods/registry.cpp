@@ -3,13 +3,8 @@
 #include <unordered_set>
 
 #include "core/error.hpp"
-#include "methods/baselines2.hpp"
-#include "methods/basic_methods.hpp"
-#include "methods/faiss_methods.hpp"
+#include "methods/builtin_methods.hpp"
 #include "methods/params.hpp"
-#include "methods/pq.hpp"
-#include "methods/quest.hpp"
-#include "methods/wave.hpp"
 
 namespace retro {
 
@@ -43,29 +38,43 @@ void check_budgets(const MethodInfo& m, const nlohmann::json& p) {
                               "(use a value in (0,1) for a fraction)");
     }
 }
-}  // namespace
 
-const std::vector<MethodInfo>& method_registry() {
-    static const std::vector<MethodInfo> r = [] {
-        std::vector<MethodInfo> v = {full_method_info(), oracle_topk_method_info(),
-                                     streaming_method_info(), wave_method_info()};
-        v.push_back(retrieval_attention_method_info());
-        v.push_back(ctkvr_method_info());
-        v.push_back(magicpig_method_info());
-        for (auto f : {faiss_flat_method_info, faiss_ivf_method_info, faiss_hnsw_method_info, pq_method_info,
-                       quest_method_info})
-            v.push_back(f());
-        for (auto& m : v) {
-            auto inner = m.check;
-            const MethodInfo copy = m;
-            m.check = [inner, copy](const nlohmann::json& p) {
-                check_budgets(copy, p);
-                if (inner) inner(p);
-            };
-        }
+// Wraps a method's own cross-parameter check with the shared budget check.
+MethodInfo with_budget_check(MethodInfo m) {
+    auto inner = m.check;
+    const MethodInfo copy = m;
+    m.check = [inner, copy](const nlohmann::json& p) {
+        check_budgets(copy, p);
+        if (inner) inner(p);
+    };
+    return m;
+}
+
+// The one list of the methods shipped with the harness, in display order (list-methods, docs). A new
+// method adds one line here and its declaration in builtin_methods.hpp (docs/adding-a-method.md).
+std::vector<MethodInfo>& registry_storage() {
+    static std::vector<MethodInfo> r = [] {
+        std::vector<MethodInfo> v;
+        for (auto info : {full_method_info, oracle_topk_method_info, streaming_method_info, wave_method_info,
+                          retrieval_attention_method_info, ctkvr_method_info, magicpig_method_info,
+                          faiss_flat_method_info, faiss_ivf_method_info, faiss_hnsw_method_info, pq_method_info,
+                          quest_method_info})
+            v.push_back(with_budget_check(info()));
         return v;
     }();
     return r;
+}
+}  // namespace
+
+const std::vector<MethodInfo>& method_registry() { return registry_storage(); }
+
+void register_method(MethodInfo m) {
+    if (m.name.empty()) throw ConfigError("register_method: the method has no name");
+    if (!m.make) throw ConfigError("register_method: method '" + m.name + "' has no make function");
+    for (const auto& known : registry_storage())
+        if (known.name == m.name)
+            throw ConfigError("register_method: a method named '" + m.name + "' is already registered");
+    registry_storage().push_back(with_budget_check(std::move(m)));
 }
 
 const MethodInfo& find_method(const std::string& name) {

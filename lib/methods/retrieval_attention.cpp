@@ -7,7 +7,7 @@
 
 #include "cluster/roargraph.hpp"
 #include "core/error.hpp"
-#include "methods/baselines2.hpp"
+#include "methods/builtin_methods.hpp"
 
 namespace retro {
 

@@ -1,7 +1,7 @@
 // `streaming`: StreamingLLM's static pattern, the first `sink` tokens plus the last `window` tokens.
 #include <algorithm>
 
-#include "methods/basic_methods.hpp"
+#include "methods/builtin_methods.hpp"
 
 namespace retro {
 

@@ -13,6 +13,7 @@
 #include "attention/attention.hpp"
 #include "cluster/serial_blas.hpp"
 #include "core/error.hpp"
+#include "methods/builtin_methods.hpp"
 
 namespace retro {
 

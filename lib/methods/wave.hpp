@@ -6,8 +6,6 @@
 
 namespace retro {
 
-MethodInfo wave_method_info();
-
 /// WaveParams from a resolved parameter object (every wave parameter present, as resolve_params gives).
 WaveParams wave_params_from_json(const nlohmann::json& j);
 
