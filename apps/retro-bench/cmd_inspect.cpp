@@ -9,11 +9,11 @@
 #include <memory>
 #include <sstream>
 
+#include "analysis/head_selection.hpp"
 #include "commands.hpp"
 #include "core/error.hpp"
 #include "core/fs.hpp"
 #include "core/host.hpp"
-#include "head_args.hpp"
 #include "trace/reader.hpp"
 #include "trace/stats.hpp"
 

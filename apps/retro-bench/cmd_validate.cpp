@@ -19,7 +19,7 @@ namespace retro::cli {
 namespace {
 
 void validate_config(const std::string& path, const PreflightOptions& popt) {
-    if (file_exists(path)) {  // "experiment": "ood-recall" configs (apps/retro-bench/ood_recall_config.cpp)
+    if (file_exists(path)) {  // "experiment": "ood-recall" configs (lib/analysis/ood_recall_config.hpp)
         nlohmann::json j;
         try {
             j = nlohmann::json::parse(read_file(path));

@@ -9,9 +9,9 @@
 #include <random>
 #include <set>
 
+#include "analysis/ood_recall.hpp"
 #include "core/error.hpp"
 #include "methods/faiss_methods.hpp"
-#include "methods/ood_recall.hpp"
 #include "methods/params.hpp"
 #include "metrics/evaluator.hpp"
 #include "method_harness.hpp"

@@ -1,5 +1,5 @@
 // Recall vs. scanned fraction with decode queries and with keys as queries (RetrievalAttention Fig. 3a/6).
-#include "methods/ood_recall.hpp"
+#include "analysis/ood_recall.hpp"
 
 #include <algorithm>
 #include <chrono>

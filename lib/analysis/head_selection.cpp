@@ -1,11 +1,11 @@
-#include "head_args.hpp"
+#include "analysis/head_selection.hpp"
 
 #include <sstream>
 #include <stdexcept>
 
 #include "core/error.hpp"
 
-namespace retro::cli {
+namespace retro {
 
 std::vector<int> parse_int_list(const std::string& s, const char* option) {
     std::vector<int> v;
@@ -51,4 +51,4 @@ HeadSelection select_heads(const TraceReader& reader, const std::string& path, c
     return sel;
 }
 
-}  // namespace retro::cli
+}  // namespace retro

@@ -2,7 +2,9 @@
 // Recall vs. scanned fraction of a FAISS index over one head's prompt keys, searched with the decode
 // queries (query -> key, out of distribution) and with sampled prompt keys as queries (key -> key, in
 // distribution): RetrievalAttention Fig. 3a / Fig. 6. The index is built once and replayed at every
-// search setting (IVF nprobe, HNSW efSearch). `retro-bench ood-recall` drives it; docs/methods/faiss.md.
+// search setting (IVF nprobe, HNSW efSearch). An analysis of the FAISS indexes the faiss_* methods use, not
+// a method: analysis/ood_recall_run.hpp runs it over a trace (`retro-bench ood-recall`, and `retro-bench
+// run` on an ood-recall config); docs/methods/faiss.md.
 #include <string>
 #include <vector>
 

@@ -1,6 +1,7 @@
 #pragma once
-// Command-line head selection shared by the subcommands that read a trace directly (inspect,
-// ood-recall): "--layers 0,5" / "--kv-heads 1,3" lists, checked against the trace before any work.
+// Which (layer, KV head) slices an analysis reads, and the parallel map over them: the head selection
+// of the analyses in lib/analysis and of `retro-bench inspect` ("--layers 0,5" / "--kv-heads 1,3"
+// lists, checked against the trace before any work; the messages name those options).
 #include <omp.h>
 
 #include <exception>
@@ -12,7 +13,7 @@
 #include "core/host.hpp"
 #include "trace/reader.hpp"
 
-namespace retro::cli {
+namespace retro {
 
 /// "1,2,3" -> {1, 2, 3}; an item that is not an integer is a ConfigError naming `--option`.
 std::vector<int> parse_int_list(const std::string& s, const char* option);
@@ -70,4 +71,4 @@ auto map_heads(const TraceReader& reader, const HeadSelection& sel, int threads,
     return out;
 }
 
-}  // namespace retro::cli
+}  // namespace retro
