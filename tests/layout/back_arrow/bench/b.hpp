@@ -1,0 +1,3 @@
+#pragma once
+// Fixture of the include-floor check.
+#include "core/a.hpp"

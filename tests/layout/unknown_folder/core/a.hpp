@@ -1,0 +1,2 @@
+#pragma once
+// Fixture of the include-floor check.
