@@ -8,7 +8,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "cluster/serial_blas.hpp"
+#include "core/serial_blas.hpp"
 
 namespace retro {
 

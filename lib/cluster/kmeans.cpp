@@ -18,7 +18,7 @@
 #define RETRO_KMEANS_SSE 1
 #endif
 
-#include "cluster/serial_blas.hpp"
+#include "core/serial_blas.hpp"
 #include "core/error.hpp"
 
 namespace retro {

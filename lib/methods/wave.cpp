@@ -11,7 +11,7 @@
 #include <string>
 
 #include "attention/attention.hpp"
-#include "cluster/serial_blas.hpp"
+#include "core/serial_blas.hpp"
 #include "core/error.hpp"
 #include "methods/builtin_methods.hpp"
 
