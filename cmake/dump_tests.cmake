@@ -16,3 +16,11 @@ if(EXISTS /usr/bin/python3)
     SKIP_RETURN_CODE 77
     TIMEOUT 300)
 endif()
+
+# The prompt of a recipe is the same from freshly extracted text and from the text cache (issue 16 #1):
+# runs with an empty XDG_CACHE_HOME of its own, builds each prompt twice; needs no venv (~8 s).
+if(EXISTS /usr/bin/python3)
+  add_test(NAME trace.prompt_cache
+           COMMAND /usr/bin/python3 -B ${_retro_dump_root}/tests/dump/test_prompt_cache.py)
+  set_tests_properties(trace.prompt_cache PROPERTIES LABELS "dump;reliability" TIMEOUT 120)
+endif()

@@ -1,7 +1,7 @@
 """Prompts from real text for trace dumps (datasets/recipes/*.json).
 
-Texts come from Debian packages (installed by scripts/setup.sh) and are cached as plain UTF-8 under
-${XDG_CACHE_HOME:-~/.cache}/retro-bench/texts/:
+Texts come from Debian packages (installed by scripts/setup.sh) and are cached as plain UTF-8 with "\n"
+line ends under ${XDG_CACHE_HOME:-~/.cache}/retro-bench/texts/ (or $RETRO_TEXT_CACHE):
 
   mobydick            r-cran-tokenizers: Moby-Dick (Project Gutenberg; the licence header is skipped)
   austen:<novel>      r-cran-janeaustenr: prideprejudice, sensesensibility, emma, mansfieldpark,
@@ -42,6 +42,10 @@ class PromptError(Exception):
 
 
 def cache_dir():
+    """$RETRO_TEXT_CACHE, else ${XDG_CACHE_HOME:-~/.cache}/retro-bench/texts (tests set the first to start
+    from an empty text cache without moving the venv or the model caches)."""
+    if os.environ.get("RETRO_TEXT_CACHE"):
+        return os.environ["RETRO_TEXT_CACHE"]
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return os.path.join(base, "retro-bench", "texts")
 
@@ -83,18 +87,25 @@ def _extract(name):
                       + ", ".join("austen:" + a for a in AUSTEN) + ")")
 
 
+def _normalize_newlines(text):
+    """One newline convention ("\n") whatever the source uses (Moby-Dick has "\r\n")."""
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
 def load_text(name):
-    """The whole text of a source, cached."""
+    """The whole text of a source, cached. Fresh and cached reads return the same string: the text is
+    normalized to "\n" line ends before it is used or cached, and the cache is written and read without
+    newline translation (newline=""); caches written before that are normalized on reading."""
     path = os.path.join(cache_dir(), name.replace(":", "-") + ".txt")
     if os.path.exists(path):
-        with open(path, encoding="utf-8") as f:
-            return f.read()
-    text = _extract(name)
+        with open(path, encoding="utf-8", newline="") as f:
+            return _normalize_newlines(f.read())
+    text = _normalize_newlines(_extract(name))
     if len(text) < 10000:
         raise PromptError(f"text '{name}': only {len(text)} characters extracted")
     os.makedirs(os.path.dirname(path), exist_ok=True)
     tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
+    with open(tmp, "w", encoding="utf-8", newline="") as f:
         f.write(text)
     os.replace(tmp, path)
     return text
