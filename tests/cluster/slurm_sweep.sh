@@ -80,24 +80,48 @@ sessions=$(ls sharded/tiny-sweep/shards | wc -l)
 echo "PASS: 4-shard sweep merged by job $merge_id equals the one-machine run"
 
 # ---- kill shard 1 mid-run, merge refused naming it, rerun it alone ----
-submit killed
-victim="${array_id}_1"
-for _ in $(seq 300); do  # until shard 1 wrote a part file
-  grep -lqs '"shard":"1/4"' killed/tiny-sweep/parts/*/*.json 2>/dev/null && break
-  sleep 0.1
+# Deterministic "mid-run": shard 1 runs through a wrapper that freezes it (SIGSTOP) as soon as it wrote its
+# first part file, so the SIGKILL below lands while units are left (polling from here raced a fast shard to
+# its end about one time in five). The merge job calls the wrapper too: outside an array task it is the
+# binary itself.
+cat >freeze-shard1.sh <<EOF
+#!/usr/bin/env bash
+[[ "\${SLURM_ARRAY_TASK_ID:-}" == 1 ]] || exec "$bin" "\$@"
+"$bin" "\$@" & pid=\$!
+until grep -lqs '"shard":"1/4"' "\$4"/tiny-sweep/parts/*/*.json; do  # \$4: --results (shard.sbatch)
+  kill -0 \$pid 2>/dev/null || break
+  sleep 0.005
 done
-grep -lqs '"shard":"1/4"' killed/tiny-sweep/parts/*/*.json || { echo "FAIL: shard 1 never started writing" >&2; exit 1; }
-scancel --signal=KILL --full "$victim"
-wait_done "$array_id" 90 >/dev/null
-vstate=$(job_state "$victim")
-[[ "$vstate" != COMPLETED ]] || { echo "FAIL: shard 1 completed before it could be killed" >&2; exit 1; }
-mstate=$(wait_done "$merge_id" 30)
-[[ "$mstate" != COMPLETED ]] || { echo "FAIL: the merge job ran although shard 1 failed" >&2; exit 1; }
-if "$bin" merge killed/tiny-sweep >merge.out 2>&1; then echo "FAIL: merge accepted a sweep with a killed shard" >&2; exit 1; fi
+kill -STOP \$pid 2>/dev/null && touch "$work/frozen"
+wait \$pid
+EOF
+chmod +x freeze-shard1.sh
+killed_sweep() {  # RESULTS_ROOT: submits with shard 1 frozen after its first part, SIGKILLs it; 0 = merge refused
+  rm -f frozen
+  submit "$1" RETRO_BENCH="$work/freeze-shard1.sh"
+  victim="${array_id}_1"
+  for _ in $(seq 1200); do [[ -e frozen ]] && break; sleep 0.05; done
+  [[ -e frozen ]] || { echo "FAIL: shard 1 never wrote a part file" >&2; tail -n 20 "$1"/slurm-logs/* >&2; exit 1; }
+  scancel --signal=KILL --full "$victim"
+  wait_done "$array_id" 90 >/dev/null
+  vstate=$(job_state "$victim")
+  [[ "$vstate" != COMPLETED ]] || { echo "FAIL: shard 1 completed although it was killed" >&2; exit 1; }
+  mstate=$(wait_done "$merge_id" 30)
+  [[ "$mstate" != COMPLETED ]] || { echo "FAIL: the merge job ran although shard 1 failed" >&2; exit 1; }
+  ! "$bin" merge "$1/tiny-sweep" >merge.out 2>&1
+}
+# On a badly overloaded machine the freeze can still come after shard 1's last unit: then every part is
+# there and merge rightly accepts; that run proves nothing, so it is repeated in a fresh directory.
+killed=""
+for attempt in 1 2 3; do
+  if killed_sweep "killed$attempt"; then killed="killed$attempt"; break; fi
+  echo "note: shard 1 had finished all its units before the freeze (attempt $attempt); again"
+done
+[[ -n "$killed" ]] || { echo "FAIL: merge accepted a sweep with a killed shard (3 attempts)" >&2; cat merge.out >&2; exit 1; }
 grep -q "rerun shard 1/4" merge.out || { echo "FAIL: merge refusal does not name shard 1/4:" >&2; cat merge.out >&2; exit 1; }
 echo "PASS: shard $victim killed mid-run ($vstate); merge refused: $(head -c 200 merge.out)..."
-submit killed ONLY=1
+submit "$killed" ONLY=1
 state=$(wait_done "$merge_id" 90)
-[[ "$state" == COMPLETED ]] || { echo "FAIL: merge job after the rerun ended $state" >&2; tail -n 20 killed/slurm-logs/* >&2; exit 1; }
-"$RETRO_PYTHON" "$root/tests/cluster/same_results.py" one/tiny-sweep killed/tiny-sweep
+[[ "$state" == COMPLETED ]] || { echo "FAIL: merge job after the rerun ended $state" >&2; tail -n 20 "$killed"/slurm-logs/* >&2; exit 1; }
+"$RETRO_PYTHON" "$root/tests/cluster/same_results.py" one/tiny-sweep "$killed/tiny-sweep"
 echo "PASS: shard 1 rerun alone completed the sweep"
