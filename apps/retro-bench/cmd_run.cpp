@@ -13,6 +13,8 @@
 #include "core/error.hpp"
 #include "core/fs.hpp"
 #include "closed_loop_cmd.hpp"
+#include "core/interrupted.hpp"
+#include "core/json_file.hpp"
 #include "ood_recall_cmd.hpp"
 #ifdef RETRO_HAVE_CUDA
 #include "run/cuda_backend.hpp"
@@ -21,10 +23,26 @@
 namespace retro::cli {
 namespace {
 
+// SIGINT (Ctrl-C) and SIGTERM (kill, a scheduler's time limit) both stop the run after the heads in
+// flight; the exit code is 128 + the signal (130, 143), as if the signal had killed the process.
 std::atomic<bool> g_stop{false};
-extern "C" void on_sigint(int) {
+std::atomic<int> g_signal{0};
+extern "C" void on_stop_signal(int sig) {
+    g_signal = sig;
     g_stop = true;
-    std::signal(SIGINT, SIG_DFL);  // a second Ctrl-C kills immediately
+    std::signal(SIGINT, SIG_DFL);  // a second signal kills immediately
+    std::signal(SIGTERM, SIG_DFL);
+}
+int stopped_exit_code() { return 128 + (g_signal.load() ? g_signal.load() : SIGINT); }
+
+// Single-quotes an argument for the recorded command and the resume hint when the shell would split it.
+std::string shell_arg(const std::string& s) {
+    if (!s.empty() && s.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789@%+=:,./-_") ==
+                          std::string::npos)
+        return s;
+    std::string q = "'";
+    for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    return q + "'";
 }
 
 std::string hms(double s) {
@@ -63,11 +81,31 @@ void print_shard_plan(const RunConfig& cfg, int n) {
 struct RunArgs {
     std::string config;
     std::string results = "results";
-    bool resume = false, force = false, quiet = false;
+    bool resume = false, force = false, quiet = false, wait_lock = false;
     int threads = -1;
     std::string shard;  ///< "I/N" (docs/cluster.md)
     int shard_plan = 0;  ///< print the assignment for this many shards and exit
     std::string max_memory;
+
+    /// The command as given (every option that changes what or where it runs), for the manifest.
+    std::string command_line() const {
+        std::string c = "retro-bench run " + shell_arg(config);
+        if (results != "results") c += " --results " + shell_arg(results);
+        if (resume) c += " --resume";
+        if (force) c += " --force";
+        if (threads >= 0) c += " --threads " + std::to_string(threads);
+        if (quiet) c += " -q";
+        if (!shard.empty()) c += " --shard " + shard;
+        if (wait_lock) c += " --wait-lock";
+        if (!max_memory.empty()) c += " --max-memory " + max_memory;
+        return c;
+    }
+    /// The command that continues an interrupted run.
+    std::string resume_command() const {
+        return "retro-bench run " + shell_arg(config) + " --resume" +
+               (results != "results" ? " --results " + shell_arg(results) : std::string()) +
+               (shard.empty() ? std::string() : " --shard " + shard);
+    }
 };
 
 const CommandRegistrar reg(10, [](CLI::App& app) {
@@ -85,24 +123,22 @@ const CommandRegistrar reg(10, [](CLI::App& app) {
     sub->add_flag("-q,--quiet", a->quiet, "no progress output");
     sub->add_option("--max-memory", a->max_memory,
                     "refuse to start when the estimated memory exceeds this, e.g. 8G (default: the available memory)");
+    sub->add_flag("--wait-lock", a->wait_lock,
+                  "wait for a run holding the results directory to finish (default: refuse to start)");
     sub->callback([] {});
     return std::function<int()>([a, &app] {
         if (a->resume && a->force) throw ConfigError("--resume and --force exclude each other");
         const ShardSpec shard = a->shard.empty() ? ShardSpec{} : parse_shard(a->shard);
         if (file_exists(a->config)) {  // "experiment": "ood-recall" configs run the ood-recall command
-            nlohmann::json j;
-            try {
-                j = nlohmann::json::parse(read_file(a->config));
-            } catch (const nlohmann::json::parse_error&) {
-                // load_config reports it with the file name
-            }
+            const nlohmann::json j = read_json_file(a->config);  // strict, as load_config
             if (is_ood_recall_config(j) && shard.active())
                 throw ConfigError(a->config + ": --shard applies to method sweeps; an \"experiment\": \"ood-recall\" "
                                   "config runs on one machine");
             if (is_ood_recall_config(j))
                 return run_ood_config(j, a->config,
                                       OodConfigRun{.results_root = a->results, .resume = a->resume,
-                                                   .force = a->force, .threads = a->threads});
+                                                   .force = a->force, .wait_lock = a->wait_lock,
+                                                   .threads = a->threads});
             if (is_closed_loop_config(j))  // the Python side over the binding (closed_loop_config.cpp)
                 return run_closed_loop_config(
                     j, a->config, ClosedLoopRun{.results_root = a->results, .resume = a->resume, .force = a->force});
@@ -120,8 +156,8 @@ const CommandRegistrar reg(10, [](CLI::App& app) {
         opt.shard = shard;
         opt.max_memory = a->max_memory;
         opt.config_path = a->config;
-        opt.command_line = "retro-bench run " + a->config + (a->resume ? " --resume" : "") +
-                           (a->force ? " --force" : "") + (shard.active() ? " --shard " + shard.str() : "");
+        opt.wait_lock = a->wait_lock;
+        opt.command_line = a->command_line();
         opt.stop = &g_stop;
 #ifdef RETRO_HAVE_CUDA
         const auto gpu = gpu_run::make_cuda_backend();  // used by "backend": "cuda" configs only
@@ -152,17 +188,25 @@ const CommandRegistrar reg(10, [](CLI::App& app) {
             };
         fmt::print(stderr, "{}: {} run(s) x {} trace(s){}\n", cfg.name, cfg.runs.size(), cfg.traces.size(),
                    shard.active() ? ", shard " + shard.str() : "");
-        std::signal(SIGINT, on_sigint);
-        const RunOutcome out = run_config(cfg, opt);
+        std::signal(SIGINT, on_stop_signal);
+        std::signal(SIGTERM, on_stop_signal);
+        RunOutcome out;
+        try {
+            out = run_config(cfg, opt);
+        } catch (const Interrupted& e) {  // stopped while generating a trace: nothing to resume yet
+            fmt::print(stderr, "interrupted: {}; run the same command again to start over\n", e.what());
+            return stopped_exit_code();
+        }
         std::signal(SIGINT, SIG_DFL);
+        std::signal(SIGTERM, SIG_DFL);
         if (!shard.active() || out.merged) {
             fmt::print("{}", summary_table(out.records));
             fmt::print("\nresults: {}/ (runs.jsonl, per_head.csv, manifest.json)\n", out.dir);
         }
         if (out.interrupted) {
-            fmt::print(stderr, "interrupted: {} head(s) done this session; continue with: retro-bench run {} --resume{}\n",
-                       out.heads_run, a->config, shard.active() ? " --shard " + shard.str() : "");
-            return 130;
+            fmt::print(stderr, "interrupted: {} head(s) done this session; continue with: {}\n", out.heads_run,
+                       a->resume_command());
+            return stopped_exit_code();
         }
         (void)app;
         return 0;

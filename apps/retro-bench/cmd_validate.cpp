@@ -9,6 +9,7 @@
 #include "core/error.hpp"
 #include "core/fs.hpp"
 #include "closed_loop_cmd.hpp"
+#include "core/json_file.hpp"
 #include "ood_recall_cmd.hpp"
 #include "trace/reader.hpp"
 #ifdef RETRO_HAVE_CUDA
@@ -20,12 +21,7 @@ namespace {
 
 void validate_config(const std::string& path, const PreflightOptions& popt) {
     if (file_exists(path)) {  // "experiment": "ood-recall" configs (lib/analysis/ood_recall_config.hpp)
-        nlohmann::json j;
-        try {
-            j = nlohmann::json::parse(read_file(path));
-        } catch (const nlohmann::json::parse_error&) {
-            // load_config reports it with the file name
-        }
+        const nlohmann::json j = read_json_file(path);  // strict, as load_config
         if (is_ood_recall_config(j)) {
             run_ood_config(j, path, OodConfigRun{.validate_only = true});
             return;

@@ -12,6 +12,7 @@ namespace retro::cli {
 struct OodConfigRun {
     std::string results_root = "results";
     bool resume = false, force = false;
+    bool wait_lock = false;  ///< wait for the results directory's lock instead of refusing
     int threads = -1;  ///< overrides the config when >= 0
     bool validate_only = false;  ///< check keys and traces (absent ones must have a synth recipe), print, run nothing
 };

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <set>
 
+#include "bench/results_lock.hpp"
 #include "bench/runner.hpp"
 #include "core/error.hpp"
 #include "core/fs.hpp"
@@ -102,14 +103,18 @@ OodRecallConfigCounts run_ood_recall_config(const OodRecallExperiment& e, const 
                                             const std::function<void(const std::string&)>& progress,
                                             const std::function<void(const OodRecallReport&, const std::string&)>& written) {
     const std::string dir = (fs::path(opt.results_root) / e.config.name).string();
-    if (fs::exists(dir) && !fs::is_empty(dir)) {
+    ResultsLockRequest lock_req;  // one writer at a time, as run_config (bench/results_lock.hpp)
+    lock_req.wait = opt.wait_lock;
+    lock_req.command = "retro-bench run (ood-recall config " + e.config.name + ")";
+    const ResultsLock lock(dir, lock_req);
+    if (!holds_only_lock_files(dir)) {
         if (opt.force)
-            fs::remove_all(dir);
+            clear_locked_dir(lock);
         else if (!opt.resume)
             throw ConfigError(dir + " already holds results: pass --resume to continue it or --force to "
                                     "start over");
     }
-    fs::create_directories(dir);
+    clean_temp_files(lock);
     const auto traces = prepare_traces(e.config, true, progress);
     OodRecallConfigCounts n;
     for (const auto& t : traces) {

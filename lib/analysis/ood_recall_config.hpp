@@ -28,6 +28,7 @@ OodRecallExperiment parse_ood_recall_config(const nlohmann::json& j, const std::
 struct OodRecallConfigRun {
     std::string results_root = "results";
     bool resume = false, force = false;
+    bool wait_lock = false;  ///< wait for the results directory's lock instead of refusing
     int threads = -1;  ///< overrides the config when >= 0
 };
 

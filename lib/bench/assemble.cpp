@@ -65,6 +65,7 @@ json sweep_manifest(const SweepSummaryInput& in) {
                                {"prompt_len", t.info.prompt_len}, {"decode_steps", t.info.num_decode_steps},
                                {"dtype", dtype_name(t.info.dtype)}, {"layers", t.layers},
                                {"kv_heads", t.kv_heads}, {"steps", t.steps}, {"runs", runs}});
+        if (!t.fingerprint.empty()) m["traces"].back()["fingerprint"] = t.fingerprint;  // trace/fingerprint.hpp
     }
     return m;
 }

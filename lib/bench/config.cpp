@@ -5,7 +5,7 @@
 #include <set>
 
 #include "core/error.hpp"
-#include "core/fs.hpp"
+#include "core/json_file.hpp"
 #include "core/json_keys.hpp"
 #include "methods/params.hpp"
 #include "system/cost_model.hpp"
@@ -73,6 +73,28 @@ std::vector<int> int_list_or_all(const json& v, const std::string& where) {
 
 // Expands {"k": [1, 2], "gqa": "max"} into [{"k":1,"gqa":"max"}, {"k":2,"gqa":"max"}] (Cartesian
 // product over list-valued parameters, in key order; a scalar is a one-point axis).
+/// A required key: "missing" when absent, "wrong type" when present with another type (or an empty list).
+void require(const json& j, const char* key, json::value_t type, const std::string& expected, const std::string& w) {
+    if (!j.contains(key)) throw ConfigError(w + ": missing \"" + key + "\" (" + expected + ")");
+    const json& v = j[key];
+    const bool ok = type == json::value_t::array ? v.is_array() && !v.empty()
+                                                 : v.type() == type;
+    if (!ok)
+        throw ConfigError(w + ": \"" + key + "\" = " + v.dump() + " has the wrong type" +
+                          (v.is_array() && v.empty() ? std::string(" (an empty list)") : " (" + std::string(v.type_name()) + ")") +
+                          ": expected " + expected);
+}
+
+/// The point's identity for de-duplication: its label with every number as a double, so that 16 and
+/// 16.0 (a "number" parameter keeps the value as given) are one point.
+std::string normalized_label(MethodRun r) {
+    for (auto it = r.params.begin(); it != r.params.end(); ++it)
+        if (it->is_number()) *it = it->get<double>();
+    for (auto it = r.system.begin(); r.system.is_object() && it != r.system.end(); ++it)
+        if (it->is_number()) *it = it->get<double>();
+    return r.label();
+}
+
 std::vector<json> expand_grid(const json& params) {
     std::vector<json> out = {json::object()};
     for (auto it = params.begin(); it != params.end(); ++it) {
@@ -102,8 +124,7 @@ RunConfig parse_config(const json& j, const std::string& origin) {
                w);
     RunConfig c;
     c.source = j;
-    if (!j.contains("name") || !j["name"].is_string())
-        throw ConfigError(w + ": missing \"name\" (a string: results go to results/<name>/)");
+    require(j, "name", json::value_t::string, "a string: results go to results/<name>/", w);
     c.name = j["name"].get<std::string>();
     if (!std::regex_match(c.name, std::regex("[A-Za-z0-9._-]+")) || c.name == "." || c.name == "..")
         throw ConfigError(w + ": name '" + c.name + "' must match [A-Za-z0-9._-]+");
@@ -118,8 +139,7 @@ RunConfig parse_config(const json& j, const std::string& origin) {
         c.description = j["description"].get<std::string>();
     }
 
-    if (!j.contains("traces") || !j["traces"].is_array() || j["traces"].empty())
-        throw ConfigError(w + ": missing \"traces\" (a non-empty list of paths or {path, synth} objects)");
+    require(j, "traces", json::value_t::array, "a non-empty list of paths or {path, synth} objects", w);
     for (size_t i = 0; i < j["traces"].size(); ++i) {
         const json& t = j["traces"][i];
         const std::string tw = w + ": traces[" + std::to_string(i) + "]";
@@ -128,7 +148,7 @@ RunConfig parse_config(const json& j, const std::string& origin) {
             s.path = t.get<std::string>();
         } else if (t.is_object()) {
             check_keys(t, {"path", "synth"}, tw);
-            if (!t.contains("path") || !t["path"].is_string()) throw ConfigError(tw + ": missing \"path\"");
+            require(t, "path", json::value_t::string, "a string", tw);
             s.path = t["path"].get<std::string>();
             if (t.contains("synth")) {
                 if (!t["synth"].is_object()) throw ConfigError(tw + ".synth: expected an object");
@@ -218,15 +238,14 @@ RunConfig parse_config(const json& j, const std::string& origin) {
         }
     }
 
-    if (!j.contains("methods") || !j["methods"].is_array() || j["methods"].empty())
-        throw ConfigError(w + ": missing \"methods\" (a non-empty list of {name, params})");
+    require(j, "methods", json::value_t::array, "a non-empty list of {name, params}", w);
     std::set<std::string> seen;
     for (size_t i = 0; i < j["methods"].size(); ++i) {
         const json& m = j["methods"][i];
         const std::string mw = w + ": methods[" + std::to_string(i) + "]";
         if (!m.is_object()) throw ConfigError(mw + ": expected an object {name, params}");
         check_keys(m, {"name", "params"}, mw);
-        if (!m.contains("name") || !m["name"].is_string()) throw ConfigError(mw + ": missing \"name\"");
+        require(m, "name", json::value_t::string, "a method name string", mw);
         const MethodInfo* info = nullptr;
         try {
             info = &find_method(m["name"].get<std::string>());
@@ -251,7 +270,7 @@ RunConfig parse_config(const json& j, const std::string& origin) {
                         throw ConfigError(mw + ": " + e.what());
                     }
                     if (batch > 0) check_cuda_run(r, c.cuda, mw);
-                    if (!seen.insert(r.label()).second) continue;  // the same point listed twice runs once
+                    if (!seen.insert(normalized_label(r)).second) continue;  // a point listed twice runs once
                     c.runs.push_back(std::move(r));
                 }
     }
@@ -259,14 +278,7 @@ RunConfig parse_config(const json& j, const std::string& origin) {
 }
 
 RunConfig load_config(const std::string& path) {
-    if (!file_exists(path)) throw ConfigError("config file not found: " + path);
-    json j;
-    try {
-        j = json::parse(read_file(path));
-    } catch (const json::parse_error& e) {
-        throw ConfigError(path + ": invalid JSON: " + e.what());
-    }
-    return parse_config(j, path);
+    return parse_config(read_json_file(path, "config file"), path);  // strict: duplicate keys, 1e400
 }
 
 json RunConfig::resolved() const {

@@ -69,7 +69,7 @@ void run_cuda_layer(const RunConfig& cfg, const PreparedTrace& tr, const TraceRe
         for (int h = 0; h < H; ++h) {
             const HeadSlice& sl = slices[(size_t)h];
             HeadState& X = heads[(size_t)h];
-            X.part = new_head_part(run_ids[r], sl, tr.steps, reg);
+            X.part = new_head_part(run_ids[r], sl, tr.steps, tr.fingerprint, reg);
             HeadSystemContext sc;
             sc.method = mr.method, sc.params = mr.params, sc.head_dim = d, sc.group = g, sc.elem_bytes = 2.0;
             sc.prompt_len = sl.prompt_len, sc.num_kv_heads = tr.info.num_kv_heads;

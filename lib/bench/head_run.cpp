@@ -24,9 +24,10 @@ unsigned method_seed(const std::string& method, const nlohmann::json& params, in
 }
 
 HeadPart new_head_part(const std::string& run_id, const HeadSlice& slice, const std::vector<int>& steps,
-                       const std::vector<MetricInfo>& reg) {
+                       const std::string& trace_fingerprint, const std::vector<MetricInfo>& reg) {
     HeadPart p;
     p.run_id = run_id;
+    p.trace_fingerprint = trace_fingerprint;
     p.layer = slice.layer;
     p.kv_head = slice.kv_head;
     for (int h = 0; h < slice.group; ++h) p.q_heads.push_back(slice.first_q_head + h);

@@ -21,9 +21,10 @@ MethodContext head_context(const HeadSlice& slice, DType storage);
 unsigned method_seed(const std::string& method, const nlohmann::json& params, int layer, int kv_head);
 
 /// An empty part of `run_id` for the slice's (layer, KV head) over `steps`, with a sample list for
-/// every q_step metric of `reg` (per query head) and every kv_step metric.
+/// every q_step metric of `reg` (per query head) and every kv_step metric, stamped with the fingerprint
+/// of the trace it is computed from (trace/fingerprint.hpp; --resume checks it).
 HeadPart new_head_part(const std::string& run_id, const HeadSlice& slice, const std::vector<int>& steps,
-                       const std::vector<MetricInfo>& reg);
+                       const std::string& trace_fingerprint, const std::vector<MetricInfo>& reg);
 
 /// Appends one step's metrics of every query head of the group (qm: [group]).
 void add_query_metrics(HeadPart& part, const std::vector<QueryMetrics>& qm, const std::vector<int>& recall_k);

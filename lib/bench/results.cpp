@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <numeric>
 
 #include "core/error.hpp"
@@ -54,6 +55,7 @@ json HeadPart::to_json() const {
     j["q_heads"] = q_heads;
     j["steps"] = steps;
     j["build_ms"] = build_ms;
+    if (!trace_fingerprint.empty()) j["trace_fingerprint"] = trace_fingerprint;
     json q = json::object();
     for (const auto& [k, v] : q_metrics) {
         json rows = json::array();
@@ -77,6 +79,7 @@ HeadPart HeadPart::from_json(const json& j) {
         p.q_heads = j.at("q_heads").get<std::vector<int>>();
         p.steps = j.at("steps").get<std::vector<int>>();
         p.build_ms = j.at("build_ms").get<double>();
+        p.trace_fingerprint = j.value("trace_fingerprint", "");
         for (auto it = j.at("q_metrics").begin(); it != j.at("q_metrics").end(); ++it) {
             auto& rows = p.q_metrics[it.key()];
             for (const auto& r : *it) rows.push_back(unvec(r));
@@ -119,6 +122,22 @@ HeadPart ResultsDir::read_part(const std::string& run_id, int layer, int kv_head
     }
 }
 
+std::string ResultsDir::part_trace_fingerprint(const std::string& run_id, int layer, int kv_head) const {
+    const auto path = part_path(run_id, layer, kv_head);
+    std::ifstream in(path, std::ios::binary | std::ios::ate);
+    if (!in) throw Error("cannot read " + path);
+    const std::streamoff size = in.tellg(), tail = std::min<std::streamoff>(size, 256);
+    std::string text((size_t)tail, '\0');
+    in.seekg(size - tail);
+    in.read(text.data(), tail);
+    const std::string key = "\"trace_fingerprint\":\"";
+    const size_t at = text.rfind(key);
+    if (at == std::string::npos) return read_part(run_id, layer, kv_head).trace_fingerprint;  // none, or not last
+    const size_t from = at + key.size(), to = text.find('"', from);
+    if (to == std::string::npos) throw Error(path + ": malformed trace_fingerprint");
+    return text.substr(from, to - from);
+}
+
 std::string ResultsDir::run_path(const std::string& run_id) const {
     return dir_ + "/runs/" + run_id + ".json";
 }
@@ -151,14 +170,6 @@ bool ResultsDir::has_results() const {
     std::error_code ec;
     return (fs::is_directory(dir_ + "/parts", ec) && !fs::is_empty(dir_ + "/parts", ec)) ||
            (fs::is_directory(dir_ + "/runs", ec) && !fs::is_empty(dir_ + "/runs", ec));
-}
-
-void ResultsDir::remove_stale_temp_files() const {
-    std::error_code ec;
-    if (!fs::is_directory(dir_, ec)) return;
-    for (auto it = fs::recursive_directory_iterator(dir_, ec); it != fs::recursive_directory_iterator(); ++it)
-        if (it->is_regular_file() && it->path().filename().string().find(".tmp-") != std::string::npos)
-            fs::remove(it->path(), ec);
 }
 
 json aggregate_parts(const std::vector<HeadPart>& parts, const std::vector<MetricInfo>& reg) {

@@ -22,6 +22,9 @@ struct HeadPart {
     int kv_head = 0;
     std::vector<int> q_heads;  ///< global query-head indices of the group
     std::vector<int> steps;    ///< decode steps evaluated
+    /// Fingerprint of the trace the samples come from (trace/fingerprint.hpp); "" in parts written
+    /// before fingerprints existed. Serialized last (keys are sorted), so it is read from the file's tail.
+    std::string trace_fingerprint;
     double build_ms = 0;
     /// q_step metrics: name -> [group][steps]
     std::map<std::string, std::vector<std::vector<double>>> q_metrics;
@@ -46,6 +49,9 @@ class ResultsDir {
     bool has_part(const std::string& run_id, int layer, int kv_head) const;
     void write_part(const HeadPart& p) const;
     HeadPart read_part(const std::string& run_id, int layer, int kv_head) const;
+    /// The trace fingerprint recorded in a part ("" when it has none), read from the file's tail
+    /// without parsing the samples: cheap enough to check every part on --resume.
+    std::string part_trace_fingerprint(const std::string& run_id, int layer, int kv_head) const;
 
     std::string run_path(const std::string& run_id) const;
     void write_run(const std::string& run_id, const nlohmann::json& record) const;
@@ -54,8 +60,6 @@ class ResultsDir {
 
     /// True when the directory holds any result (parts or runs).
     bool has_results() const;
-    /// Removes temp files left by an interrupted writer ("*.tmp-*").
-    void remove_stale_temp_files() const;
 
   private:
     std::string dir_;

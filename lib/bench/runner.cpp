@@ -19,6 +19,7 @@
 #include "bench/merge.hpp"
 #include "bench/preflight.hpp"
 #include "bench/results.hpp"
+#include "bench/results_lock.hpp"
 #include "core/error.hpp"
 #include "core/fs.hpp"
 #include "core/hash.hpp"
@@ -27,6 +28,7 @@
 #include "metrics/evaluator.hpp"
 #include "metrics/metrics.hpp"
 #include "system/head_system.hpp"
+#include "trace/fingerprint.hpp"
 #include "trace/reader.hpp"
 #include "trace/synth.hpp"
 
@@ -72,13 +74,23 @@ bool synth_file_is_stale(const std::string& path, const std::string& have, const
 }  // namespace
 
 std::vector<PreparedTrace> prepare_traces(const RunConfig& cfg, bool generate_missing,
-                                          const std::function<void(const std::string&)>& note) {
+                                          const std::function<void(const std::string&)>& note,
+                                          const std::atomic<bool>* stop) {
     std::vector<PreparedTrace> out;
-    std::set<std::string> seen;
+    std::map<std::string, std::string> seen;  // canonical path -> the spelling listed first
     for (const auto& spec : cfg.traces) {
-        if (!seen.insert(spec.path).second) throw ConfigError("trace listed twice: " + spec.path);
+        // One file under two spellings ("a/../a/t.h5", a symlink) would run twice: compare canonical paths.
+        std::error_code ec;
+        fs::path canon = fs::weakly_canonical(fs::absolute(spec.path, ec), ec);
+        if (ec) canon = fs::path(spec.path).lexically_normal();
+        if (auto [it, fresh] = seen.emplace(canon.string(), spec.path); !fresh)
+            throw ConfigError(it->second == spec.path
+                                  ? "trace listed twice: " + spec.path
+                                  : "trace listed twice: " + spec.path + " is the same file as " + it->second);
         PreparedTrace t;
         t.spec = spec;
+        if (fs::is_directory(spec.path, ec))
+            throw TraceError(spec.path + ": is a directory, expected a trace file (HDF5)");
         const bool exists = file_exists(spec.path);
         if (!exists && spec.synth.is_null())
             throw TraceError("trace file not found: " + spec.path +
@@ -103,7 +115,7 @@ std::vector<PreparedTrace> prepare_traces(const RunConfig& cfg, bool generate_mi
                 const fs::path parent = fs::path(spec.path).parent_path();
                 std::error_code ec;
                 if (!parent.empty()) fs::create_directories(parent, ec);
-                synthesize(*recipe, spec.path);
+                synthesize(*recipe, spec.path, [stop] { return stop && stop->load(); });
                 if (note) note("generated " + spec.path + " in " + std::to_string((int)secs_since(t0)) + " s");
                 t.stale = false;
                 t.info = TraceReader(spec.path).info();
@@ -192,7 +204,7 @@ void run_head(const RunConfig& cfg, const PreparedTrace& tr, const TraceReader& 
             I.sys = std::make_unique<HeadSystem>(sp, hw, sc);
         }
         const double build_ms = I.part.build_ms;
-        I.part = new_head_part(run_ids[r], slice, tr.steps, reg);
+        I.part = new_head_part(run_ids[r], slice, tr.steps, tr.fingerprint, reg);
         I.part.build_ms = build_ms;
         inst.push_back(std::move(I));
     }
@@ -331,14 +343,52 @@ std::exception_ptr run_on_gpu(const Execution& x, const std::vector<Job>& jobs, 
     return error;
 }
 
-json read_manifest(const std::string& path) {
+/// The manifest of earlier sessions, or null when there is none. A manifest that does not parse (a disk
+/// fault, a hand edit; writes are atomic) is kept as manifest.json.corrupt-<time> and a new one started.
+json read_manifest(const std::string& path, const std::function<void(const std::string&)>& note) {
     if (!file_exists(path)) return json();
     try {
         return json::parse(read_file(path));
-    } catch (const json::exception&) {
-        return json();  // unreadable manifest from an older crash: start a new one
+    } catch (const json::exception& e) {
+        const std::string kept = path + ".corrupt-" + utc_now_compact();
+        std::error_code ec;
+        fs::rename(path, kept, ec);
+        if (ec) throw Error(path + " is corrupt (" + e.what() + ") and cannot be kept aside as " + kept + ": " +
+                            ec.message());
+        if (note) note("warning: " + path + " is corrupt (" + e.what() + "); kept as " + kept +
+                       ", starting a new manifest");
+        return json();
     }
 }
+
+/// Marks the sessions left `running` by a process that is gone (killed hard: SIGKILL, OOM, power) as
+/// `stale`; the lock tells (bench/results_lock.hpp). Returns how many were marked.
+int mark_stale_sessions(json& sessions, const ResultsLock& lock, const std::function<void(const std::string&)>& note) {
+    int marked = 0;
+    for (auto& s : sessions) {
+        if (!s.is_object() || s.value("status", "") != "running") continue;
+        if (!lock_holder_gone(lock.dir(), s.value("lock", ".lock"), lock)) continue;
+        s["status"] = "stale";
+        s["marked_stale_at"] = utc_now_iso();
+        ++marked;
+        if (note)
+            note("note: an earlier session (started " + s.value("started_at", "?") +
+                 (s.contains("pid") ? ", PID " + s["pid"].dump() + " on " + s.value("host", "?") : std::string()) +
+                 ") ended without finishing (killed?); marked stale");
+    }
+    return marked;
+}
+
+/// Removes the results directory this run created if the run fails before writing anything in it (bad
+/// input found after the lock was taken): a rejected config leaves nothing behind.
+struct CreatedDirCleanup {
+    std::string dir;
+    bool armed = false;
+    ~CreatedDirCleanup() {
+        std::error_code ec;
+        if (armed && holds_only_lock_files(dir)) fs::remove_all(dir, ec);
+    }
+};
 
 }  // namespace
 
@@ -358,13 +408,28 @@ RunOutcome run_config(const RunConfig& cfg, const RunnerOptions& opt) {
     if (sharded && opt.force)
         throw ConfigError("--force cannot be combined with --shard: it would delete the other shards' results; "
                           "remove " + dir + " before the sweep instead");
+    // Lock before looking at the directory: the "already holds results" check, --force's deletion and
+    // the temp-file cleaning then act on a directory no other run writes (bench/results_lock.hpp); shards
+    // share the directory's lock and hold their own shard's exclusively.
+    std::error_code dir_ec;
+    CreatedDirCleanup created{dir, !fs::exists(dir, dir_ec)};
+    ResultsLockRequest lock_req;
+    lock_req.wait = opt.wait_lock;
+    lock_req.command = opt.command_line;
+    lock_req.on_wait = opt.on_note;
+    if (sharded) {
+        lock_req.shard_index = opt.shard.index;
+        lock_req.shard_count = opt.shard.count;
+    }
+    const ResultsLock lock(dir, lock_req);
     if (!sharded && rd.has_results() && !opt.resume && !opt.force)
         throw ConfigError(dir + " already holds results: pass --resume to continue it or --force to "
                                 "replace it");
     // the checks validate makes too (lib/bench/preflight), on the traces as they are before generation
     const HardwareProfile hw =
         check_before_work(cfg, prepare_traces(cfg, false), {opt.threads, opt.max_memory}).hardware;
-    const auto traces = prepare_traces(cfg, true, opt.on_note);
+    auto traces = prepare_traces(cfg, true, opt.on_note, opt.stop);
+    for (auto& t : traces) t.fingerprint = trace_fingerprint(t.spec.path, t.info);  // sampled: cheap
     std::vector<TraceReader*> readers;
     std::vector<std::unique_ptr<TraceReader>> reader_store;
     for (const auto& t : traces) {
@@ -391,23 +456,49 @@ RunOutcome run_config(const RunConfig& cfg, const RunnerOptions& opt) {
                             throw ConfigError(dir + " already holds results of shard " + opt.shard.str() +
                                               ": pass --resume to continue it, or remove " + dir);
 
-    if (opt.force) {
-        std::error_code ec;
-        fs::remove_all(dir, ec);
-        if (ec) throw Error("cannot remove " + dir + ": " + ec.message());
-    }
-    // A shard leaves the directory's temp files alone: they may be another shard's writes in flight.
-    if (!sharded) rd.remove_stale_temp_files();
+    if (opt.force) clear_locked_dir(lock);
+    clean_temp_files(lock);  // a shard's cleaning spares the other shards' writes in flight
+    created.armed = false;
+
+    // ---- plan: (trace, layer, kv head) jobs with this shard's runs still missing; parts on disk must
+    // come from the same trace content (never mix two traces at one path) ----
+    std::vector<Job> jobs;
+    for (size_t ti = 0; ti < traces.size(); ++ti)
+        for (int l : traces[ti].layers)
+            for (int h : traces[ti].kv_heads) {
+                Job j{ti, l, h, {}};
+                bool any = false;
+                for (size_t r = 0; r < cfg.runs.size(); ++r) {
+                    if (!in_shard(ti, r, l, h)) continue;
+                    any = true;
+                    if (!rd.has_part(ids[ti][r], l, h)) {
+                        j.runs.push_back(r);
+                        continue;
+                    }
+                    const std::string had = rd.part_trace_fingerprint(ids[ti][r], l, h);
+                    if (!had.empty() && had != traces[ti].fingerprint)
+                        throw TraceError(traces[ti].spec.path + " is not the trace the results in " + dir +
+                                         " were computed from: " + rd.part_path(ids[ti][r], l, h) +
+                                         " has trace fingerprint " + had + ", the file now has " +
+                                         traces[ti].fingerprint + " (replaced or regenerated?); restore it, "
+                                         "rerun with --force to discard those results, or use another --results");
+                }
+                if (!any) continue;
+                if (j.runs.empty()) ++outcome.heads_skipped;
+                else jobs.push_back(std::move(j));
+            }
 
     // ---- manifest (one machine) or this shard's session file (lib/bench/merge.hpp) ----
     const auto t_session = Clock::now();
     const std::string device = on_gpu ? opt.gpu->device_name() : "";
     const SweepSummaryInput summary{cfg, traces, ids, reg, rd, hw, opt.config_path, device, git_revision()};
     const std::string manifest_path = sharded ? shard_session_path(dir, opt.shard) : dir + "/manifest.json";
-    json manifest = read_manifest(manifest_path);
+    json manifest = read_manifest(manifest_path, opt.on_note);
     json sessions = manifest.is_object() && manifest.contains("sessions") ? manifest["sessions"] : json::array();
+    mark_stale_sessions(sessions, lock, opt.on_note);
     json session = {{"started_at", utc_now_iso()}, {"command", opt.command_line}, {"status", "running"},
-                    {"host", origin["host"]}, {"revision", git_revision()}};
+                    {"host", origin["host"]}, {"revision", git_revision()}, {"pid", lock.holder().pid},
+                    {"lock", lock.holder().lock}};
     if (sharded) session["units"] = mine.size();
     sessions.push_back(session);
     if (sharded) {
@@ -421,23 +512,6 @@ RunOutcome run_config(const RunConfig& cfg, const RunnerOptions& opt) {
     }
     manifest["sessions"] = sessions;
     write_file_atomic(manifest_path, manifest.dump(2) + "\n");
-
-    // ---- plan: (trace, layer, kv head) jobs with this shard's runs still missing ----
-    std::vector<Job> jobs;
-    for (size_t ti = 0; ti < traces.size(); ++ti)
-        for (int l : traces[ti].layers)
-            for (int h : traces[ti].kv_heads) {
-                Job j{ti, l, h, {}};
-                bool any = false;
-                for (size_t r = 0; r < cfg.runs.size(); ++r) {
-                    if (!in_shard(ti, r, l, h)) continue;
-                    any = true;
-                    if (!rd.has_part(ids[ti][r], l, h)) j.runs.push_back(r);
-                }
-                if (!any) continue;
-                if (j.runs.empty()) ++outcome.heads_skipped;
-                else jobs.push_back(std::move(j));
-            }
 
     // ---- execute: in parallel over heads on the CPU, one layer at a time on the GPU ----
     Execution ex{cfg, opt, traces, readers, ids, reg, rd, hw, manifest["sessions"].back()};

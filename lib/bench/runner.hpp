@@ -22,6 +22,9 @@ struct PreparedTrace {
     TraceInfo info;
     std::vector<int> layers, kv_heads, steps;
     std::string trace_id;  ///< identity used in run ids: path + source + shape
+    /// Content fingerprint (trace/fingerprint.hpp), stamped on every result part; set by run_config
+    /// (validate does not read the data), empty until then.
+    std::string fingerprint;
     bool needs_synth = false;  ///< file absent (or stale), will be generated from spec.synth
     bool stale = false;        ///< the file exists but was generated from other synth parameters
     /// For listings: "", " (absent: ...)" or " (stale: ...)".
@@ -36,9 +39,12 @@ struct PreparedTrace {
 /// Missing traces with a synth recipe are generated when `generate_missing`, else reported via
 /// needs_synth (with `info` filled from the recipe's shape). A synthetic file whose recorded parameters
 /// differ from the recipe (an edited recipe, a changed preset) is stale and regenerated the same way.
-/// Throws ConfigError/TraceError.
+/// A trace listed twice (also under two spellings of one file) is an error. Throws ConfigError/
+/// TraceError, and Interrupted when `stop` is set during a generation (checked between layers; no file
+/// is left).
 std::vector<PreparedTrace> prepare_traces(const RunConfig& cfg, bool generate_missing,
-                                          const std::function<void(const std::string&)>& note = {});
+                                          const std::function<void(const std::string&)>& note = {},
+                                          const std::atomic<bool>* stop = nullptr);
 
 /// The id of one run (trace x method x params x metric options x steps): "<method>-<12 hex>".
 std::string run_id_for(const PreparedTrace& t, const MethodRun& r, const RunConfig& cfg);
@@ -58,6 +64,9 @@ struct RunnerOptions {
     /// Run only this shard's units (lib/bench/shard.hpp); its sessions go to shards/shard-I-of-N.json
     /// instead of manifest.json, and the shard that completes the sweep merges (lib/bench/merge.hpp).
     ShardSpec shard;
+    /// Wait for a run holding the results directory's lock to finish instead of refusing to start
+    /// (bench/results_lock.hpp).
+    bool wait_lock = false;
     int threads = -1;     ///< overrides the config when >= 0 (0 = all cores)
     std::string max_memory;  ///< memory limit for the check before work ("8G"); empty = available memory
     std::string command_line;  ///< recorded in the manifest

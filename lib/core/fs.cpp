@@ -3,7 +3,6 @@
 #include <fcntl.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -11,16 +10,16 @@
 #include <sstream>
 
 #include "core/error.hpp"
+#include "core/temp_files.hpp"
 
 namespace retro {
 
 void write_file_atomic(const std::string& path, const std::string& content) {
     namespace fs = std::filesystem;
-    static std::atomic<unsigned> counter{0};
     const fs::path p(path);
     std::error_code ec;
     if (p.has_parent_path()) fs::create_directories(p.parent_path(), ec);
-    const std::string tmp = path + ".tmp-" + std::to_string(getpid()) + "-" + std::to_string(counter++);
+    const std::string tmp = temp_path_for(path);  // names its owner: core/temp_files.hpp
     const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (fd < 0) throw Error("cannot write " + path + ": " + std::strerror(errno));
     size_t off = 0;

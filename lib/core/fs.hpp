@@ -5,7 +5,7 @@
 
 namespace retro {
 
-/// Writes `content` to `path` atomically: writes "<path>.tmp-<pid>-<n>", fsyncs, renames over `path`.
+/// Writes `content` to `path` atomically: writes "<path>.tmp-<host>-<pid>-<n>" (core/temp_files.hpp), fsyncs, renames over `path`.
 /// Creates missing parent directories. Throws Error on failure (naming the path).
 void write_file_atomic(const std::string& path, const std::string& content);
 

@@ -88,13 +88,19 @@ double peak_rss_bytes() {
     return (double)ru.ru_maxrss * 1024.0;  // Linux reports kilobytes
 }
 
-std::string utc_now_iso() {
+namespace {
+std::string utc_now_formatted(const char* format) {
     const auto t = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
     std::tm tm{};
     gmtime_r(&t, &tm);
     char buf[32];
-    std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    std::strftime(buf, sizeof buf, format, &tm);
     return buf;
 }
+}  // namespace
+
+std::string utc_now_iso() { return utc_now_formatted("%Y-%m-%dT%H:%M:%SZ"); }
+
+std::string utc_now_compact() { return utc_now_formatted("%Y%m%dT%H%M%SZ"); }
 
 }  // namespace retro

@@ -30,4 +30,7 @@ double peak_rss_bytes();
 /// Current UTC time as ISO 8601 ("2026-11-23T04:05:06Z").
 std::string utc_now_iso();
 
+/// Current UTC time for file names ("20261123T040506Z").
+std::string utc_now_compact();
+
 }  // namespace retro

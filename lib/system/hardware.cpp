@@ -8,6 +8,7 @@
 #include "core/error.hpp"
 #include "core/fs.hpp"
 #include "core/host.hpp"
+#include "core/json_file.hpp"
 
 namespace retro {
 
@@ -79,13 +80,7 @@ HardwareProfile load_hardware_profile(const std::string& name) {
         throw ConfigError("hardware profile '" + name + "' not found (searched " + dirs + "; known: " +
                           (known.empty() ? "none" : known) + ")");
     }
-    json j;
-    try {
-        j = json::parse(read_file(path));
-    } catch (const json::parse_error& e) {
-        throw ConfigError(path + ": invalid JSON: " + e.what());
-    }
-    return HardwareProfile::from_json(j, path);
+    return HardwareProfile::from_json(read_json_file(path, "hardware profile"), path);
 }
 
 std::vector<std::string> list_hardware_profiles() {

@@ -9,6 +9,7 @@
 // the number of threads. Random streams are keyed by (seed, purpose, layer, head, token), so one
 // layer can be generated without the others.
 #include <cstdint>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -155,6 +156,8 @@ HeadSlice synth_head_slice(const SynthParams& p, const SynthLayer& L, int kv_hea
 TraceInfo synth_trace_info(const SynthParams& p);
 
 /// Validates `p`, generates every layer and writes the trace to `path` (atomically, via TraceWriter).
-void synthesize(const SynthParams& p, const std::string& path);
+/// `stop` (optional) is polled between layers; when it returns true the generation throws Interrupted
+/// and leaves no file (the temp file is removed).
+void synthesize(const SynthParams& p, const std::string& path, const std::function<bool()>& stop = {});
 
 }  // namespace retro

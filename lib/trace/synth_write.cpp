@@ -1,6 +1,7 @@
 // The writer glue: a generated layer as the HeadSlice a reader would return, the trace's root attributes,
 // and synthesize(), which writes a whole trace layer by layer through TraceWriter.
 #include "core/error.hpp"
+#include "core/interrupted.hpp"
 #include "trace/synth.hpp"
 #include "trace/writer.hpp"
 
@@ -55,7 +56,7 @@ TraceInfo synth_trace_info(const SynthParams& p) {
     return info;
 }
 
-void synthesize(const SynthParams& p, const std::string& path) {
+void synthesize(const SynthParams& p, const std::string& path, const std::function<bool()>& stop) {
     p.validate();
     TraceInfo info = synth_trace_info(p);
     info.layers.clear();
@@ -63,6 +64,9 @@ void synthesize(const SynthParams& p, const std::string& path) {
     info.prefill_first_position = 0;
     TraceWriter w(path, info);
     for (int l = 0; l < p.num_layers; ++l) {
+        if (stop && stop())  // the writer's destructor removes the temp file
+            throw Interrupted("generation of " + path + " stopped at layer " + std::to_string(l) + " of " +
+                              std::to_string(p.num_layers) + "; nothing was written");
         SynthLayer L = synthesize_layer(p, l);
         w.write_layer(l, L.keys, L.values, L.queries, L.prefill_queries, p.prefill_queries,
                       p.prompt_len - p.prefill_queries);

@@ -12,6 +12,7 @@
 
 #include "core/error.hpp"
 #include "core/half.hpp"
+#include "core/temp_files.hpp"
 #include "trace/h5util.hpp"
 
 namespace retro {
@@ -147,7 +148,10 @@ TraceWriter::TraceWriter(const std::string& path, const TraceInfo& info, const W
 
     auto impl = std::make_unique<Impl>();
     impl->path = path;
-    impl->tmp = path + ".tmp-" + std::to_string((long)getpid());
+    // A killed writer (synth SIGKILLed, OOM) leaves its temp file behind: remove those whose owner is
+    // gone, never another live writer's (core/temp_files.hpp).
+    remove_orphan_temps_of(path);
+    impl->tmp = temp_path_for(path);
     impl->info = info;
     impl->info.path.clear();
     impl->info.layers.clear();

@@ -1,6 +1,7 @@
 #pragma once
-// HDF5 writer of trace format v1. Writes to "<path>.tmp-<pid>" and renames onto `path` in finish(), so a
-// crash or exception never leaves a partial trace under the final name.
+// HDF5 writer of trace format v1. Writes to "<path>.tmp-<host>-<pid>-<n>" and renames onto `path` in
+// finish(), so a crash or exception never leaves a partial trace under the final name; a new writer of
+// `path` removes the temp files of writers that were killed (core/temp_files.hpp).
 #include <memory>
 #include <string>
 #include <vector>

@@ -1,17 +1,8 @@
 // CLI integration: synth -> inspect -> validate -> run -> resume on tiny traces, checking the result
 // files' contents. Drives the built binary (RETRO_BIN) in a fresh temporary directory per test.
-#include <gtest/gtest.h>
-#include <fcntl.h>
-#include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
+#include "cli_harness.hpp"
 
-#include <cstdio>
-#include <filesystem>
-#include <fstream>
-#include <nlohmann/json.hpp>
-#include <sstream>
-#include <string>
+#include <map>
 
 #include <hdf5.h>
 
@@ -20,64 +11,12 @@
 #include "cuda_api.hpp"
 #endif
 
-namespace fs = std::filesystem;
-using json = nlohmann::json;
-
 namespace {
 
-struct Result {
-    int code;
-    std::string out;
-};
+using namespace retro::test;
 
-Result sh(const std::string& cmd) {
-    std::string full = "cd '" + fs::current_path().string() + "' && " + cmd + " 2>&1";
-    FILE* p = popen(full.c_str(), "r");
-    std::string out;
-    char buf[4096];
-    while (size_t n = fread(buf, 1, sizeof buf, p)) out.append(buf, n);
-    int st = pclose(p);
-    return {WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st), out};
-}
-
-std::string bin() { return RETRO_BIN; }
-
-std::string slurp(const fs::path& p) {
-    std::ifstream in(p);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-}
-
-std::vector<json> read_jsonl(const fs::path& p) {
-    std::vector<json> v;
-    std::ifstream in(p);
-    std::string line;
-    while (std::getline(in, line))
-        if (!line.empty()) v.push_back(json::parse(line));
-    return v;
-}
-
-class Cli : public ::testing::Test {
+class Cli : public CliDir {
   protected:
-    void SetUp() override {
-        char tmpl[] = "/tmp/retro_cli_XXXXXX";
-        dir_ = mkdtemp(tmpl);
-        old_ = fs::current_path();
-        fs::current_path(dir_);
-    }
-    void TearDown() override {
-        fs::current_path(old_);
-        fs::remove_all(dir_);
-    }
-    // A tiny SmolLM2-shaped trace (9 q / 3 kv heads, d=64): 2 layers, 600-token prompt, 6 steps.
-    void make_trace(const std::string& path, int prompt = 600, int steps = 6) {
-        auto r = sh(bin() + " synth " + path + " --preset smollm2 --layers 2 --prompt-len " +
-                    std::to_string(prompt) + " --steps " + std::to_string(steps) + " --prefill-queries 16 --seed 3");
-        ASSERT_EQ(r.code, 0) << r.out;
-        ASSERT_TRUE(fs::exists(path));
-    }
-    void write_config(const std::string& path, const json& j) { std::ofstream(path) << j.dump(2); }
     json tiny_config(const std::string& trace) {
         return json::parse(R"({"name": "tiny", "traces": [")" + trace + R"("],
           "metrics": {"recall_k": [10, 100]},
@@ -85,7 +24,6 @@ class Cli : public ::testing::Test {
                       {"name": "oracle_topk", "params": {"k": [10, 100000]}},
                       {"name": "streaming", "params": {"sink": 4, "window": 16}}]})");
     }
-    fs::path dir_, old_;
 };
 
 }  // namespace

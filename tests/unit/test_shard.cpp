@@ -18,23 +18,16 @@
 #include "core/error.hpp"
 #include "core/fs.hpp"
 #include "core/host.hpp"
+#include "error_of.hpp"
 #include "scratch_dir.hpp"
 
 using namespace retro;
 using retro::test::ScratchDir;
+using retro::test::error_of;
 using json = nlohmann::json;
 namespace fs = std::filesystem;
 
 namespace {
-
-std::string error_of(const std::function<void()>& f) {
-    try {
-        f();
-    } catch (const Error& e) {
-        return e.what();
-    }
-    return "";
-}
 
 TEST(Shard, ParsesIOfN) {
     const ShardSpec s = parse_shard("3/4");
