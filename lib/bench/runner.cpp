@@ -124,6 +124,7 @@ std::vector<PreparedTrace> prepare_traces(const RunConfig& cfg, bool generate_mi
                 t.info = synth_trace_info(*recipe);
             }
         }
+        if (!t.needs_synth) t.fingerprint = trace_fingerprint(spec.path, t.info);  // sampled: cheap
         const TraceInfo& info = t.info;
         t.layers = select_or_all(cfg.layers, info.layers, "layer", spec.path);
         t.kv_heads = select_or_all(cfg.kv_heads, iota_vec(info.num_kv_heads), "kv_head", spec.path);
@@ -428,8 +429,7 @@ RunOutcome run_config(const RunConfig& cfg, const RunnerOptions& opt) {
     // the checks validate makes too (lib/bench/preflight), on the traces as they are before generation
     const HardwareProfile hw =
         check_before_work(cfg, prepare_traces(cfg, false), {opt.threads, opt.max_memory}).hardware;
-    auto traces = prepare_traces(cfg, true, opt.on_note, opt.stop);
-    for (auto& t : traces) t.fingerprint = trace_fingerprint(t.spec.path, t.info);  // sampled: cheap
+    const auto traces = prepare_traces(cfg, true, opt.on_note, opt.stop);
     std::vector<TraceReader*> readers;
     std::vector<std::unique_ptr<TraceReader>> reader_store;
     for (const auto& t : traces) {
