@@ -409,6 +409,10 @@ RunOutcome run_config(const RunConfig& cfg, const RunnerOptions& opt) {
     if (sharded && opt.force)
         throw ConfigError("--force cannot be combined with --shard: it would delete the other shards' results; "
                           "remove " + dir + " before the sweep instead");
+    // the checks validate makes too (lib/bench/preflight), on the traces as they are before generation;
+    // read-only, so before the lock: a refused config leaves no results directory behind
+    const HardwareProfile hw =
+        check_before_work(cfg, prepare_traces(cfg, false), {opt.threads, opt.max_memory}).hardware;
     // Lock before looking at the directory: the "already holds results" check, --force's deletion and
     // the temp-file cleaning then act on a directory no other run writes (bench/results_lock.hpp); shards
     // share the directory's lock and hold their own shard's exclusively.
@@ -426,9 +430,6 @@ RunOutcome run_config(const RunConfig& cfg, const RunnerOptions& opt) {
     if (!sharded && rd.has_results() && !opt.resume && !opt.force)
         throw ConfigError(dir + " already holds results: pass --resume to continue it or --force to "
                                 "replace it");
-    // the checks validate makes too (lib/bench/preflight), on the traces as they are before generation
-    const HardwareProfile hw =
-        check_before_work(cfg, prepare_traces(cfg, false), {opt.threads, opt.max_memory}).hardware;
     const auto traces = prepare_traces(cfg, true, opt.on_note, opt.stop);
     std::vector<TraceReader*> readers;
     std::vector<std::unique_ptr<TraceReader>> reader_store;

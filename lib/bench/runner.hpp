@@ -22,8 +22,8 @@ struct PreparedTrace {
     TraceInfo info;
     std::vector<int> layers, kv_heads, steps;
     std::string trace_id;  ///< identity used in run ids: path + source + shape
-    /// Content fingerprint (trace/fingerprint.hpp), stamped on every result part; set by run_config
-    /// (validate does not read the data), empty until then.
+    /// Content fingerprint (trace/fingerprint.hpp), stamped on every result part and the manifest; set
+    /// by prepare_traces for every file that exists (sampled reads: cheap), empty for one still to generate.
     std::string fingerprint;
     bool needs_synth = false;  ///< file absent (or stale), will be generated from spec.synth
     bool stale = false;        ///< the file exists but was generated from other synth parameters

@@ -71,12 +71,16 @@ TEST_F(Reliability, ConcurrentRunIsRefusedAndTheFirstLosesNothing) {
     slow_setup("conc");
     Child a = Child::start({"run", "c.json", "--threads", "1", "-q"}, "a.log");
     ASSERT_TRUE(wait_for([] { return running("results/conc"); })) << slurp("a.log");
+    // Holding the first run stopped (its lock stays held) makes the race deterministic: a fast machine
+    // must not let it finish before the second run tries.
+    ASSERT_EQ(kill(a.pid, SIGSTOP), 0);
     for (const char* flags : {"", " --force", " --resume"}) {
         const auto r = sh(bin() + " run c.json" + flags);
         EXPECT_EQ(r.code, 2) << flags << ": " << r.out;
         EXPECT_NE(r.out.find("results/conc is in use by PID " + std::to_string(a.pid) + " on host "), std::string::npos)
             << flags << ": " << r.out;
     }
+    ASSERT_EQ(kill(a.pid, SIGCONT), 0);
     ASSERT_EQ(a.wait(), 0) << slurp("a.log");
     EXPECT_EQ(manifest("results/conc")["status"], "complete");
     EXPECT_EQ(read_jsonl("results/conc/runs.jsonl").size(), 4u);
@@ -89,9 +93,12 @@ TEST_F(Reliability, WaitLockWaitsForTheHolderThenResumes) {
     slow_setup("wait");
     Child a = Child::start({"run", "c.json", "--threads", "1", "-q"}, "a.log");
     ASSERT_TRUE(wait_for([] { return running("results/wait"); })) << slurp("a.log");
+    ASSERT_EQ(kill(a.pid, SIGSTOP), 0);  // held mid-run (lock kept): b must find it busy, however fast a is
     Child b = Child::start({"run", "c.json", "--resume", "--wait-lock", "-q"}, "b.log");
-    ASSERT_TRUE(wait_for([] { return slurp("b.log").find("waiting for results/wait") != std::string::npos; }))
-        << slurp("b.log");
+    const bool waited =
+        wait_for([] { return slurp("b.log").find("waiting for results/wait") != std::string::npos; });
+    ASSERT_EQ(kill(a.pid, SIGCONT), 0);
+    ASSERT_TRUE(waited) << slurp("b.log");
     EXPECT_EQ(a.wait(), 0) << slurp("a.log");
     EXPECT_EQ(b.wait(), 0) << slurp("b.log");
     const json m = manifest("results/wait");
