@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Every experiment config shipped in configs/ (hardware profiles aside) passes `retro-bench validate`, i.e.
+# every check `run` makes before work (method parameters against the trace's shape, memory estimate).
+# Real-model traces are dumped by hand (docs/traces.md) and are usually absent: a config whose only
+# complaint is such a missing trace file is counted, not failed; synthetic traces are checked from their
+# recipes without generating them. Usage: validate_configs.sh RETRO_BENCH_BINARY CONFIGS_DIR
+set -uo pipefail
+bin=${1:?usage: validate_configs.sh RETRO_BENCH_BINARY CONFIGS_DIR}
+dir=${2:?usage: validate_configs.sh RETRO_BENCH_BINARY CONFIGS_DIR}
+ok=0 absent=0 bad=0
+while IFS= read -r f; do
+  if out=$("$bin" validate "$f" 2>&1); then
+    ok=$((ok + 1))
+  elif grep -q "INVALID: trace file not found: .* (give a \"synth\" recipe" <<<"$out" &&
+       [[ $(grep -c INVALID <<<"$out") -eq 1 ]]; then
+    absent=$((absent + 1))
+  else
+    bad=$((bad + 1))
+    echo "FAIL: $out" >&2
+  fi
+done < <(find "$dir" -name '*.json' -not -path '*/hardware/*' | sort)
+echo "$ok config(s) valid, $absent waiting for a dumped real trace, $bad invalid"
+[[ $bad -eq 0 && $ok -gt 0 ]]
