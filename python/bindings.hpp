@@ -11,5 +11,6 @@ void bind_registry(py::module_& m);      ///< methods(), resolve_params() (bind_
 void bind_trace(py::module_& m);         ///< Trace (bind_trace.cpp)
 void bind_attention(py::module_& m);     ///< full_attention() (bind_attention.cpp)
 void bind_head_method(py::module_& m);   ///< HeadMethod (bind_head_method.cpp)
+void bind_threads(py::module_& m);       ///< set_threads(), get_threads() (bind_threads.cpp)
 
 }  // namespace retro::pyb

@@ -10,4 +10,5 @@ PYBIND11_MODULE(retro_bench, m) {
     retro::pyb::bind_trace(m);
     retro::pyb::bind_attention(m);
     retro::pyb::bind_head_method(m);
+    retro::pyb::bind_threads(m);
 }

@@ -5,12 +5,20 @@
 #include <sys/utsname.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <thread>
+
+#ifndef RETRO_NO_BLAS
+#include <cblas.h>
+#endif
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 extern "C" void sgemm_(const char*, const char*, const int*, const int*, const int*, const float*,
                        const float*, const int*, const float*, const int*, const float*, float*,
@@ -80,6 +88,27 @@ bool set_blas_threads(int n) {
     if (!fn) return false;
     fn(n);
     return true;
+}
+
+void set_compute_threads(int n) {
+    n = std::max(1, n);
+#ifndef RETRO_NO_BLAS
+    openblas_set_num_threads(n);
+#endif
+#ifdef _OPENMP
+    omp_set_num_threads(n);
+#endif
+}
+
+int compute_threads() {
+    int n = 1 << 20;
+#ifndef RETRO_NO_BLAS
+    n = std::min(n, openblas_get_num_threads());
+#endif
+#ifdef _OPENMP
+    n = std::min(n, omp_get_max_threads());
+#endif
+    return n == (1 << 20) ? 1 : n;
 }
 
 double peak_rss_bytes() {

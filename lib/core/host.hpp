@@ -23,6 +23,16 @@ const char* source_dir();
 /// on several threads, so BLAS calls inside methods do not oversubscribe the cores.
 bool set_blas_threads(int n);
 
+/// The threads one caller's compute may use inside a method: OpenBLAS's (process-wide) and OpenMP's
+/// (the calling thread's default team size, which sizes k-means's parallel segments). For a process that
+/// runs methods from its own threads or shares the machine (the Python binding inside a model's decode,
+/// several closed-loop workers): OpenMP teams on an oversubscribed core spin at every barrier, which made
+/// a 2K-token wave build 20x slower than on one thread. n >= 1.
+void set_compute_threads(int n);
+
+/// min(OpenBLAS threads, OpenMP max threads) as the methods see it (1 without BLAS or OpenMP).
+int compute_threads();
+
 /// Peak resident set size of this process so far, in bytes (getrusage ru_maxrss; 0 if unavailable).
 /// A high-water mark: it never decreases, so a run's value includes everything before it in the process.
 double peak_rss_bytes();

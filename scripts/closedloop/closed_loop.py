@@ -302,6 +302,10 @@ def run(args):
     check_config(cfg, args.config)
     runs = json.loads(args.runs_json)
     rb = backend.load()
+    if int(cfg.get("threads", 0)) > 0:
+        # the methods' k-means and BLAS on the config's threads, like torch's: with the default (every
+        # core) each worker's OpenMP teams spin against the others' and the model's (wave builds 20x slower)
+        rb.set_threads(int(cfg["threads"]))
     for r in runs:  # the same registry the C++ side checked: resolved params round-trip unchanged
         r["params"] = rb.resolve_params(r["method"], r["params"])
         r["id"] = run_id(r, cfg)

@@ -206,5 +206,33 @@ class TraceAndHead(unittest.TestCase):
             np.testing.assert_array_equal(r, serial[0])
 
 
+class Threads(unittest.TestCase):
+    def test_set_threads_bounds_the_builds_and_keeps_results(self):
+        """set_threads(n) is what get_threads() then reports; a wave build (k-means over OpenMP segments)
+        gives the same selections and outputs on 1 thread as on 2; n < 1 is refused by name."""
+        before = rb.get_threads()
+        rng = np.random.default_rng(3)
+        n, d, g = 3000, 32, 2
+        k = rng.standard_normal((n, d)).astype(np.float32)
+        v = rng.standard_normal((n, d)).astype(np.float32)
+        q = rng.standard_normal((g, d)).astype(np.float32)
+        got = {}
+        try:
+            for t in (1, 2):
+                rb.set_threads(t)
+                self.assertEqual(rb.get_threads(), t)
+                m = rb.HeadMethod("wave", {"segment": 1024, "retrieval": 4, "sink": 4, "window": 16}, d, g)
+                m.build(k[:n - 1], v[:n - 1])
+                m.append(k[n - 1], v[n - 1])
+                got[t] = m.attend(q)
+        finally:
+            rb.set_threads(max(1, before))
+        for a, b in zip(got[1]["exact_ids"], got[2]["exact_ids"]):
+            np.testing.assert_array_equal(a, b)
+        np.testing.assert_allclose(got[1]["out"], got[2]["out"], rtol=0, atol=1e-6)
+        with self.assertRaisesRegex(ValueError, "set_threads: n = 0: expected >= 1"):
+            rb.set_threads(0)
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)
