@@ -17,6 +17,8 @@ set(RETRO_WARNINGS -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initia
 add_library(retro_ref STATIC
   ${CMAKE_SOURCE_DIR}/lib/attention/attention.cpp
   ${CMAKE_SOURCE_DIR}/lib/attention/group_attention.cpp
+  ${CMAKE_SOURCE_DIR}/lib/attention/group_flash.cpp
+  ${CMAKE_SOURCE_DIR}/lib/attention/group_flash_avx2.cpp
   ${CMAKE_SOURCE_DIR}/lib/attention/cluster_rank.cpp
   ${CMAKE_SOURCE_DIR}/lib/cluster/kmeans.cpp
   ${CMAKE_SOURCE_DIR}/lib/cluster/wave_index.cpp

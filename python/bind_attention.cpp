@@ -29,9 +29,9 @@ void bind_attention(py::module_& m) {
             std::vector<double> lse((size_t)g);
             {
                 py::gil_scoped_release nogil;
-                std::vector<float> w((size_t)(g * n));
-                group_attention_scores(q.data(), (int)g, k.data(), (int)n, (int)d, scale, w.data());
-                group_softmax_output(w.data(), (int)g, (int)n, v.data(), (int)d, out.data(), lse.data());
+                GroupFlashScratch scratch;
+                group_exact_attention(q.data(), (int)g, k.data(), v.data(), (int)n, (int)d, scale, nullptr, nullptr,
+                                      out.data(), lse.data(), scratch);
             }
             return py::make_tuple(to_numpy(std::move(out), {g, d}), to_numpy(std::move(lse), {g}));
         },

@@ -6,58 +6,51 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
+#include <limits>
 
 #include "core/serial_blas.hpp"
 
 namespace retro {
 
-namespace {
-
-// c: [m, n] = alpha * a: [m, k] x op(b), op(b) = b^T for b: [n, k] (trans_b) or b: [k, n]; row-major.
-// Serial BLAS: the results must not depend on the thread count (cluster/serial_blas.hpp).
-void gemm(bool trans_b, int m, int n, int k, float alpha, const float* a, const float* b, float* c) {
-#ifndef RETRO_NO_BLAS
-    const SerialBlas serial;
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, k, b,
-                trans_b ? k : n, 0.0f, c, n);
-#else
-    // The GPU-only build (docs/cuda.md) has no BLAS: the same products as plain loops.
-    for (int i = 0; i < m; ++i) {
-        float* ci = c + (size_t)i * n;
-        if (trans_b) {
-            for (int j = 0; j < n; ++j) {
-                float acc = 0;
-                for (int e = 0; e < k; ++e) acc += a[(size_t)i * k + e] * b[(size_t)j * k + e];
-                ci[j] = alpha * acc;
-            }
-        } else {
-            std::fill(ci, ci + n, 0.0f);
-            for (int e = 0; e < k; ++e) {
-                const float ae = alpha * a[(size_t)i * k + e];
-                const float* be = b + (size_t)e * n;
-                for (int j = 0; j < n; ++j) ci[j] += ae * be[j];
-            }
-        }
-    }
-#endif
-}
-
-}  // namespace
-
 void group_attention_scores(const float* q, int g, const float* keys, int n, int d, float scale,
                             float* scores) {
     if (g <= 0 || n <= 0) return;
-    gemm(true, g, n, d, scale, q, keys, scores);
+#ifndef RETRO_NO_BLAS
+    // Serial BLAS: the results must not depend on the thread count (core/serial_blas.hpp).
+    const SerialBlas serial;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, g, n, d, scale, q, d, keys, d, 0.0f, scores, n);
+#else
+    // The GPU-only build (docs/cuda.md) has no BLAS: the same product, one row of scores per query.
+    for (int h = 0; h < g; ++h) attention_scores(q + (size_t)h * d, keys, n, d, scale, scores + (size_t)h * n);
+#endif
 }
 
-void group_softmax_output(float* w, int g, int n, const float* values, int d, float* out, double* lse) {
-    for (int h = 0; h < g; ++h) lse[h] = softmax_inplace(w + (size_t)h * n, n);
-    if (n <= 0) {
-        std::fill(out, out + (size_t)g * d, 0.0f);
-        return;
+namespace {
+// The fused pass over rows [0, n) of keys/values for the group's queries q: [g, d].
+GroupFlashArgs flash_args(const float* q, int g, const float* keys, const float* values, int n, int d, float scale) {
+    GroupFlashArgs a;
+    a.q = q;
+    a.g = g;
+    a.d = d;
+    a.scale = scale;
+    a.keys = keys;
+    a.values = values;
+    a.n = n;
+    return a;
+}
+}  // namespace
+
+void group_exact_attention(const float* q, int g, const float* keys, const float* values, int n, int d, float scale,
+                           float* scores, float* weights, float* out, double* lse, GroupFlashScratch& scratch) {
+    std::vector<PartialAttention> parts((size_t)std::max(g, 0));
+    GroupFlashArgs a = flash_args(q, g, keys, values, n, d, scale);
+    a.scores = scores;
+    a.weights = weights;
+    group_flash_attention(a, parts, scratch);
+    for (int h = 0; h < g; ++h) {
+        parts[(size_t)h].output(out + (size_t)h * d);
+        lse[h] = parts[(size_t)h].lse();
     }
-    gemm(false, g, d, n, 1.0f, w, values, out);
 }
 
 std::vector<PartialAttention> group_partial_attention(const float* q, int g, const float* keys,
@@ -100,54 +93,36 @@ std::vector<PartialAttention> group_partial_attention(const float* q, int g, con
     const int u = (int)ids.size();
     if (u == 0) return parts;
 
-    // ---- one read of their keys and values: in place when they are a contiguous range, else gathered ----
+    GroupFlashArgs a = flash_args(q, g, keys, values, u, d, scale);
+    // a contiguous range is read in place, anything else row by row through the ids (never copied)
     bool contiguous = true;
     for (int j = 1; j < u && contiguous; ++j) contiguous = ids[(size_t)j] == ids[0] + j;
-    const float *kp = keys + (size_t)ids[0] * d, *vp = values + (size_t)ids[0] * d;
-    if (!contiguous) {
-        x.k.resize((size_t)u * d);
-        x.v.resize((size_t)u * d);
-        for (int j = 0; j < u; ++j) {
-            std::memcpy(x.k.data() + (size_t)j * d, keys + (size_t)ids[(size_t)j] * d, sizeof(float) * d);
-            std::memcpy(x.v.data() + (size_t)j * d, values + (size_t)ids[(size_t)j] * d, sizeof(float) * d);
-        }
-        kp = x.k.data();
-        vp = x.v.data();
+    if (contiguous) {
+        a.keys += (size_t)ids[0] * d;
+        a.values += (size_t)ids[0] * d;
+    } else {
+        a.ids = ids.data();
     }
-    x.s.resize((size_t)g * u);
-    group_attention_scores(q, g, kp, u, d, scale, x.s.data());
 
-    // ---- each member's weights over its own tokens (zero elsewhere in the union) ----
-    x.w.resize((size_t)g * u);
-    for (int h = 0; h < g; ++h) {
-        const auto l = lists[(size_t)h];
-        const float* lw = log_w.empty() ? nullptr : log_w[(size_t)h];
-        const float* s = x.s.data() + (size_t)h * u;
-        float* w = x.w.data() + (size_t)h * u;
-        PartialAttention& p = parts[(size_t)h];
-        if (l.empty()) {
-            std::fill(w, w + u, 0.0f);
-            continue;
+    // ---- each member's bias over the read tokens: its log weights, -inf outside its own list ----
+    bool direct = shared;  // shared list: the callers' log weights are already parallel to it
+    for (const float* lw : log_w) direct = direct && lw != nullptr;
+    if (direct && !log_w.empty()) {
+        a.bias = log_w;
+    } else if (!direct) {
+        x.bias.assign((size_t)g * u, shared ? 0.0f : -std::numeric_limits<float>::infinity());
+        x.bias_row.resize((size_t)g);
+        for (int h = 0; h < g; ++h) {
+            const auto l = lists[(size_t)h];
+            const float* lw = log_w.empty() ? nullptr : log_w[(size_t)h];
+            float* row = x.bias.data() + (size_t)h * u;
+            for (size_t j = 0; j < l.size(); ++j)
+                row[shared ? j : (size_t)x.pos[(size_t)l[j]]] = lw ? lw[j] : 0.0f;
+            x.bias_row[(size_t)h] = row;
         }
-        // position in the union of the member's j-th token
-        const auto at = [&](size_t j) -> size_t { return shared ? j : (size_t)x.pos[(size_t)l[j]]; };
-        if (!shared) std::fill(w, w + u, 0.0f);
-        float m = -INFINITY;
-        for (size_t j = 0; j < l.size(); ++j) m = std::max(m, s[at(j)] + (lw ? lw[j] : 0.0f));
-        double sum = 0;
-        for (size_t j = 0; j < l.size(); ++j) {
-            const float e = std::exp(s[at(j)] + (lw ? lw[j] : 0.0f) - m);
-            w[at(j)] = e;
-            sum += e;
-        }
-        p.m = m;
-        p.l = sum;
+        a.bias = x.bias_row;
     }
-    x.o.resize((size_t)g * d);
-    gemm(false, g, d, u, 1.0f, x.w.data(), vp, x.o.data());
-    for (int h = 0; h < g; ++h)
-        if (!parts[(size_t)h].empty())
-            for (int e = 0; e < d; ++e) parts[(size_t)h].acc[(size_t)e] = x.o[(size_t)h * d + e];
+    group_flash_attention(a, parts, x.flash);
     return parts;
 }
 

@@ -18,15 +18,15 @@ void Evaluator::prepare_step(int t) {
     t_ = t;
     n_ = s_.visible(t);
     const int d = s_.head_dim, G = s_.group;
-    // The whole group in one pass over K and one over V: scores [G, n], weights [G, n], out [G, d].
+    // The whole group in one fused pass over K and V: scores [G, n], weights [G, n], out [G, d].
     queries_.resize((size_t)G * d);
     for (int g = 0; g < G; ++g) std::copy(s_.query(g, t), s_.query(g, t) + d, queries_.begin() + (size_t)g * d);
     scores_.resize((size_t)G * n_);
-    group_attention_scores(queries_.data(), G, s_.keys.data(), n_, d, scale_, scores_.data());
-    weights_ = scores_;
+    weights_.resize((size_t)G * n_);
     out_.resize((size_t)G * d);
     lse_.resize((size_t)G);
-    group_softmax_output(weights_.data(), G, n_, s_.values.data(), d, out_.data(), lse_.data());
+    group_exact_attention(queries_.data(), G, s_.keys.data(), s_.values.data(), n_, d, scale_, scores_.data(),
+                          weights_.data(), out_.data(), lse_.data(), scratch_.flash);
     std::vector<float> tmp;
     for (int g = 0; g < G; ++g) {
         HeadReference& r = ref_[(size_t)g];

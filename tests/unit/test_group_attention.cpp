@@ -10,49 +10,36 @@
 #include "attention/attention.hpp"
 #include "attention/group_attention.hpp"
 #include "metrics/evaluator.hpp"
+#include "group_test_data.hpp"
 
 using namespace retro;
 
 namespace {
 constexpr int kG = 4, kD = 64;
 
-struct Group {
-    int n;
-    std::vector<float> q, k, v;  // [kG, kD], [n, kD], [n, kD]
-};
-Group make_group(int n, unsigned seed) {
-    std::mt19937 rng(seed);
-    std::normal_distribution<float> N(0, 1);
-    Group x{n, std::vector<float>((size_t)kG * kD), std::vector<float>((size_t)n * kD),
-            std::vector<float>((size_t)n * kD)};
-    for (auto& e : x.q) e = 2.0f * N(rng);  // peaked softmax: large weights must survive float32
-    for (auto& e : x.k) e = N(rng);
-    for (auto& e : x.v) e = N(rng);
-    return x;
-}
-double rel_l2(const float* a, const float* b, int d) {
-    double num = 0, den = 0;
-    for (int i = 0; i < d; ++i) {
-        num += (a[i] - b[i]) * (double)(a[i] - b[i]);
-        den += (double)b[i] * b[i];
-    }
-    return std::sqrt(num / den);
-}
+using Group = test::RandomGroup;
+Group make_group(int n, unsigned seed) { return test::make_random_group(kG, n, kD, seed); }
+using test::rel_l2;
 const float kScale = 1.0f / std::sqrt((float)kD);
 }  // namespace
 
 TEST(GroupAttention, FullAttentionEqualsPerHead) {
     const Group x = make_group(3001, 1);
-    std::vector<float> s((size_t)kG * x.n);
-    group_attention_scores(x.q.data(), kG, x.k.data(), x.n, kD, kScale, s.data());
+    std::vector<float> s((size_t)kG * x.n), s_gemm((size_t)kG * x.n), w((size_t)kG * x.n);
+    group_attention_scores(x.q.data(), kG, x.k.data(), x.n, kD, kScale, s_gemm.data());
     std::vector<float> out((size_t)kG * kD);
     std::vector<double> lse(kG);
-    std::vector<float> w = s;
-    group_softmax_output(w.data(), kG, x.n, x.v.data(), kD, out.data(), lse.data());
+    GroupFlashScratch scratch;
+    group_exact_attention(x.q.data(), kG, x.k.data(), x.v.data(), x.n, kD, kScale, s.data(), w.data(), out.data(),
+                          lse.data(), scratch);
     for (int h = 0; h < kG; ++h) {
         std::vector<float> ref(kD), a, sc((size_t)x.n);
         attention_scores(x.q.data() + (size_t)h * kD, x.k.data(), x.n, kD, kScale, sc.data());
-        for (int i = 0; i < x.n; ++i) ASSERT_NEAR(s[(size_t)h * x.n + i], sc[(size_t)i], 1e-5f * (1 + std::abs(sc[(size_t)i])));
+        for (int i = 0; i < x.n; ++i) {
+            const float tol = 1e-5f * (1 + std::abs(sc[(size_t)i]));
+            ASSERT_NEAR(s[(size_t)h * x.n + i], sc[(size_t)i], tol);
+            ASSERT_NEAR(s_gemm[(size_t)h * x.n + i], sc[(size_t)i], tol);
+        }
         const double l = exact_attention(x.q.data() + (size_t)h * kD, x.k.data(), x.v.data(), x.n, kD, kScale,
                                          ref.data(), a);
         EXPECT_NEAR(lse[(size_t)h], l, 1e-5 * (1 + std::abs(l))) << h;
