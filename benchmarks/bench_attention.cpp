@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <memory>
 #include <numeric>
 #include <span>
@@ -105,11 +106,10 @@ void two_pass_group_attention(const Head& h, int g, float scale, std::vector<flo
 // pass (group_exact_attention), 6 the fused kernels in two streaming passes.
 void BM_GroupFullAttention(benchmark::State& st) {
     const int n = (int)st.range(0), variant = (int)st.range(1), d = 128, g = 4;
-    static std::unique_ptr<Head> h;
-    if (!h || h->n != n) {
-        h.reset();
-        h = std::make_unique<Head>(n, d, g);
-    }
+    // one K/V per size, kept across variants (--benchmark_enable_random_interleaving runs them in any order)
+    static std::map<int, std::unique_ptr<Head>> heads;
+    std::unique_ptr<Head>& h = heads[n];
+    if (!h) h = std::make_unique<Head>(n, d, g);
     const float scale = 1.0f / std::sqrt((float)d);
     std::vector<int32_t> ids((size_t)n);
     std::iota(ids.begin(), ids.end(), 0);
@@ -149,7 +149,10 @@ void BM_GroupFullAttention(benchmark::State& st) {
     st.SetBytesProcessed((int64_t)st.iterations() * 2 * (int64_t)n * d * 4);
 }
 BENCHMARK(BM_GroupFullAttention)
-    ->ArgsProduct({{131072, 1048576}, {0, 1, 2, 3, 4, 5, 6}})
+    ->Apply([](benchmark::internal::Benchmark* b) {
+        for (int n : {131072, 1048576})
+            for (int variant = 0; variant <= 6; ++variant) b->Args({n, variant});
+    })
     ->Unit(benchmark::kMillisecond)
     ->Repetitions(5)
     ->ReportAggregatesOnly(true)
