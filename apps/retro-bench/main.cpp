@@ -6,6 +6,7 @@
 #include <exception>
 
 #include "commands.hpp"
+#include "hdf5_watchdog.hpp"
 #include "core/host.hpp"
 #include "core/error.hpp"
 
@@ -45,6 +46,7 @@ int main(int argc, char** argv) {
         return app.exit(e);
     }
     try {
+        const Hdf5Watchdog watchdog;  // a trace whose metadata HDF5 never finishes reading ends with exit 2
         for (auto& [sub, run] : runners)
             if (sub->parsed()) return run();
     } catch (const retro::Error& e) {

@@ -13,6 +13,7 @@
 #include "core/memory.hpp"
 #include "trace/h5util.hpp"
 #include "trace/memory_estimates.hpp"
+#include "trace/metadata_watch.hpp"
 
 namespace retro {
 
@@ -123,6 +124,8 @@ TraceReader::TraceReader(const std::string& path) : impl_(std::make_unique<Impl>
     if (::access(path.c_str(), R_OK) != 0) err(std::string("cannot read file: ") + std::strerror(errno));
 
     h5::Lock lk;
+    // From here on, every HDF5 call reads metadata; a program's watchdog may end a read that never returns.
+    const MetadataReadScope watched(path);
     if (H5Fis_hdf5(path.c_str()) <= 0) err("not a readable HDF5 file (truncated or corrupt?)");
     Hid fapl(H5Pcreate(H5P_FILE_ACCESS));
 #if H5_VERSION_GE(1, 10, 7)
