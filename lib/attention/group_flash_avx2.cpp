@@ -46,11 +46,8 @@ RETRO_AVX2 void score_avx2(const float* q, int gp, const float* const* krow, int
         for (; i + 3 <= b; i += 3) {
             const float *k0 = krow[i], *k1 = krow[i + 1], *k2 = krow[i + 2];
             if (pf && h0 == 0)
-                for (int c = 0; c < d; c += 16) {
-                    _mm_prefetch((const char*)(pf[i] + c), _MM_HINT_T0);
-                    _mm_prefetch((const char*)(pf[i + 1] + c), _MM_HINT_T0);
-                    _mm_prefetch((const char*)(pf[i + 2] + c), _MM_HINT_T0);
-                }
+                for (int r = 0; r < 3; ++r)
+                    for (int c = 0; c < d; c += 16) _mm_prefetch((const char*)(pf[i + r] + c), _MM_HINT_T0);
             __m256 a00 = _mm256_setzero_ps(), a10 = a00, a20 = a00, a30 = a00;
             __m256 a01 = a00, a11 = a00, a21 = a00, a31 = a00;
             __m256 a02 = a00, a12 = a00, a22 = a00, a32 = a00;
@@ -128,6 +125,8 @@ RETRO_AVX2 void exp_avx2(float* x, int count) {
 constexpr int kRows = 32;
 RETRO_AVX2 void accumulate_avx2(const float* e, int gp, const float* const* vrow, int b, int d, float* acc,
                                 int bs, const float* const* pf) {
+    const int lines = d / 16;
+    int t = 0;
     for (int h0 = 0; h0 < gp; h0 += 4) {
         const float *e0 = e + (size_t)h0 * bs, *e1 = e0 + bs, *e2 = e1 + bs, *e3 = e2 + bs;
         float *o0 = acc + (size_t)h0 * d, *o1 = o0 + d, *o2 = o1 + d, *o3 = o2 + d;
@@ -139,7 +138,10 @@ RETRO_AVX2 void accumulate_avx2(const float* e, int gp, const float* const* vrow
                 __m256 a20 = _mm256_loadu_ps(o2 + c), a21 = _mm256_loadu_ps(o2 + c + 8);
                 __m256 a30 = _mm256_loadu_ps(o3 + c), a31 = _mm256_loadu_ps(o3 + c + 8);
                 for (int i = r0; i < r1; ++i) {
-                    if (pf && h0 == 0) _mm_prefetch((const char*)(pf[i] + c), _MM_HINT_T0);  // one line per step
+                    if (pf && h0 == 0) {  // one line of the next block per step, in address order
+                        _mm_prefetch((const char*)(pf[t / lines] + (t % lines) * 16), _MM_HINT_T0);
+                        ++t;
+                    }
                     const __m256 v0 = _mm256_loadu_ps(vrow[i] + c), v1 = _mm256_loadu_ps(vrow[i] + c + 8);
                     __m256 w = _mm256_broadcast_ss(e0 + i);
                     a00 = _mm256_fmadd_ps(w, v0, a00);
