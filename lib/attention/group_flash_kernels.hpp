@@ -37,9 +37,10 @@ const Kernels* avx2_kernels();
 
 // exp(x) for x <= 0 (the argument of a softmax after subtracting the running max): Cephes' expf
 // (range reduction x = n ln2 + r, |r| <= ln2 / 2, ln2 split in two for an exact n ln2, a degree-6
-// polynomial for e^r, then the exponent bits of 2^n). Relative error <= 2 ulp (2.4e-7) against the
-// correctly rounded exp on [-87.3, 0] (tested against std::exp); x < -87.3 (e^x below FLT_MIN,
-// including -inf) gives 0 instead of a denormal. Branch-free so the portable loop vectorizes.
+// polynomial for e^r, then the exponent bits of 2^n). Relative error against the double exp, measured
+// on a 2M-point grid of [-87.3, 0]: at most 8.3e-8 (portable and AVX2 alike; GroupFlash.FastExpErrorBound
+// asserts < 3e-7); x < -87.3 (e^x below FLT_MIN, including -inf) gives 0 instead of a denormal.
+// Branch-free so the portable loop vectorizes.
 constexpr float kExpLo = -87.3f;
 constexpr float kLog2e = 1.44269504088896341f;
 constexpr float kLn2Hi = 0.693359375f;      // exact in 9 bits: n * kLn2Hi is exact for |n| < 2^15
