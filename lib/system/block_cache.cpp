@@ -137,6 +137,11 @@ StepTraffic BlockCache::step(const std::vector<UnitRequest>& req, const std::vec
     };
     // ---- update: admit misses in rank order ----
     int64_t admitted = 0;
+    // Free slots plus the slots of entries not requested this step only shrink during a step (an eviction
+    // moves slots from one to the other, an admission uses free slots for a requested unit), so once a
+    // victim scan fails for a unit of `s` slots, every later unit of >= s slots fails too: skip its scan
+    // (O(cache) each; with every entry pinned, a step of n misses cost O(n x cache) for nothing).
+    int64_t failed_slots = std::numeric_limits<int64_t>::max();
     for (size_t i = 0; i < req.size(); ++i) {
         if (hit[i]) continue;
         const UnitRequest& u = req[i];
@@ -162,6 +167,7 @@ StepTraffic BlockCache::step(const std::vector<UnitRequest>& req, const std::vec
             }
         } else {
             // victims in policy order, skipping entries needed this step; all-or-nothing
+            if (u.slots >= failed_slots) continue;
             std::vector<int64_t> victims;
             int64_t freed = p_.capacity_slots - used_;
             bool bypass = false;
@@ -175,7 +181,11 @@ StepTraffic BlockCache::step(const std::vector<UnitRequest>& req, const std::vec
                 victims.push_back(id);
                 freed += c.map[id].slots;
             }
-            if (bypass || freed < u.slots) continue;
+            if (bypass) continue;
+            if (freed < u.slots) {
+                failed_slots = u.slots;
+                continue;
+            }
             for (int64_t id : victims) evict(id);
         }
         if (p_.capacity_slots - used_ < u.slots) continue;
