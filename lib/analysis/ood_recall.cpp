@@ -112,7 +112,10 @@ OodRecallResult ood_recall(const HeadSlice& slice, const OodRecallParams& p) {
 
     std::vector<int32_t> found;
     const double nan = std::numeric_limits<double>::quiet_NaN();
-    for (const auto& [name, s] : settings) {
+    for (const auto& setting : settings) {
+        // named members, not a structured binding: clang 14 (the fuzz build) cannot capture one in a lambda
+        const auto& name = setting.first;
+        const auto& s = setting.second;
         OodRecallPoint pt;
         pt.setting = name;
         pt.value = p.index.kind == AnnKind::ivf ? s.nprobe : p.index.kind == AnnKind::hnsw ? s.ef_search : 0;

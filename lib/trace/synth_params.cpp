@@ -233,7 +233,10 @@ SynthParams SynthParams::from_json(const json& j) {
             throw ConfigError(std::string("synth params: ") + e.what());
         }
     }
-    for (const auto& [key, val] : j.items()) {
+    for (const auto& item : j.items()) {
+        // named, not a structured binding: clang 14 (the fuzz build) cannot capture one in a lambda
+        const std::string& key = item.key();
+        const json& val = item.value();
         if (key == "preset") continue;
         bool found = false;
         for_each_field(p, [&](const char* name, auto& field) {
