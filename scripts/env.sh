@@ -18,8 +18,9 @@ retro_build() {
   cmake --build "$RETRO_BUILD" -j "$(nproc)" >&2
 }
 
-# The sanitizer build (scripts/test.sh, docs/testing.md): ASan + UBSan, no CUDA, no benchmarks, -O1 with
-# line tables (readable reports at a bearable speed), asserts on.
+# The sanitizer build (scripts/test.sh, docs/testing.md): ASan + UBSan, no CUDA, no benchmarks, no Python
+# module (its tests are not run under ASan), -O1 with line tables (readable reports at a bearable speed),
+# asserts on.
 RETRO_BUILD_ASAN="${RETRO_BUILD_ASAN:-$RETRO_ROOT/build-asan}"
 RETRO_BUILD_FUZZ="${RETRO_BUILD_FUZZ:-$RETRO_ROOT/build-fuzz}"
 export RETRO_BUILD_ASAN RETRO_BUILD_FUZZ
@@ -27,7 +28,8 @@ retro_build_asan() {
   if [[ ! -f "$RETRO_BUILD_ASAN/build.ninja" ]]; then
     cmake -S "$RETRO_ROOT" -B "$RETRO_BUILD_ASAN" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
       -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g1" \
-      -DRETRO_SANITIZE=address,undefined -DRETRO_CUDA=OFF -DRETRO_BUILD_BENCHMARKS=OFF >&2
+      -DRETRO_SANITIZE=address,undefined -DRETRO_CUDA=OFF -DRETRO_BUILD_BENCHMARKS=OFF \
+      -DRETRO_PYTHON_MODULE=OFF >&2
   fi
   cmake --build "$RETRO_BUILD_ASAN" -j "$(nproc)" >&2
 }
