@@ -14,6 +14,7 @@ import argparse
 import hashlib
 import json
 import os
+import shlex
 import sys
 import time
 
@@ -379,7 +380,9 @@ def run(args):
         return 0
     except KeyboardInterrupt:
         status = "interrupted"
-        print(f"interrupted; continue with: retro-bench run {args.config} --resume", file=sys.stderr)
+        results = "" if args.results == "results" else f" --results {shlex.quote(args.results)}"
+        print(f"interrupted; continue with: retro-bench run {shlex.quote(args.config)}{results} --resume",
+              file=sys.stderr)
         return 130
     finally:
         res.end_session(manifest, status, wall_s=round(time.time() - t_start, 1))
