@@ -24,20 +24,7 @@ import tempfile
 import time
 import unittest
 
-ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-BIN = os.environ.get("RETRO_BIN", os.path.join(ROOT, "build", "retro-bench"))
-VENV = os.environ.get("RETRO_DUMP_VENV") or os.path.join(
-    os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"),
-    "retro-bench", "dump-venv")
-if not (os.path.exists(os.path.join(VENV, "bin", "python")) and os.path.exists(os.path.join(VENV, ".retro-stamp"))):
-    print(f"SKIPPED: the dump venv is missing ({VENV}); run scripts/setup.sh", flush=True)
-    sys.exit(77)
-
-import glob  # noqa: E402
-if not (glob.glob(os.path.join(os.path.dirname(BIN), "python", "retro_bench*.so")) or os.environ.get("RETRO_PYTHONPATH")):
-    print(f"SKIPPED: the retro_bench binding was not built (no {os.path.dirname(BIN)}/python/retro_bench*.so: "
-          "pybind11-dev / python3-dev missing?)", flush=True)
-    sys.exit(77)
+from closedloop_env import BIN, ROOT, VENV  # noqa: E402 (exits 77 when a prerequisite is missing)
 
 TMP = tempfile.mkdtemp(prefix="retro-closedloop-test-")
 STEPS = 10  # teacher-forced positions scored and greedy tokens generated
