@@ -564,6 +564,24 @@ class ScaleTest(U.TempDirMixin, unittest.TestCase):
             self.assertIsNone(data("scale", load(name)), name)
 
 
+class ClosedLoopDirectoryTest(U.TempDirMixin, unittest.TestCase):
+    """A closed-loop results directory (fidelity / task records, no open-loop metrics) is drawn only by
+    the figures that read its records: the wave estimation figure found wave runs with and without
+    estimation there and failed on their missing metrics (StatisticsError) before."""
+
+    def test_open_loop_figures_skip_closed_loop_records(self):
+        with open(os.path.join(self.tmp, "runs.jsonl"), "w") as f:
+            for i, (est, retrieval) in enumerate((e, r) for e in (0, 0.232) for r in (1, 5, 11)):
+                params = {"estimation": est, "retrieval": retrieval, "sink": 4, "window": 16}
+                f.write(json.dumps({"run_id": f"wave-{i}", "method": "wave", "params": params,
+                                    "label": "wave" + json.dumps(params), "exact_frac": 0.02 * retrieval,
+                                    "est_frac": est, "fidelity": {"kl_mean": 0.1, "top1": 0.9, "ppl": 60},
+                                    "task": {"accuracy": 0.5, "agreement_mean": 4}}) + "\n")
+        res = R.load(self.tmp)
+        for name, f in F.FIGURES.items():
+            self.assertFalse(f.applies(res), name)
+
+
 class CentroidRankTest(U.TempDirMixin, unittest.TestCase):
     """retro-bench centroid-rank JSON (fixtures/centroid-rank: the 32K synthetic trace, KV heads 0-1)."""
 

@@ -90,6 +90,8 @@ def estimation(res):
                          "run_ids": [r["run_id"] if r else None for r in rs],
                          "exact_frac": [metric(r, "exact_frac") if r else None for r in rs],
                          "y": {m: [metric(r, m) if r else None for r in rs] for m in metrics}})
+    if not any(y is not None for v in variants for ys in v["y"].values() for y in ys):
+        return None  # runs without open-loop metrics (a closed-loop directory): nothing to draw
     # References: for each other method, its run attending closest to wave's exact-token count
     # (log distance, within a factor 1.5) at the middle retrieval budget.
     mid = rvals[len(rvals) // 2]
