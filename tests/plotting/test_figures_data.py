@@ -581,6 +581,33 @@ class ClosedLoopDirectoryTest(U.TempDirMixin, unittest.TestCase):
         for name, f in F.FIGURES.items():
             self.assertFalse(f.applies(res), name)
 
+    def test_report_shows_the_closed_loop_tables(self):
+        from retroplot import report
+        with open(os.path.join(self.tmp, "manifest.json"), "w") as f:
+            json.dump({"experiment": "closed-loop", "status": "complete"}, f)
+        with open(os.path.join(self.tmp, "runs.jsonl"), "w") as f:
+            for i, kl in enumerate((0.5, 0.25)):
+                f.write(json.dumps({"run_id": f"oracle_topk-{i}", "method": "oracle_topk", "params": {"k": 10 * (i + 1)},
+                                    "label": f"oracle_topk(k={10 * (i + 1)})", "exact_frac": 0.01 * (i + 1),
+                                    "est_frac": 0.0, "complete": i == 0, "step_ms_median": 12.5,
+                                    "fidelity": {"kl_mean": kl, "kl_p90": 2 * kl, "top1": 0.75, "ppl": 61.25},
+                                    "task": {"accuracy": 0.625, "agreement_mean": 3}}) + "\n")
+        with open(os.path.join(self.tmp, "offline-online.json"), "w") as f:
+            json.dump({"points": [{}, {}], "table": [{"open": "mass", "closed": "kl_mean", "spearman": -0.9375},
+                                                     {"open": "mass", "closed": "niah_accuracy", "spearman": None}]}, f)
+        res = R.load(self.tmp)
+        self.assertTrue(report.is_closed_loop(res))
+        html = report.make_report(res, [])
+        sec = html[html.index('<section id="closed-loop">'):]
+        sec = sec[:sec.index("</section>")]
+        for needle in ("KL mean", "NIAH acc", "ms/step p50", "0.25", "0.5", "61.25", "0.625", "12.5",
+                       "oracle_topk(k=20) (partial)", "spearman-table", "-0.938", "2 (method, parameters) points"):
+            self.assertIn(needle, sec)
+        self.assertNotIn("oracle_topk(k=10) (partial)", sec)
+        # an open-loop directory has no closed-loop section
+        self.assertFalse(report.is_closed_loop(load("quickstart")))
+        self.assertNotIn('id="closed-loop"', report.make_report(load("quickstart"), []))
+
 
 class CentroidRankTest(U.TempDirMixin, unittest.TestCase):
     """retro-bench centroid-rank JSON (fixtures/centroid-rank: the 32K synthetic trace, KV heads 0-1)."""

@@ -1,11 +1,14 @@
 """One self-contained HTML page per results directory: figures (base64 PNG), the run table, the best
-configuration per method in each exact-token budget bin, and the manifest (config, revision, host, BLAS)."""
+configuration per method in each exact-token budget bin, and the manifest (config, revision, host, BLAS).
+A closed-loop directory (docs/closed-loop.md) also gets its own run table (fidelity, NIAH accuracy, time)
+and the offline-vs-online Spearman table of its offline-online.json."""
 import base64
 import datetime
 import html
 import io
 import json
 import math
+import os
 
 from . import figures as F
 from . import style
@@ -186,6 +189,60 @@ def manifest_html(res):
     return "\n".join(parts)
 
 
+# ---- closed loop (docs/closed-loop.md) ----
+CLOSED_COLUMNS = [  # (header, path into the run record, scale)
+    ("exact %", ("exact_frac",), 100), ("est %", ("est_frac",), 100),
+    ("KL mean", ("fidelity", "kl_mean"), 1), ("KL p90", ("fidelity", "kl_p90"), 1),
+    ("top-1", ("fidelity", "top1"), 1), ("ppl", ("fidelity", "ppl"), 1),
+    ("NIAH acc", ("task", "accuracy"), 1), ("acc on full-correct", ("task", "accuracy_on_full_correct"), 1),
+    ("agreement", ("task", "agreement_mean"), 1), ("ms/step p50", ("step_ms_median",), 1),
+    ("build s", ("build_s_total",), 1),
+]
+
+
+def record_field(run, path):
+    """A number inside a run record by its key path (None when absent or not finite)."""
+    v = run
+    for k in path:
+        v = v.get(k) if isinstance(v, dict) else None
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        return None
+    return float(v)
+
+
+def is_closed_loop(res):
+    return res.manifest.get("experiment") == "closed-loop" or any("fidelity" in r or "task" in r for r in res.runs)
+
+
+def closed_loop_html(res):
+    """The closed-loop runs (the reference first) and, when the directory has offline-online.json, the
+    Spearman rank correlation of each (open-loop, closed-loop) metric pair."""
+    cols = [c for c in CLOSED_COLUMNS if any(record_field(r, c[1]) is not None for r in res.runs)]
+    rows = []
+    for r in res.runs:
+        cells = [method_cell(r.get("method")), esc(r.get("label") or res.short_label(r, False))]
+        cells += [fmt_num(None if record_field(r, p) is None else record_field(r, p) * sc) for _, p, sc in cols]
+        if r.get("complete") is False:
+            cells[1] += " (partial)"
+        rows.append(cells)
+    out = ['<div class="scroll">' + table(["method", "run"] + [c[0] for c in cols], rows, "closed",
+                                          "closed-loop-table", left=(0, 1)) + "</div>"]
+    path = os.path.join(res.path, "offline-online.json")
+    if os.path.exists(path):
+        with open(path, encoding="utf-8") as f:
+            oo = json.load(f)
+        opens = list(dict.fromkeys(t["open"] for t in oo.get("table", [])))
+        closeds = list(dict.fromkeys(t["closed"] for t in oo.get("table", [])))
+        rho = {(t["open"], t["closed"]): t.get("spearman") for t in oo.get("table", [])}
+        srows = [[esc(o)] + [fmt_num(rho.get((o, c)), 3) for c in closeds] for o in opens]
+        out.append(f'<h3>Offline vs online</h3><p class="meta">Spearman rank correlation over '
+                   f'{len(oo.get("points", []))} (method, parameters) points: open-loop metric (rows) against '
+                   "closed-loop metric (columns); offline-online.json.</p>"
+                   + table(["open-loop \\ closed-loop"] + [esc(c) for c in closeds], srows, "spearman",
+                           "spearman-table", left=(0,)))
+    return "\n".join(out)
+
+
 # ---- figures ----
 def figure_png(fig_def, series, dpi=200):
     fig = F.render(fig_def, series)
@@ -226,11 +283,16 @@ def make_report(res, built):
     head.append(f'<p class="meta">status {esc(m.get("status", "?"))} · {len(res.runs)} run(s) · '
                 f'revision {esc(rev)} · BLAS {esc(m.get("host", {}).get("blas", "?"))} · '
                 f'results {esc(res.path)} · report generated {esc(now)}</p>')
-    nav = ('<nav><a href="#figures">Figures</a><a href="#runs">Runs</a><a href="#best">Best per budget</a>'
-           '<a href="#manifest">Manifest</a></nav>')
+    closed = is_closed_loop(res)
+    nav = ('<nav><a href="#figures">Figures</a>' + ('<a href="#closed-loop">Closed loop</a>' if closed else "")
+           + '<a href="#runs">Runs</a><a href="#best">Best per budget</a><a href="#manifest">Manifest</a></nav>')
     body = [
         "\n".join(head), nav,
         '<section id="figures"><h2>Figures</h2>' + figures_html(built) + "</section>",
+        ('<section id="closed-loop"><h2>Closed loop</h2><p class="meta">Each method inside the model\'s decode '
+         "(docs/closed-loop.md): KL(full || method) over teacher-forced positions, top-1 agreement, perplexity of "
+         "the continuation, greedy NIAH accuracy, tokens before the first divergence, median ms per decode "
+         "step (all layers).</p>" + closed_loop_html(res) + "</section>") if closed else "",
         '<section id="runs"><h2>Runs</h2><p class="meta">Means over (layer, query head, step) unless marked; '
         "exact/est/scan in % of the visible tokens; bytes per decode step per KV head.</p>"
         + (runs_table(res) if res.runs else "<p>No run records.</p>") + "</section>",
