@@ -8,6 +8,7 @@
 
 #include "commands.hpp"
 #include "core/error.hpp"
+#include "core/host.hpp"
 #include "trace/synth.hpp"
 #include "trace/memory_estimates.hpp"
 
@@ -97,7 +98,8 @@ const CommandRegistrar reg(20, [](CLI::App& app) {
                    "decode steps, {} prefill queries, {}, seed {}\n",
                    a->out, p.preset_name, p.num_layers, p.num_q_heads, p.num_kv_heads, p.head_dim, p.prompt_len,
                    p.decode_steps, p.prefill_queries, p.dtype, p.seed);
-        fmt::print("  {:.1f} MiB in {:.2f} s\n", ec ? 0.0 : (double)bytes / (1024.0 * 1024.0), secs);
+        fmt::print("  {:.1f} MiB in {:.2f} s, peak memory {:.0f} MiB (generated a KV head at a time)\n",
+                   ec ? 0.0 : (double)bytes / (1024.0 * 1024.0), secs, peak_rss_bytes() / (1024.0 * 1024.0));
         return 0;
     });
 });

@@ -83,18 +83,20 @@ nlohmann::json host_info() {
 }
 
 bool set_blas_threads(int n) {
-    using Fn = void (*)(int);
-    static Fn fn = reinterpret_cast<Fn>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
-    if (!fn) return false;
-    fn(n);
+    // A direct call, not a dlsym(RTLD_DEFAULT) lookup: inside the Python module (loaded RTLD_LOCAL) the
+    // library's OpenBLAS is not in the global scope, and the library links OpenBLAS anyway.
+#ifndef RETRO_NO_BLAS
+    openblas_set_num_threads(std::max(1, n));
     return true;
+#else
+    (void)n;
+    return false;
+#endif
 }
 
 void set_compute_threads(int n) {
     n = std::max(1, n);
-#ifndef RETRO_NO_BLAS
-    openblas_set_num_threads(n);
-#endif
+    set_blas_threads(n);
 #ifdef _OPENMP
     omp_set_num_threads(n);
 #endif

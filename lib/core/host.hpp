@@ -18,8 +18,8 @@ const char* git_revision();
 /// The source tree this binary was built from (scripts, configs/hardware); may be gone on a copied install.
 const char* source_dir();
 
-/// Sets the BLAS library's own thread count when it has one (OpenBLAS: openblas_set_num_threads);
-/// returns false when the active BLAS offers no such control. The runner sets 1 while it runs heads
+/// Sets OpenBLAS's (process-wide) thread count, n >= 1; returns false in a build without BLAS
+/// (RETRO_NO_BLAS), where there is none to set. The runner sets 1 while it runs heads
 /// on several threads, so BLAS calls inside methods do not oversubscribe the cores.
 bool set_blas_threads(int n);
 

@@ -14,18 +14,19 @@ double head_slice_bytes(const TraceInfo& info, int steps, bool prefill) {
 }
 
 MemoryEstimate estimate_synth_memory(const SynthParams& p, const std::string& out) {
+    // synthesize() streams a KV head at a time (SynthLayerHeads): one head's keys and values, its GQA
+    // group's queries and prefill queries, float32 + the writer's encoded copies.
     const double n = (double)p.prompt_len + p.decode_steps, d = p.head_dim;
-    const double layer_elems = 2.0 * p.num_kv_heads * n * d + (double)p.num_q_heads * p.decode_steps * d +
-                               (double)p.num_q_heads * p.prefill_queries * d;
+    const double grp = p.num_kv_heads > 0 ? (double)p.num_q_heads / p.num_kv_heads : p.num_q_heads;
+    const double head_elems = 2.0 * n * d + grp * p.decode_steps * d + grp * p.prefill_queries * d;
     const DType dt = parse_dtype(p.dtype);
     const double writer = dt == DType::f32 ? 0.0 : (double)dtype_bytes(dt);  // TraceWriter's encoded copies
-    // RoPE cos/sin [n, d/2] each and the per-token topic, word and needle arrays (ints)
+    // the layer's shared tables: RoPE cos/sin [n, d/2] each and the per-token topic, word and needle arrays
     const double tables = n * d * 4.0 + n * 3 * 4.0;
     MemoryEstimate e;
-    e.bytes = layer_elems * (4.0 + writer) + tables;
-    e.what = "synthesizing " + out + " (" + std::to_string(p.num_kv_heads) + " KV heads x " +
-             std::to_string((long long)n) + " tokens x head_dim " + std::to_string(p.head_dim) +
-             ", one layer at a time)";
+    e.bytes = head_elems * (4.0 + writer) + tables;
+    e.what = "synthesizing " + out + " (" + std::to_string((long long)n) + " tokens x head_dim " +
+             std::to_string(p.head_dim) + ", one KV head at a time)";
     e.advice = "use a shorter prompt (prompt_len) or fewer decode steps";
     return e;
 }

@@ -14,10 +14,10 @@ namespace retro {
 /// must not overflow the estimate that refuses them.
 double head_slice_bytes(const TraceInfo& info, int steps = -1, bool prefill = true);
 
-/// Peak bytes of synthesize(p, out): one layer's float32 keys and values [num_kv_heads, n_tokens, d],
-/// queries [num_q_heads, decode_steps, d] and prefill queries [num_q_heads, prefill_queries, d], the
-/// writer's 16-bit copies of them (float16/bfloat16 traces), the RoPE table [n_tokens, d] and the
-/// per-token text arrays.
+/// Peak bytes of synthesize(p, out), which streams a KV head at a time: one head's float32 keys and
+/// values [n_tokens, d], its group's queries [group, decode_steps, d] and prefill queries
+/// [group, prefill_queries, d], the writer's 16-bit copies of them (float16/bfloat16 traces), the RoPE
+/// table [n_tokens, d] and the per-token text arrays.
 MemoryEstimate estimate_synth_memory(const SynthParams& p, const std::string& out);
 
 }  // namespace retro

@@ -42,39 +42,81 @@ LayerContext::LayerContext(const SynthParams& p_, int layer_)
         for (int j = 0; j < p.needle_span; ++j) needle_at[(size_t)(text.needles[k] + j)] = (int)k;
 }
 
+HeadSlice head_slice_shape(const SynthParams& p, int layer, int kv_head) {
+    if (kv_head < 0 || kv_head >= p.num_kv_heads)
+        throw ParamError("synthetic trace: kv_head " + std::to_string(kv_head) + " is out of range 0 .. " +
+                         std::to_string(p.num_kv_heads - 1));
+    HeadSlice s;
+    s.layer = layer;
+    s.kv_head = kv_head;
+    s.head_dim = p.head_dim;
+    s.prompt_len = p.prompt_len;
+    s.num_steps = p.decode_steps;
+    s.group = p.num_q_heads / p.num_kv_heads;
+    s.first_q_head = kv_head * s.group;
+    s.num_prefill = p.prefill_queries;
+    s.prefill_first_position = p.prompt_len - p.prefill_queries;
+    return s;
+}
+
 }  // namespace synth_detail
 
-SynthLayer synthesize_layer(const SynthParams& p, int layer) {
-    using namespace synth_detail;
-    p.validate();
-    if (layer < 0 || layer >= p.num_layers)
-        throw ParamError("synthesize_layer: layer " + std::to_string(layer) + " is out of range 0 .. " +
-                         std::to_string(p.num_layers - 1));
-    const LayerContext c(p, layer);
-    const int d = c.d, n = c.n;
+SynthLayerHeads::SynthLayerHeads(const SynthParams& p, int layer) : p_(p) {
+    p_.validate();
+    if (layer < 0 || layer >= p_.num_layers)
+        throw ParamError("synthetic trace: layer " + std::to_string(layer) + " is out of range 0 .. " +
+                         std::to_string(p_.num_layers - 1));
+    c_ = std::make_unique<synth_detail::LayerContext>(p_, layer);
+}
 
+SynthLayerHeads::~SynthLayerHeads() = default;
+
+HeadSlice SynthLayerHeads::head(int g, std::vector<SynthHeadInfo>* infos) const {
+    using namespace synth_detail;
+    const LayerContext& c = *c_;
+    HeadSlice s = head_slice_shape(p_, c.layer, g);
+    const int d = c.d, n = c.n;
+    s.keys.assign((size_t)n * d, 0.0f);
+    s.values.assign((size_t)n * d, 0.0f);
+    s.queries.assign((size_t)c.grp * c.steps * d, 0.0f);
+    s.prefill_queries.assign((size_t)c.grp * c.npf * d, 0.0f);
+
+    // Keys and values first: the queries are calibrated on them.
+    const KvConst kv = kv_constants(c, g);
+    synth_kv_head(c, kv, g, s.keys.data(), s.values.data());
+
+    // The group's shared processes, then each query head on the keys.
+    const GroupQueries gq = group_queries(c, g);
+    std::vector<SynthHeadInfo> heads((size_t)c.grp);
+    for (int j = 0; j < c.grp; ++j) heads[(size_t)j] = draw_head(p_, c.layer, s.first_q_head + j);
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int j = 0; j < c.grp; ++j)
+        synth_query_head(c, kv, gq, s.first_q_head + j, s.keys.data(), heads[(size_t)j],
+                         s.queries.data() + (size_t)j * c.steps * d, s.prefill_queries.data() + (size_t)j * c.npf * d);
+    if (infos) *infos = std::move(heads);
+    return s;
+}
+
+SynthLayer synthesize_layer(const SynthParams& p, int layer) {
+    const SynthLayerHeads gen(p, layer);
+    const size_t n = (size_t)p.n_tokens(), d = (size_t)p.head_dim, grp = (size_t)(p.num_q_heads / p.num_kv_heads);
     SynthLayer L;
     L.layer = layer;
-    L.keys.assign((size_t)c.G * n * d, 0.0f);
-    L.values.assign((size_t)c.G * n * d, 0.0f);
-    L.queries.assign((size_t)c.H * c.steps * d, 0.0f);
-    L.prefill_queries.assign((size_t)c.H * c.npf * d, 0.0f);
-    L.heads.resize((size_t)c.H);
-    for (int h = 0; h < c.H; ++h) L.heads[(size_t)h] = draw_head(p, layer, h);
-
-    // Keys and values of every KV head (they depend on nothing the queries draw).
-    std::vector<KvConst> kc((size_t)c.G);
-    for (int g = 0; g < c.G; ++g) kc[(size_t)g] = kv_constants(c, g);
-    synth_keys_values(c, kc, L.keys.data(), L.values.data());
-
-    // Queries: each GQA group's shared processes, then each query head on its KV head's keys.
-    std::vector<GroupQueries> gq((size_t)c.G);
-    for (int g = 0; g < c.G; ++g) gq[(size_t)g] = group_queries(c, g);
-#pragma omp parallel for schedule(dynamic, 1)
-    for (int h = 0; h < c.H; ++h) {
-        const int g = h / c.grp;
-        synth_query_head(c, kc[(size_t)g], gq[(size_t)g], h, L.keys.data() + (size_t)g * n * d,
-                         L.heads[(size_t)h], L.queries.data(), L.prefill_queries.data());
+    L.keys.resize((size_t)p.num_kv_heads * n * d);
+    L.values.resize(L.keys.size());
+    L.queries.resize((size_t)p.num_q_heads * p.decode_steps * d);
+    L.prefill_queries.resize((size_t)p.num_q_heads * p.prefill_queries * d);
+    L.heads.reserve((size_t)p.num_q_heads);
+    for (int g = 0; g < p.num_kv_heads; ++g) {
+        std::vector<SynthHeadInfo> infos;
+        const HeadSlice s = gen.head(g, &infos);
+        std::copy(s.keys.begin(), s.keys.end(), L.keys.begin() + (ptrdiff_t)(g * n * d));
+        std::copy(s.values.begin(), s.values.end(), L.values.begin() + (ptrdiff_t)(g * n * d));
+        // a group's query heads are consecutive rows of the layer's [num_q_heads, ...] arrays
+        std::copy(s.queries.begin(), s.queries.end(), L.queries.begin() + (ptrdiff_t)(g * grp * p.decode_steps * d));
+        std::copy(s.prefill_queries.begin(), s.prefill_queries.end(),
+                  L.prefill_queries.begin() + (ptrdiff_t)(g * grp * p.prefill_queries * d));
+        L.heads.insert(L.heads.end(), infos.begin(), infos.end());
     }
     return L;
 }

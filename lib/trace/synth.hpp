@@ -10,6 +10,7 @@
 // layer can be generated without the others.
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -145,6 +146,32 @@ struct SynthText {
 
 SynthText synth_text(const SynthParams& p);
 
+namespace synth_detail {
+struct LayerContext;
+}
+
+/// One layer's synthetic data a KV head at a time: what synthesize() streams to disk, so generating a
+/// trace holds one head's arrays, not a layer's. Deterministic in (p, layer, kv_head); head(g) equals
+/// synth_head_slice(p, synthesize_layer(p, layer), g) bit for bit (synthesize_layer is built on it).
+class SynthLayerHeads {
+  public:
+    /// Validates `p` and `layer` (ParamError) and derives what every head of the layer shares (RoPE
+    /// table, text, needles).
+    SynthLayerHeads(const SynthParams& p, int layer);
+    ~SynthLayerHeads();
+    SynthLayerHeads(const SynthLayerHeads&) = delete;
+    SynthLayerHeads& operator=(const SynthLayerHeads&) = delete;
+
+    /// KV head `kv_head`: keys, values [n_tokens, head_dim]; its GQA group's queries
+    /// [group, decode_steps, head_dim] and prefill queries [group, prefill_queries, head_dim].
+    /// `infos` (optional) receives the group's query heads' draws [group].
+    HeadSlice head(int kv_head, std::vector<SynthHeadInfo>* infos = nullptr) const;
+
+  private:
+    SynthParams p_;
+    std::unique_ptr<synth_detail::LayerContext> c_;
+};
+
 /// Generates one layer in memory (validates `p`). Deterministic in (p, layer).
 SynthLayer synthesize_layer(const SynthParams& p, int layer);
 
@@ -155,9 +182,9 @@ HeadSlice synth_head_slice(const SynthParams& p, const SynthLayer& L, int kv_hea
 /// The root attributes synthesize() writes (layers 0..num_layers-1).
 TraceInfo synth_trace_info(const SynthParams& p);
 
-/// Validates `p`, generates every layer and writes the trace to `path` (atomically, via TraceWriter).
-/// `stop` (optional) is polled between layers; when it returns true the generation throws Interrupted
-/// and leaves no file (the temp file is removed).
+/// Validates `p`, generates every layer a KV head at a time (SynthLayerHeads) and writes the trace to
+/// `path` (atomically, via TraceWriter's streaming writes). `stop` (optional) is polled between heads;
+/// when it returns true the generation throws Interrupted and leaves no file (the temp file is removed).
 void synthesize(const SynthParams& p, const std::string& path, const std::function<bool()>& stop = {});
 
 }  // namespace retro

@@ -190,15 +190,12 @@ KvConst kv_constants(const LayerContext& c, int g) {
     return kv;
 }
 
-void synth_keys_values(const LayerContext& c, const std::vector<KvConst>& kc, float* keys, float* values) {
+void synth_kv_head(const LayerContext& c, const KvConst& kv, int g, float* keys, float* values) {
     const int n = c.n, d = c.d;
-    const long long total = (long long)c.G * n;
 #pragma omp parallel for schedule(static, 256)
-    for (long long gi = 0; gi < total; ++gi) {
-        const int g = (int)(gi / n), i = (int)(gi % n);
-        const KvConst& kv = kc[(size_t)g];
-        token_key(c, kv, g, i, keys + ((size_t)g * n + i) * d);
-        token_value(c, kv, g, i, values + ((size_t)g * n + i) * d);
+    for (int i = 0; i < n; ++i) {
+        token_key(c, kv, g, i, keys + (size_t)i * d);
+        token_value(c, kv, g, i, values + (size_t)i * d);
     }
 }
 

@@ -72,11 +72,11 @@ double needle_coefficient(const LayerContext& c, double sharpness) {
 }
 
 /// The head's queries with the fitted coefficients, rotated to their positions: prefill positions
-/// [q0, prompt_len) into prefill_queries [H, npf, d], decode steps into queries [H, steps, d].
+/// [q0, prompt_len) into prefill_queries [npf, d], decode steps into queries [steps, d] (the head's own rows).
 void assemble_queries(const QueryComponents& q, const SynthHeadInfo& info, float* queries,
                       float* prefill_queries) {
     const LayerContext& c = q.c;
-    const int d = c.d, h = q.h;
+    const int d = c.d;
     std::vector<float> x((size_t)d), tmp((size_t)d);
     for (int t = 0; t < c.nq; ++t) {
         const int pos = c.q0 + t;
@@ -86,8 +86,7 @@ void assemble_queries(const QueryComponents& q, const SynthHeadInfo& info, float
             x[(size_t)j] = (float)(info.beta * x[(size_t)j] + info.lambda * q.local[(size_t)j] +
                                    info.sink_coef * q.kv.e_s[(size_t)j]) + tmp[(size_t)j];
         c.rope.rotate(x.data(), pos);
-        float* dst = t < c.npf ? prefill_queries + ((size_t)h * c.npf + t) * d
-                               : queries + ((size_t)h * c.steps + (t - c.npf)) * d;
+        float* dst = t < c.npf ? prefill_queries + (size_t)t * d : queries + (size_t)(t - c.npf) * d;
         std::copy(x.begin(), x.end(), dst);
     }
 }

@@ -6,7 +6,7 @@
 //   LayerContext        parameters, bands, RoPE table, text                       (synth.cpp)
 //   draw_head           per query head: sharpness, sink and local targets          (synth_head.cpp)
 //   kv_constants        per KV head: key mean, sink direction, topic/word/needle   (synth_keys.cpp)
-//   synth_keys_values   every token's key and value                                (synth_keys.cpp)
+//   synth_kv_head       every token's key and value of one KV head                 (synth_keys.cpp)
 //   group_queries       per KV head: the group's shared focus and needle schedule  (synth_queries.cpp)
 //   synth_query_head    per query head: components, calibration, the queries      (synth_queries.cpp)
 //     calibrate_head    fits beta, lambda and the sink coefficient to the targets  (synth_head.cpp)
@@ -57,14 +57,19 @@ struct GroupQueries {
     std::vector<int> target;   ///< [nq] needle targeted at each query position (-1 none)
 };
 
+/// A HeadSlice's shape fields (layer, KV head, sizes, group, prefill positions) without data; ParamError
+/// when kv_head is out of range.
+HeadSlice head_slice_shape(const SynthParams& p, int layer, int kv_head);
+
 /// Draws of one query head (stream kHeadParam(layer, q_head)); coefficients are fitted later.
 SynthHeadInfo draw_head(const SynthParams& p, int layer, int qh);
 
 /// KV head g's constants (streams kKeyMean, kSinkDir, kValMean, kTopicKey/Val, kWordKey, kNeedleKey/Val).
 KvConst kv_constants(const LayerContext& c, int g);
 
-/// Writes every token's post-RoPE key and its value: keys, values [G, n, d].
-void synth_keys_values(const LayerContext& c, const std::vector<KvConst>& kc, float* keys, float* values);
+/// Writes KV head g's post-RoPE key and value of every token: keys, values [n, d]. Each token's draws
+/// come from streams keyed by (layer, g, token), so heads are generated independently of each other.
+void synth_kv_head(const LayerContext& c, const KvConst& kv, int g, float* keys, float* values);
 
 /// KV head g's shared query focus and needle schedule.
 GroupQueries group_queries(const LayerContext& c, int g);
@@ -90,8 +95,8 @@ struct QueryComponents {
 /// K: [n, d] the head's post-RoPE keys.
 void calibrate_head(const QueryComponents& q, const float* K, SynthHeadInfo& info);
 
-/// Query head h: its components, calibration and post-RoPE queries, written to queries
-/// [H, steps, d] and prefill_queries [H, npf, d]. K: [n, d] the keys of h's KV head.
+/// Query head h: its components, calibration and post-RoPE queries, written to queries [steps, d] and
+/// prefill_queries [npf, d] (head h's own rows). K: [n, d] the keys of h's KV head.
 void synth_query_head(const LayerContext& c, const KvConst& kv, const GroupQueries& group, int h,
                       const float* K, SynthHeadInfo& info, float* queries, float* prefill_queries);
 

@@ -1,37 +1,24 @@
 // The writer glue: a generated layer as the HeadSlice a reader would return, the trace's root attributes,
-// and synthesize(), which writes a whole trace layer by layer through TraceWriter.
+// and synthesize(), which streams a whole trace a KV head at a time through TraceWriter.
 #include "core/error.hpp"
 #include "core/interrupted.hpp"
 #include "trace/synth.hpp"
+#include "trace/synth_stages.hpp"
 #include "trace/writer.hpp"
 
 namespace retro {
 
 HeadSlice synth_head_slice(const SynthParams& p, const SynthLayer& L, int kv_head) {
-    if (kv_head < 0 || kv_head >= p.num_kv_heads)
-        throw ParamError("synth_head_slice: kv_head " + std::to_string(kv_head) + " is out of range 0 .. " +
-                         std::to_string(p.num_kv_heads - 1));
-    const int d = p.head_dim, n = p.n_tokens(), grp = p.num_q_heads / p.num_kv_heads;
-    HeadSlice s;
-    s.layer = L.layer;
-    s.kv_head = kv_head;
-    s.head_dim = d;
-    s.prompt_len = p.prompt_len;
-    s.num_steps = p.decode_steps;
-    s.group = grp;
-    s.first_q_head = kv_head * grp;
-    const size_t kv = (size_t)n * d;
-    s.keys.assign(L.keys.begin() + (ptrdiff_t)(kv_head * kv), L.keys.begin() + (ptrdiff_t)((kv_head + 1) * kv));
-    s.values.assign(L.values.begin() + (ptrdiff_t)(kv_head * kv),
-                    L.values.begin() + (ptrdiff_t)((kv_head + 1) * kv));
-    const size_t qs = (size_t)p.decode_steps * d;
-    s.queries.assign(L.queries.begin() + (ptrdiff_t)(s.first_q_head * qs),
-                     L.queries.begin() + (ptrdiff_t)((s.first_q_head + grp) * qs));
-    s.num_prefill = p.prefill_queries;
-    s.prefill_first_position = p.prompt_len - p.prefill_queries;
-    const size_t ps = (size_t)p.prefill_queries * d;
-    s.prefill_queries.assign(L.prefill_queries.begin() + (ptrdiff_t)(s.first_q_head * ps),
-                             L.prefill_queries.begin() + (ptrdiff_t)((s.first_q_head + grp) * ps));
+    HeadSlice s = synth_detail::head_slice_shape(p, L.layer, kv_head);
+    const size_t kv = (size_t)s.n_tokens() * s.head_dim, qs = (size_t)s.num_steps * s.head_dim,
+                 ps = (size_t)s.num_prefill * s.head_dim;
+    const auto rows = [](const std::vector<float>& x, size_t begin, size_t count) {
+        return std::vector<float>(x.begin() + (ptrdiff_t)begin, x.begin() + (ptrdiff_t)(begin + count));
+    };
+    s.keys = rows(L.keys, kv_head * kv, kv);
+    s.values = rows(L.values, kv_head * kv, kv);
+    s.queries = rows(L.queries, s.first_q_head * qs, s.group * qs);
+    s.prefill_queries = rows(L.prefill_queries, s.first_q_head * ps, s.group * ps);
     return s;
 }
 
@@ -64,12 +51,17 @@ void synthesize(const SynthParams& p, const std::string& path, const std::functi
     info.prefill_first_position = 0;
     TraceWriter w(path, info);
     for (int l = 0; l < p.num_layers; ++l) {
-        if (stop && stop())  // the writer's destructor removes the temp file
-            throw Interrupted("generation of " + path + " stopped at layer " + std::to_string(l) + " of " +
-                              std::to_string(p.num_layers) + "; nothing was written");
-        SynthLayer L = synthesize_layer(p, l);
-        w.write_layer(l, L.keys, L.values, L.queries, L.prefill_queries, p.prefill_queries,
-                      p.prompt_len - p.prefill_queries);
+        const SynthLayerHeads layer(p, l);
+        w.begin_layer(l, p.prefill_queries, p.prompt_len - p.prefill_queries);
+        for (int g = 0; g < p.num_kv_heads; ++g) {
+            if (stop && stop())  // the writer's destructor removes the temp file
+                throw Interrupted("generation of " + path + " stopped at layer " + std::to_string(l) + " of " +
+                                  std::to_string(p.num_layers) + " (KV head " + std::to_string(g) + " of " +
+                                  std::to_string(p.num_kv_heads) + "); nothing was written");
+            // One KV head's arrays at a time: a layer of a 1M-token Llama-3 trace would be 8 GiB.
+            const HeadSlice s = layer.head(g);
+            w.write_kv_head(l, g, s.keys, s.values, s.queries, s.prefill_queries);
+        }
     }
     w.finish();
 }

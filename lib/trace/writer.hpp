@@ -33,7 +33,19 @@ class TraceWriter {
                      const std::vector<float>& queries, const std::vector<float>& prefill_queries = {},
                      int n_prefill = 0, int prefill_first_position = 0);
 
-    /// Flushes, closes and atomically renames the file into place. Requires at least one layer.
+    /// Streaming, a KV head at a time (what synthesize() does, so a layer never has to be in memory):
+    /// begin_layer creates /layers/<layer>/ and its datasets (n_prefill and prefill_first_position as in
+    /// write_layer); then write_kv_head once per KV head, in any order:
+    ///   keys, values: [n_tokens, head_dim] of KV head `kv_head`
+    ///   queries: [group, num_decode_steps, head_dim], prefill_queries: [group, n_prefill, head_dim] of its
+    ///   GQA group's query heads (kv_head * group ...).
+    /// The next begin_layer / write_layer / finish throws TraceError naming the KV heads a layer lacks.
+    void begin_layer(int layer, int n_prefill = 0, int prefill_first_position = 0);
+    void write_kv_head(int layer, int kv_head, const std::vector<float>& keys, const std::vector<float>& values,
+                       const std::vector<float>& queries, const std::vector<float>& prefill_queries = {});
+
+    /// Flushes, closes and atomically renames the file into place. Requires at least one layer, each
+    /// with every KV head written.
     void finish();
 
   private:

@@ -7,6 +7,7 @@
 #include <hdf5.h>
 
 #include "trace/h5util.hpp"
+#include "trace/reader.hpp"
 #ifdef RETRO_HAVE_CUDA
 #include "cuda_api.hpp"
 #endif
@@ -389,7 +390,7 @@ TEST_F(Cli, ValidateMakesEveryCheckRunMakesBeforeWork) {
 TEST_F(Cli, OversizedSynthIsRefusedBeforeWork) {
     auto r = sh(bin() + " synth big.h5 --prompt-len 8388608 --max-memory 1G");
     EXPECT_EQ(r.code, 2) << r.out;
-    for (const std::string needle : {"synthesizing big.h5 (8 KV heads x 8388640 tokens x head_dim 128",
+    for (const std::string needle : {"synthesizing big.h5 (8388640 tokens x head_dim 128, one KV head at a time)",
                                      "GiB of memory, more than the 1.0 GiB limit (--max-memory 1G)",
                                      "use a shorter prompt"})
         EXPECT_NE(r.out.find(needle), std::string::npos) << "expected '" << needle << "' in: " << r.out;
@@ -494,6 +495,34 @@ TEST_F(Cli, TraceOnWhichHdf5HangsEndsWithAnErrorNamingIt) {
 // The runner streams one (layer, KV head) per worker (issue 17): with one thread, a trace of 32 heads
 // peaks at about the same resident memory as a trace of one head, far below the trace's size. Both
 // runs record their process's peak RSS (getrusage) in the manifest and its session entry.
+// Issue 16: synth streams a KV head at a time (SynthLayerHeads + TraceWriter::write_kv_head), so
+// generating a trace holds one head's arrays, not a layer's: an 8-KV-head layer peaks within two heads'
+// bytes of a 1-KV-head one (before: the whole layer, ~7 heads more).
+TEST_F(Cli, SynthPeakMemoryIsOneKvHeadNotTheLayer) {
+    const int prompt = 32768, steps = 2, d = 128;
+    auto peak_of = [&](const std::string& name, const std::string& heads) {
+        const auto r = sh("ASAN_OPTIONS=\"${ASAN_OPTIONS:-}:quarantine_size_mb=0\" " + bin() + " synth " + name +
+                          " --preset llama3-8b --layers 1 --prompt-len " + std::to_string(prompt) + " --steps " +
+                          std::to_string(steps) + " --prefill-queries 4 " + heads);
+        EXPECT_EQ(r.code, 0) << r.out;
+        const auto at = r.out.find("peak memory ");
+        EXPECT_NE(at, std::string::npos) << r.out;
+        return at == std::string::npos ? 0.0 : std::stod(r.out.substr(at + 12)) * 1024 * 1024;
+    };
+    const double one = peak_of("one.h5", "--set num_kv_heads=1 --set num_q_heads=4");
+    const double eight = peak_of("eight.h5", "");
+    // one head's float32 keys + values and their float16 copies for the writer
+    const double head_bytes = 2.0 * (prompt + steps) * d * (sizeof(float) + 2);
+    EXPECT_GT(one, head_bytes);  // the value is real: the process held at least the head it generated
+    EXPECT_LT(eight - one, 2 * head_bytes) << "peak " << eight << " B for 8 KV heads, " << one << " B for one";
+    // and the streamed file holds every head: the reader sees 8 KV heads of distinct keys
+    retro::TraceReader r("eight.h5");
+    ASSERT_EQ(r.info().num_kv_heads, 8);
+    const retro::HeadSlice h0 = r.read_head(0, 0), h7 = r.read_head(0, 7);
+    EXPECT_NE(h0.keys, h7.keys);
+    EXPECT_EQ(h7.prefill_queries.size(), (size_t)4 * 4 * d);
+}
+
 TEST_F(Cli, PeakMemoryIsBoundedByAHeadNotTheTrace) {
     const int prompt = 4096, steps = 2, d = 128;
     auto r = sh(bin() + " synth big.h5 --preset llama3-8b --layers 4 --prompt-len " + std::to_string(prompt) +

@@ -66,14 +66,21 @@ TEST(Memory, HeadSliceBytesCountsEveryArrayWithoutOverflow) {
     EXPECT_GT(head_slice_bytes(in), 1e18);
 }
 
-TEST(Memory, SynthEstimateGrowsWithTheLayer) {
+TEST(Memory, SynthEstimateIsOneKvHeadNotTheLayer) {
     SynthParams p = SynthParams::preset("llama3-8b");
     p.prompt_len = 8 << 20;
     const MemoryEstimate big = estimate_synth_memory(p, "big.h5");
-    // 8 KV heads x 8M tokens x 128 dims, keys and values, float32 + float16: ~96 GiB
-    EXPECT_GT(big.bytes, 2.0 * 8 * (8 << 20) * 128 * 6);
-    EXPECT_LT(big.bytes, 1.2 * 2.0 * 8 * (8 << 20) * 128 * 6);
+    // synthesize() streams a KV head at a time: 8M tokens x 128 dims, keys and values, float32 + float16
+    // (~12 GiB) and the layer's RoPE table [n, d] float32 (4 GiB), not the layer's 8 KV heads (~96 GiB)
+    const double head = 2.0 * (8 << 20) * 128 * 6, rope = (8 << 20) * 128 * 4.0;
+    EXPECT_GT(big.bytes, head + rope);
+    EXPECT_LT(big.bytes, 1.1 * (head + rope));
     EXPECT_NE(big.what.find("big.h5"), std::string::npos);
+    EXPECT_NE(big.what.find("one KV head at a time"), std::string::npos);
+    SynthParams mha = p;  // 4x the KV heads (groups of 1 instead of 4): no more memory, one head at a time
+    mha.num_kv_heads = 32;
+    EXPECT_LE(estimate_synth_memory(mha, "big.h5").bytes, big.bytes);
+    EXPECT_GT(estimate_synth_memory(mha, "big.h5").bytes, head + rope);
     p.prompt_len = 1024;
     EXPECT_LT(estimate_synth_memory(p, "s.h5").bytes, big.bytes / 1000);
 }

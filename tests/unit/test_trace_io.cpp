@@ -477,6 +477,60 @@ TEST(TraceIO, WriterValidatesLayers) {
     expect_trace_error([&] { empty.finish(); }, {tmp / "e.h5", "no layer"});
 }
 
+// Streaming (synthesize's path): KV heads written one at a time, in any order, give the same file
+// contents as the whole layer; an incomplete layer is refused naming the heads it lacks.
+TEST(TraceIO, StreamedKvHeadsEqualTheWholeLayer) {
+    TempDir tmp;
+    const TraceInfo in = make_info(DType::bf16, 12, 4, 16, 40, 7);  // GQA group 3
+    const int npf = 5, first = 30, d = in.head_dim, n = in.n_tokens(), grp = 3;
+    const LayerData L = make_layer(in, 1, npf, 9);
+    {
+        TraceWriter w(tmp / "whole.h5", in);
+        w.write_layer(1, L.keys, L.values, L.queries, L.prefill, npf, first);
+        w.finish();
+    }
+    const auto rows = [](const std::vector<float>& x, size_t begin, size_t count) {
+        return std::vector<float>(x.begin() + (ptrdiff_t)begin, x.begin() + (ptrdiff_t)(begin + count));
+    };
+    {
+        TraceWriter w(tmp / "streamed.h5", in);
+        w.begin_layer(1, npf, first);
+        for (int g : {2, 0, 3, 1}) {
+            const size_t kv = (size_t)n * d, q = (size_t)grp * in.num_decode_steps * d, pf = (size_t)grp * npf * d;
+            w.write_kv_head(1, g, rows(L.keys, g * kv, kv), rows(L.values, g * kv, kv), rows(L.queries, g * q, q),
+                            rows(L.prefill, g * pf, pf));
+        }
+        w.finish();
+    }
+    const TraceReader a(tmp / "whole.h5"), b(tmp / "streamed.h5");
+    EXPECT_EQ(b.info().num_prefill_queries, npf);
+    EXPECT_EQ(b.info().prefill_first_position, first);
+    for (int g = 0; g < in.num_kv_heads; ++g) {
+        const HeadSlice x = a.read_head(1, g), y = b.read_head(1, g);
+        EXPECT_EQ(x.keys, y.keys) << g;
+        EXPECT_EQ(x.values, y.values) << g;
+        EXPECT_EQ(x.queries, y.queries) << g;
+        EXPECT_EQ(x.prefill_queries, y.prefill_queries) << g;
+        EXPECT_EQ(y.keys[0], round_to(DType::bf16, L.keys[(size_t)g * n * d])) << g;  // really head g's rows
+    }
+
+    const std::string path = tmp / "bad.h5";
+    TraceWriter w(path, in);
+    const std::vector<float> k((size_t)n * d, 0.5f), q((size_t)grp * in.num_decode_steps * d, 0.25f);
+    expect_trace_error([&] { w.write_kv_head(0, 0, k, k, q); }, {path, "without begin_layer(0)"});
+    w.begin_layer(0);
+    expect_trace_error([&] { w.write_kv_head(0, 4, k, k, q); }, {path, "KV head 4", "num_kv_heads"});
+    expect_trace_error([&] { w.write_kv_head(0, 1, k, k, k); }, {path, "KV head 1", "queries", "[3, 7, 16]"});
+    std::vector<float> nan_k = k;
+    nan_k[(size_t)3 * d + 2] = NAN;
+    expect_trace_error([&] { w.write_kv_head(0, 1, nan_k, k, q); }, {path, "keys", "(head 1, token 3, dim 2)"});
+    w.write_kv_head(0, 1, k, k, q);  // a refused head can be written again
+    expect_trace_error([&] { w.write_kv_head(0, 1, k, k, q); }, {path, "KV head 1", "written twice"});
+    w.write_kv_head(0, 3, k, k, q);
+    expect_trace_error([&] { w.finish(); }, {path, "layer 0 incomplete", "KV head(s) 0, 2 of 4 not written"});
+    expect_trace_error([&] { w.begin_layer(2); }, {path, "layer 0 incomplete", "0, 2"});
+}
+
 // ------------------------------------------------------------------------------------------------
 // Reader validation: one bad file per error kind
 
