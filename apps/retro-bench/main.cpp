@@ -6,6 +6,7 @@
 #include <exception>
 
 #include "commands.hpp"
+#include "hdf5_crash_guard.hpp"
 #include "hdf5_watchdog.hpp"
 #include "core/host.hpp"
 #include "core/error.hpp"
@@ -45,6 +46,9 @@ int main(int argc, char** argv) {
     } catch (const CLI::ParseError& e) {
         return app.exit(e);
     }
+    // a crash inside HDF5 reading a trace's metadata ends with exit 2 naming the file (after the
+    // sanitizer run-time's handlers, installed before main, which stay the fallback for any other crash)
+    install_hdf5_crash_guard();
     try {
         const Hdf5Watchdog watchdog;  // a trace whose metadata HDF5 never finishes reading ends with exit 2
         for (auto& [sub, run] : runners)

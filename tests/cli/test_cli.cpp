@@ -464,30 +464,37 @@ TEST_F(Cli, TraceDeclaringABillionTokensGivesAClearError) {
     EXPECT_EQ(r.out.find("internal error"), std::string::npos) << r.out;
 }
 
-// A corrupt global heap makes HDF5 1.10 spin forever reading a string attribute (found by fuzzing,
-// docs/testing.md): the CLI's watchdog ends validate, inspect and run with exit 2 naming the file, within
-// RETRO_HDF5_TIMEOUT (1 s here) instead of hanging; nothing is written. A malformed limit is refused.
-TEST_F(Cli, TraceOnWhichHdf5HangsEndsWithAnErrorNamingIt) {
-    fs::copy_file(fs::path(RETRO_SOURCE_DIR) / "tests/fuzz/hdf5-findings/hang-vlen-attr-global-heap.h5", "hang.h5");
-    const std::string msg = "retro-bench: error: hang.h5: HDF5 did not return within 1 s reading its metadata";
-    write_config("c.json", tiny_config("hang.h5"));
-    for (const std::string cmd : {" validate hang.h5", " inspect hang.h5", " run c.json"}) {
-        const auto r = sh("RETRO_HDF5_TIMEOUT=1 timeout 60 " + bin() + cmd);
-        EXPECT_EQ(r.code, 2) << cmd << ": " << r.out;
-        EXPECT_NE(r.out.find(msg), std::string::npos) << cmd << ": " << r.out;
-    }
-    EXPECT_FALSE(fs::exists("results"));
-    // every other hang fuzzing found (hang-metadata-*.h5): validate ends each the same way
-    int others = 0;
+// Every file on which fuzzing made HDF5 1.10.8 misbehave while reading its metadata
+// (tests/fuzz/hdf5-findings/, docs/testing.md) ends validate and inspect -- and run, for the first hang
+// and every crash -- with exit 2 and an error naming the file; nothing is written. A hang-* file (HDF5
+// spins forever on a corrupt global heap) is ended by the watchdog within RETRO_HDF5_TIMEOUT (1 s here),
+// a segv-* file (HDF5 dereferences the corrupt heap) by the crash guard. Before the guard, the segv file
+// ended validate with SIGSEGV (exit 139). A malformed limit is refused.
+TEST_F(Cli, EveryHdf5FindingEndsWithAnErrorNamingIt) {
+    std::map<std::string, int> kinds;  // "hang" / "segv" -> files of that kind
     for (const auto& e : fs::directory_iterator(fs::path(RETRO_SOURCE_DIR) / "tests/fuzz/hdf5-findings")) {
-        if (e.path().filename().string().rfind("hang-metadata-", 0) != 0) continue;
-        ++others;
-        const auto r = sh("RETRO_HDF5_TIMEOUT=1 timeout 60 " + bin() + " validate '" + e.path().string() + "'");
-        EXPECT_EQ(r.code, 2) << e.path() << ": " << r.out;
-        EXPECT_NE(r.out.find(e.path().string() + ": HDF5 did not return within 1 s"), std::string::npos) << r.out;
+        const std::string name = e.path().filename().string(), kind = name.substr(0, 5);
+        const std::string what =
+            kind == "hang-"   ? "HDF5 did not return within 1 s reading its metadata (corrupt file?)"
+            : kind == "segv-" ? "HDF5 crashed reading its metadata (SIGSEGV; corrupt file?)"
+                              : "";
+        ASSERT_FALSE(what.empty()) << name << ": a finding's name says what HDF5 does on it (hang-* or segv-*)";
+        ++kinds[kind];
+        fs::copy_file(e.path(), name);
+        write_config(name + ".json", tiny_config(name));
+        std::vector<std::string> cmds = {" validate " + name, " inspect " + name};
+        if (kind == "segv-" || name == "hang-vlen-attr-global-heap.h5") cmds.push_back(" run " + name + ".json");
+        for (const auto& cmd : cmds) {
+            const auto r = sh("RETRO_HDF5_TIMEOUT=1 timeout 60 " + bin() + cmd);
+            EXPECT_EQ(r.code, 2) << cmd << ": " << r.out;
+            EXPECT_NE(r.out.find("retro-bench: error: " + name + ": " + what), std::string::npos)
+                << cmd << ": " << r.out;
+        }
     }
-    EXPECT_GE(others, 4);
-    const auto r = sh("RETRO_HDF5_TIMEOUT=soon " + bin() + " validate hang.h5");
+    EXPECT_GE(kinds["hang-"], 5);
+    EXPECT_GE(kinds["segv-"], 1);
+    EXPECT_FALSE(fs::exists("results"));
+    const auto r = sh("RETRO_HDF5_TIMEOUT=soon " + bin() + " validate hang-vlen-attr-global-heap.h5");
     EXPECT_EQ(r.code, 2) << r.out;
     EXPECT_NE(r.out.find("RETRO_HDF5_TIMEOUT='soon': expected the seconds"), std::string::npos) << r.out;
 }
