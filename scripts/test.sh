@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite (what CI runs; docs/testing.md): install what is missing, build, run every test
 # (unit, CLI integration, reliability, Python; GPU tests report themselves skipped without a GPU); then
-# the unit and CLI tests again under ASan + UBSan (build-asan/), then each libFuzzer target for a bounded
-# time on its corpus (build-fuzz/). Arguments go to the first ctest (e.g. -R pattern).
+# the unit, CLI and reliability tests again under ASan + UBSan (build-asan/), then each libFuzzer target
+# for a bounded time on its corpus (build-fuzz/). Arguments go to the first ctest (e.g. -R pattern).
 #   RETRO_SANITIZE_TESTS=0  skips the ASan + UBSan stage (default 1: on)
 #   RETRO_FUZZ_SECONDS=N    seconds per fuzz target (default 60; 0 skips the fuzz stage)
 set -euo pipefail
@@ -18,7 +18,7 @@ if [[ "${RETRO_SANITIZE_TESTS:-1}" != 0 ]]; then
   retro_sanitizer_env
   stage "ASan + UBSan build: $RETRO_BUILD_ASAN"
   retro_build_asan
-  (cd "$RETRO_BUILD_ASAN" && ctest --output-on-failure -j "$(nproc)" -L 'unit|cli')
+  (cd "$RETRO_BUILD_ASAN" && ctest --output-on-failure -j "$(nproc)" -L 'unit|cli|reliability')
   stage "ASan + UBSan tests done"
 fi
 
