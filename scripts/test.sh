@@ -27,7 +27,7 @@ if [[ "$fuzz_s" != 0 ]]; then
   retro_sanitizer_env
   stage "libFuzzer build: $RETRO_BUILD_FUZZ"
   retro_build_fuzz
-  cmake "$RETRO_BUILD_FUZZ" -DRETRO_FUZZ_SECONDS="$fuzz_s" >/dev/null
+  cmake "$RETRO_BUILD_FUZZ" -DRETRO_FUZZ_SECONDS="$fuzz_s" -DRETRO_BENCH_FOR_FUZZ="$RETRO_BUILD/retro-bench" >/dev/null
   (cd "$RETRO_BUILD_FUZZ" && ctest --output-on-failure -L '^fuzz$')
   stage "fuzzing done"
 fi
