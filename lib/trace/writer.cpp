@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -97,7 +98,6 @@ struct OpenLayer {
     int layer = -1;
     Hid keys, values, queries, prefill;  ///< closed under the HDF5 lock only
     std::vector<char> done;              ///< [num_kv_heads] rows written
-    int remaining = 0;                   ///< KV heads not written yet
 };
 
 struct TraceWriter::Impl {
@@ -166,6 +166,16 @@ struct TraceWriter::Impl {
     hsize_t n_tokens() const { return (hsize_t)info.n_tokens(); }
     int group() const { return info.num_q_heads / info.num_kv_heads; }
 
+    /// A layer's dataset shapes: keys/values [num_kv_heads, n_tokens, d], queries [num_q_heads, steps, d],
+    /// prefill_queries [num_q_heads, n_pf, d].
+    struct Shapes {
+        hsize_t kv[3], q[3], pf[3];
+    };
+    Shapes shapes(int n_pf) const {
+        const hsize_t d = (hsize_t)info.head_dim, H = (hsize_t)info.num_q_heads;
+        return {{(hsize_t)info.num_kv_heads, n_tokens(), d}, {H, (hsize_t)info.num_decode_steps, d}, {H, (hsize_t)n_pf, d}};
+    }
+
     /// KV head g's arrays in storage bits (empty for float32, which is written in place).
     struct Encoded {
         std::vector<uint16_t> keys, values, queries, prefill;
@@ -178,9 +188,8 @@ struct TraceWriter::Impl {
                         const float* prefill) const {
         const std::string where = path + ": /layers/" + std::to_string(layer) + "/";
         const hsize_t d = (hsize_t)info.head_dim, grp = (hsize_t)group();
-        const hsize_t kv_dims[3] = {(hsize_t)info.num_kv_heads, n_tokens(), d};
-        const hsize_t q_dims[3] = {(hsize_t)info.num_q_heads, (hsize_t)info.num_decode_steps, d};
-        const hsize_t pf_dims[3] = {(hsize_t)info.num_q_heads, (hsize_t)n_pf, d};
+        const Shapes sh = shapes(n_pf);
+        const hsize_t *kv_dims = sh.kv, *q_dims = sh.q, *pf_dims = sh.pf;
         const size_t kv_n = n_tokens() * d, q_n = grp * q_dims[1] * d, pf_n = grp * pf_dims[1] * d;
         const size_t q0 = (size_t)g * grp;
         Encoded e;
@@ -198,24 +207,22 @@ struct TraceWriter::Impl {
         return e;
     }
 
-    /// Writes KV head g's rows of the open layer (arrays as encode_head's).
-    void write_head(int g, const float* keys, const float* values, const float* queries, const float* prefill) {
+    /// Writes KV head g's rows of the open layer: its float32 arrays as encode_head's, or for 16-bit
+    /// storage their encoding `e` (encode_head's result).
+    void store_head(int g, const float* keys, const float* values, const float* queries, const float* prefill,
+                    const Encoded& e) {
         OpenLayer& L = *open;
-        const Encoded e = encode_head(L.layer, n_prefill, g, keys, values, queries, prefill);  // outside the lock
         const bool raw = info.dtype == DType::f32;
-        const hsize_t d = (hsize_t)info.head_dim, grp = (hsize_t)group();
-        const hsize_t kv_dims[3] = {(hsize_t)info.num_kv_heads, n_tokens(), d};
-        const hsize_t q_dims[3] = {(hsize_t)info.num_q_heads, (hsize_t)info.num_decode_steps, d};
-        const hsize_t pf_dims[3] = {(hsize_t)info.num_q_heads, (hsize_t)n_prefill, d};
+        const hsize_t grp = (hsize_t)group();
+        const Shapes sh = shapes(n_prefill);
         h5::Lock lk;
-        write_rows(L.keys, "keys", kv_dims, (hsize_t)g, 1, raw ? (const void*)keys : e.keys.data());
-        write_rows(L.values, "values", kv_dims, (hsize_t)g, 1, raw ? (const void*)values : e.values.data());
-        write_rows(L.queries, "queries", q_dims, (hsize_t)g * grp, grp, raw ? (const void*)queries : e.queries.data());
+        write_rows(L.keys, "keys", sh.kv, (hsize_t)g, 1, raw ? (const void*)keys : e.keys.data());
+        write_rows(L.values, "values", sh.kv, (hsize_t)g, 1, raw ? (const void*)values : e.values.data());
+        write_rows(L.queries, "queries", sh.q, (hsize_t)g * grp, grp, raw ? (const void*)queries : e.queries.data());
         if (n_prefill > 0)
-            write_rows(L.prefill, "prefill_queries", pf_dims, (hsize_t)g * grp, grp,
+            write_rows(L.prefill, "prefill_queries", sh.pf, (hsize_t)g * grp, grp,
                        raw ? (const void*)prefill : e.prefill.data());
         L.done[(size_t)g] = 1;
-        --L.remaining;
     }
 
     /// The checks begin_layer makes before touching the file (range, duplicates, prefill positions).
@@ -224,10 +231,10 @@ struct TraceWriter::Impl {
     /// Throws unless the open layer (if any) has every KV head written; then closes its datasets.
     void close_layer(const char* before) {
         if (!open) return;
-        if (open->remaining > 0) {
-            std::string missing;
-            for (size_t g = 0; g < open->done.size(); ++g)
-                if (!open->done[g]) missing += (missing.empty() ? "" : ", ") + std::to_string(g);
+        std::string missing;
+        for (size_t g = 0; g < open->done.size(); ++g)
+            if (!open->done[g]) missing += (missing.empty() ? "" : ", ") + std::to_string(g);
+        if (!missing.empty()) {
             throw TraceError(path + ": " + before + " with layer " + std::to_string(open->layer) + " incomplete: KV head(s) " +
                              missing + " of " + std::to_string(info.num_kv_heads) + " not written");
         }
@@ -331,23 +338,19 @@ void TraceWriter::begin_layer(int layer, int n_prefill, int prefill_first_positi
     w.close_layer(("begin_layer(" + std::to_string(layer) + ")").c_str());
     w.check_layer(layer, n_prefill, prefill_first_position);
     const int first_pos = n_prefill > 0 ? prefill_first_position : 0;
-    const hsize_t d = (hsize_t)in.head_dim;
-    const hsize_t kv_dims[3] = {(hsize_t)in.num_kv_heads, w.n_tokens(), d};
-    const hsize_t q_dims[3] = {(hsize_t)in.num_q_heads, (hsize_t)in.num_decode_steps, d};
-    const hsize_t pf_dims[3] = {(hsize_t)in.num_q_heads, (hsize_t)n_prefill, d};
+    const Impl::Shapes sh = w.shapes(n_prefill);
     auto L = std::make_unique<OpenLayer>();
     L->layer = layer;
     L->done.assign((size_t)in.num_kv_heads, 0);
-    L->remaining = in.num_kv_heads;
     h5::Lock lk;
     const std::string gname = std::to_string(layer);
     Hid g(H5Gcreate2(w.layers, gname.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
     if (!g.valid()) throw TraceError(w.tmp + ": cannot create group /layers/" + gname);
-    L->keys = w.create_dataset(g, "keys", kv_dims);
-    L->values = w.create_dataset(g, "values", kv_dims);
-    L->queries = w.create_dataset(g, "queries", q_dims);
+    L->keys = w.create_dataset(g, "keys", sh.kv);
+    L->values = w.create_dataset(g, "values", sh.kv);
+    L->queries = w.create_dataset(g, "queries", sh.q);
     if (n_prefill > 0) {
-        L->prefill = w.create_dataset(g, "prefill_queries", pf_dims);
+        L->prefill = w.create_dataset(g, "prefill_queries", sh.pf);
         try {
             h5::write_attr_int(L->prefill, "first_position", prefill_first_position);
         } catch (const std::exception& e) {
@@ -393,7 +396,9 @@ void TraceWriter::write_kv_head(int layer, int kv_head, const std::vector<float>
                "group, num_decode_steps, head_dim");
     check_size(where, "prefill_queries", prefill_queries.size(), grp * (size_t)w.n_prefill * d,
                shape3(grp, w.n_prefill, d), "group, n_prefill, head_dim");
-    w.write_head(kv_head, keys.data(), values.data(), queries.data(), prefill_queries.data());
+    const Impl::Encoded e = w.encode_head(layer, w.n_prefill, kv_head, keys.data(), values.data(), queries.data(),
+                                          prefill_queries.data());  // outside the HDF5 lock
+    w.store_head(kv_head, keys.data(), values.data(), queries.data(), prefill_queries.data(), e);
 }
 
 void TraceWriter::write_layer(int layer, const std::vector<float>& keys, const std::vector<float>& values,
@@ -414,17 +419,26 @@ void TraceWriter::write_layer(int layer, const std::vector<float>& keys, const s
     if (n_prefill > 0)
         check_size(where, "prefill_queries", prefill_queries.size(), H * (size_t)n_prefill * d,
                    shape3(H, (size_t)n_prefill, d), "num_q_heads, n_prefill, head_dim");
-    // Every check before the file is touched: a refused layer leaves the writer as it was.
+    // Every check before the file is touched: a refused layer leaves the writer as it was. The heads are
+    // checked and encoded once, here; the encodings are what is written.
     w.close_layer("write_layer");
     w.check_layer(layer, n_prefill, prefill_first_position);
     const size_t pf = (size_t)std::max(n_prefill, 0);
-    for (size_t g = 0; g < G; ++g)
-        (void)w.encode_head(layer, n_prefill, (int)g, keys.data() + g * n * d, values.data() + g * n * d,
-                            queries.data() + g * grp * steps * d, prefill_queries.data() + g * grp * pf * d);
+    const auto rows = [&](size_t g) {
+        return std::array<const float*, 4>{keys.data() + g * n * d, values.data() + g * n * d,
+                                           queries.data() + g * grp * steps * d, prefill_queries.data() + g * grp * pf * d};
+    };
+    std::vector<Impl::Encoded> enc;
+    enc.reserve(G);
+    for (size_t g = 0; g < G; ++g) {
+        const auto r = rows(g);
+        enc.push_back(w.encode_head(layer, n_prefill, (int)g, r[0], r[1], r[2], r[3]));
+    }
     begin_layer(layer, n_prefill, prefill_first_position);
-    for (size_t g = 0; g < G; ++g)
-        w.write_head((int)g, keys.data() + g * n * d, values.data() + g * n * d, queries.data() + g * grp * steps * d,
-                     prefill_queries.data() + g * grp * pf * d);
+    for (size_t g = 0; g < G; ++g) {
+        const auto r = rows(g);
+        w.store_head((int)g, r[0], r[1], r[2], r[3], enc[g]);
+    }
     w.close_layer("write_layer");
 }
 
