@@ -122,15 +122,18 @@ double recall100(const Head& h, const std::vector<int32_t>& assign, int k) {
 
 // Variant 0: global (segment = all keys); 1: 8K segments + final global assignment (the public code);
 // 2: 8K segments, final assignment within the segment (pure segmented, final_assign none); 3: 8K
-// segments + final assignment over the own and neighbouring segments (final_assign local, radius 1). Third argument:
+// segments + final assignment over the own and neighbouring segments (final_assign local, radius 1); 4: 8K
+// segments + final assignment over the own segment and 4 of sqrt(k) coarse lists (final_assign probe). Third argument:
 // normalize_init (0 = the public code's raw-key initial centroids, 1 = normalized as FAISS).
 void BM_WaveKMeans(benchmark::State& st) {
     const Head& h = head((int)st.range(0));
     const int variant = (int)st.range(1);
     retro::KMeansParams p;
     p.segment = variant == 0 ? 0 : 8192;
-    p.final_assign = variant == 1 ? retro::FinalAssign::global
-                     : variant == 3 ? retro::FinalAssign::local : retro::FinalAssign::none;
+    p.final_assign = variant == 1   ? retro::FinalAssign::global
+                     : variant == 3 ? retro::FinalAssign::local
+                     : variant == 4 ? retro::FinalAssign::probe
+                                    : retro::FinalAssign::none;
     p.normalize_init = st.range(2) != 0;
     retro::KMeansResult r;
     for (auto _ : st) {
@@ -140,6 +143,7 @@ void BM_WaveKMeans(benchmark::State& st) {
     st.SetLabel(std::string(variant == 0   ? "global"
                             : variant == 1 ? "seg8k+global_assign"
                             : variant == 3 ? "seg8k+local_assign"
+                            : variant == 4 ? "seg8k+probe_assign"
                                            : "seg8k") +
                 (p.normalize_init ? " norm_init" : ""));
     st.counters["k"] = r.k;
@@ -153,12 +157,12 @@ BENCHMARK(BM_WaveKMeans)
     ->Iterations(1)
     ->UseRealTime();
 
-// Issue 17: the build's growth with the context for each final assignment (1 = global, the public code;
-// 2 = none; 3 = local, the default) at 128K and 1M keys; one iteration each (the global pass at 1M is
+// Issue 17: the build's growth with the context for each final assignment (1 = global, the public code
+// and the default; 2 = none; 3 = local; 4 = probe) at 128K and 1M keys; one iteration each (the global pass at 1M is
 // over a minute). Run with OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 for single-core CPU times.
 void BM_WaveKMeansScale(benchmark::State& st) { BM_WaveKMeans(st); }
 BENCHMARK(BM_WaveKMeansScale)
-    ->ArgsProduct({{131072, 1048576}, {3, 2, 1}, {0}})
+    ->ArgsProduct({{131072, 1048576}, {3, 4, 2, 1}, {0}})
     ->Unit(benchmark::kSecond)
     ->Iterations(1)
     ->UseRealTime();

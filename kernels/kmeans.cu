@@ -9,6 +9,7 @@
 
 #include "cluster/kmeans.hpp"
 #include "core/error.hpp"
+#include "core/host.hpp"
 #include "cuda_api.hpp"
 
 namespace retro::cuda {
@@ -118,10 +119,16 @@ KMeansResult segmented_kmeans_gpu(const float* x, int n, int d, const KMeansPara
         normalize_kernel<<<(K + 7) / 8, 256>>>(K, d, dsum.get(), dcnt.get(), dc.get());
         check_launch("kmeans normalize");
     }
-    kmeans_assign(dx.get(), n, d, dc.get(), K, drb.get(), dcb.get(), S, kmeans_final_radius(p, S), das.get());
     res.assign.resize((size_t)n);
-    copy_d2h(res.assign.data(), das.get(), das.bytes());
     copy_d2h(cent.data(), dc.get(), dc.bytes());
+    if (p.final_assign == FinalAssign::probe) {
+        // The probed pass (an IVF over the centroids) runs on the host: the same code as the CPU build.
+        kmeans_probe_assign(xc, d, cent.data(), plan, p, compute_threads(), res.assign.data());
+    } else {
+        kmeans_assign(dx.get(), n, d, dc.get(), K, drb.get(), dcb.get(), S, kmeans_final_radius(p, S),
+                      das.get());
+        copy_d2h(res.assign.data(), das.get(), das.bytes());
+    }
     kmeans_finish(x, cent.data(), res);
     return res;
 }

@@ -94,6 +94,10 @@ struct Task {
     int r0, r1, c0, c1;
 };
 
+int segment_of(const KMeansPlan& plan, int row) {
+    return (int)(std::upper_bound(plan.row_begin.begin(), plan.row_begin.end(), row) - plan.row_begin.begin()) - 1;
+}
+
 // Row blocks of every segment, each against the clusters of segments [s - radius, s + radius] (a
 // contiguous range; radius < 0: all clusters).
 std::vector<Task> make_tasks(const KMeansPlan& plan, int radius) {
@@ -108,8 +112,9 @@ std::vector<Task> make_tasks(const KMeansPlan& plan, int radius) {
     return t;
 }
 
+// best_out (optional, [n]): each row's best score.
 void run_assign(const float* x, const float* c, int d, const std::vector<Task>& tasks, int threads,
-                int32_t* assign) {
+                int32_t* assign, float* best_out = nullptr) {
 #pragma omp parallel num_threads(threads) if (threads > 1)
     {
         std::vector<float> scratch((size_t)kRowBlock * kColTile);
@@ -117,7 +122,8 @@ void run_assign(const float* x, const float* c, int d, const std::vector<Task>& 
 #pragma omp for schedule(dynamic, 1)
         for (long i = 0; i < (long)tasks.size(); ++i) {
             const Task& t = tasks[(size_t)i];
-            assign_block(x, t.r0, t.r1, c, t.c0, t.c1, d, assign, best.data(), scratch.data());
+            assign_block(x, t.r0, t.r1, c, t.c0, t.c1, d, assign, best_out ? best_out + t.r0 : best.data(),
+                         scratch.data());
         }
     }
 }
@@ -125,7 +131,7 @@ void run_assign(const float* x, const float* c, int d, const std::vector<Task>& 
 // Spherical update within each segment: c_j = normalize(sum of its rows); empty clusters (or a zero
 // sum) keep their centroid.
 void run_update(const float* x, const KMeansPlan& plan, int d, const int32_t* assign, int threads,
-                float* cent) {
+                const std::vector<char>& active, float* cent) {
     const int S = plan.segments();
 #pragma omp parallel num_threads(threads) if (threads > 1)
     {
@@ -133,6 +139,7 @@ void run_update(const float* x, const KMeansPlan& plan, int d, const int32_t* as
         std::vector<int32_t> cnt;
 #pragma omp for schedule(dynamic, 1)
         for (int s = 0; s < S; ++s) {
+            if (!active[(size_t)s]) continue;
             const int c0 = plan.cluster_begin[s], ks = plan.cluster_begin[s + 1] - c0;
             sums.assign((size_t)ks * d, 0.0f);
             cnt.assign((size_t)ks, 0);
@@ -172,7 +179,8 @@ int kmeans_final_radius(const KMeansParams& p, int segments) {
     switch (p.final_assign) {
         case FinalAssign::global: return segments > 1 ? -1 : 0;
         case FinalAssign::local: return std::min(p.final_radius, std::max(0, segments - 1));
-        case FinalAssign::none: break;
+        case FinalAssign::none:
+        case FinalAssign::probe: break;
     }
     return 0;
 }
@@ -187,6 +195,12 @@ KMeansPlan kmeans_plan(int n, const KMeansParams& p) {
     if (p.final_radius < 0)
         throw ParamError("k-means: parameter 'final_radius' = " + std::to_string(p.final_radius) +
                          ": expected >= 0 segments");
+    if (p.final_lists < 0)
+        throw ParamError("k-means: parameter 'final_lists' = " + std::to_string(p.final_lists) +
+                         ": expected >= 0 (0 = round(sqrt(k)))");
+    if (p.final_probe < 1)
+        throw ParamError("k-means: parameter 'final_probe' = " + std::to_string(p.final_probe) +
+                         ": expected >= 1 lists");
     if (p.k < 0) throw ParamError("k-means: parameter 'k' = " + std::to_string(p.k) + ": expected >= 0");
     if (p.k == 0 && !(p.tokens_per_cluster >= 1.0))
         throw ParamError("k-means: parameter 'tokens_per_cluster' = " +
@@ -211,6 +225,150 @@ void assign_max_inner_product(const float* x, int n, const float* c, int k, int 
     std::vector<float> best(kRowBlock);
     for (int r = 0; r < n; r += kRowBlock)
         assign_block(x, r, std::min(n, r + kRowBlock), c, 0, k, d, assign, best.data(), scratch.data());
+}
+
+void kmeans_probe_assign(const float* xc, int d, const float* cent, const KMeansPlan& plan,
+                         const KMeansParams& p, int threads, int32_t* assign) {
+    const int n = plan.n, K = plan.k;
+    threads = std::max(1, threads);
+    // Own segment: the within-segment assignment with each row's best score.
+    std::vector<float> own_best((size_t)n);
+    run_assign(xc, cent, d, make_tasks(plan, 0), threads, assign, own_best.data());
+
+    // Coarse lists: spherical k-means of the normalized centroids (one segment).
+    const int L = std::min(K, p.final_lists > 0 ? p.final_lists
+                                                : std::max(1, (int)std::lround(std::sqrt((double)K))));
+    const int P = std::min(p.final_probe, L);
+    std::vector<float> unit(cent, cent + (size_t)K * d);
+    for (int j = 0; j < K; ++j) {
+        float* c = unit.data() + (size_t)j * d;
+        double nn = 0;
+        for (int e = 0; e < d; ++e) nn += (double)c[e] * c[e];
+        if (nn > 0) {
+            const float inv = (float)(1.0 / std::sqrt(nn));
+            for (int e = 0; e < d; ++e) c[e] *= inv;
+        }
+    }
+    KMeansParams cp;
+    cp.k = L;
+    cp.segment = 0;
+    cp.iters = 10;
+    cp.center = false;
+    cp.final_assign = FinalAssign::none;
+    cp.normalize_init = true;
+    cp.threads = threads;
+    const KMeansResult coarse = segmented_kmeans(unit.data(), K, d, cp);
+    // Lists as CSR over centroid ids (ascending within a list) and their member centroids gathered.
+    std::vector<int32_t> list_begin((size_t)L + 1, 0), members((size_t)K);
+    for (int j = 0; j < K; ++j) ++list_begin[(size_t)coarse.assign[(size_t)j] + 1];
+    for (int l = 0; l < L; ++l) list_begin[(size_t)l + 1] += list_begin[(size_t)l];
+    {
+        std::vector<int32_t> fill(list_begin.begin(), list_begin.end() - 1);
+        for (int j = 0; j < K; ++j) members[(size_t)fill[(size_t)coarse.assign[(size_t)j]]++] = j;
+    }
+    std::vector<float> gathered((size_t)K * d);
+    for (int i = 0; i < K; ++i)
+        std::copy(cent + (size_t)members[(size_t)i] * d, cent + (size_t)(members[(size_t)i] + 1) * d,
+                  gathered.begin() + (ptrdiff_t)((size_t)i * d));
+
+    // Probe: each row's P best lists by x . (list mean), ties to the lower list.
+    std::vector<int32_t> probe((size_t)n * P);
+    {
+        const float* lc = coarse.centroids.data();
+        const int blocks = (n + kRowBlock - 1) / kRowBlock;
+#pragma omp parallel num_threads(threads) if (threads > 1)
+        {
+            std::vector<float> sc((size_t)kRowBlock * L);
+            std::vector<int32_t> idx((size_t)L);
+#pragma omp for schedule(dynamic, 1)
+            for (int b = 0; b < blocks; ++b) {
+                const int r0 = b * kRowBlock, rows = std::min(kRowBlock, n - r0);
+#ifndef RETRO_NO_BLAS
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, L, d, 1.0f, xc + (size_t)r0 * d, d,
+                            lc, d, 0.0f, sc.data(), L);
+#else
+                for (int i = 0; i < rows; ++i)
+                    for (int l = 0; l < L; ++l) {
+                        float acc = 0;
+                        for (int e = 0; e < d; ++e) acc += xc[(size_t)(r0 + i) * d + e] * lc[(size_t)l * d + e];
+                        sc[(size_t)i * L + l] = acc;
+                    }
+#endif
+                for (int i = 0; i < rows; ++i) {
+                    const float* s = sc.data() + (size_t)i * L;
+                    for (int l = 0; l < L; ++l) idx[(size_t)l] = l;
+                    auto better = [&](int32_t a, int32_t c) { return s[a] > s[c] || (s[a] == s[c] && a < c); };
+                    std::partial_sort(idx.begin(), idx.begin() + P, idx.end(), better);
+                    std::copy(idx.begin(), idx.begin() + P, probe.begin() + (ptrdiff_t)((size_t)(r0 + i) * P));
+                }
+            }
+        }
+    }
+
+    // Inverted: the rows probing each list, in row order; tasks of <= kRowBlock rows of one list.
+    std::vector<int64_t> inv_begin((size_t)L + 1, 0);
+    for (size_t e = 0; e < probe.size(); ++e) ++inv_begin[(size_t)probe[e] + 1];
+    for (int l = 0; l < L; ++l) inv_begin[(size_t)l + 1] += inv_begin[(size_t)l];
+    std::vector<int64_t> inv((size_t)n * P);  // entry = row * P + probe slot
+    {
+        std::vector<int64_t> fill(inv_begin.begin(), inv_begin.end() - 1);
+        for (size_t e = 0; e < probe.size(); ++e) inv[(size_t)fill[(size_t)probe[e]]++] = (int64_t)e;
+    }
+    struct ListTask {
+        int list;
+        int64_t e0, e1;
+    };
+    std::vector<ListTask> tasks;
+    for (int l = 0; l < L; ++l)
+        for (int64_t e = inv_begin[(size_t)l]; e < inv_begin[(size_t)l + 1]; e += kRowBlock)
+            tasks.push_back({l, e, std::min<int64_t>(e + kRowBlock, inv_begin[(size_t)l + 1])});
+
+    // Each (row, slot): the best centroid of the slot's list (ties: lower id, as members ascend).
+    std::vector<float> slot_best((size_t)n * P);
+    std::vector<int32_t> slot_id((size_t)n * P);
+#pragma omp parallel num_threads(threads) if (threads > 1)
+    {
+        std::vector<float> rows_buf((size_t)kRowBlock * d), scratch((size_t)kRowBlock * kColTile),
+            best(kRowBlock);
+        std::vector<int32_t> local(kRowBlock);
+#pragma omp for schedule(dynamic, 1)
+        for (long t = 0; t < (long)tasks.size(); ++t) {
+            const ListTask& lt = tasks[(size_t)t];
+            const int rows = (int)(lt.e1 - lt.e0);
+            for (int i = 0; i < rows; ++i) {
+                const int64_t row = inv[(size_t)(lt.e0 + i)] / P;
+                std::copy(xc + (size_t)row * d, xc + (size_t)(row + 1) * d,
+                          rows_buf.begin() + (ptrdiff_t)((size_t)i * d));
+            }
+            const int c0 = list_begin[(size_t)lt.list], m = list_begin[(size_t)lt.list + 1] - c0;
+            if (m == 0) {  // an empty list (its coarse centroid kept from an earlier pass) has no winner
+                for (int i = 0; i < rows; ++i) {
+                    const int64_t e = inv[(size_t)(lt.e0 + i)];
+                    slot_best[(size_t)e] = kNegInf;
+                    slot_id[(size_t)e] = std::numeric_limits<int32_t>::max();
+                }
+                continue;
+            }
+            assign_block(rows_buf.data(), 0, rows, gathered.data() + (size_t)c0 * d, 0, m, d, local.data(),
+                         best.data(), scratch.data());
+            for (int i = 0; i < rows; ++i) {
+                const int64_t e = inv[(size_t)(lt.e0 + i)];
+                slot_best[(size_t)e] = best[(size_t)i];
+                slot_id[(size_t)e] = members[(size_t)(c0 + local[(size_t)i])];
+            }
+        }
+    }
+
+    // Each row: the best of its own segment's and its slots' winners (ties: lower id).
+    for (int r = 0; r < n; ++r) {
+        float b = own_best[(size_t)r];
+        int32_t a = assign[r];
+        for (int s = 0; s < P; ++s) {
+            const size_t e = (size_t)r * P + (size_t)s;
+            if (slot_best[e] > b || (slot_best[e] == b && slot_id[e] < a)) b = slot_best[e], a = slot_id[e];
+        }
+        assign[r] = a;
+    }
 }
 
 const float* kmeans_center(const float* x, int n, int d, bool center, std::vector<float>& mean,
@@ -294,14 +452,36 @@ KMeansResult segmented_kmeans(const float* x, int n, int d, const KMeansParams& 
     kmeans_initial_centroids(xc, d, plan, p, cent.data());
 
     // ---- spherical iterations within segments ----
+    // A segment whose assignment repeats the previous pass's is at a fixed point: its update would give
+    // the same centroids again, and every later pass the same assignment. It stops there (stop_converged),
+    // with exactly the result the remaining passes would give.
     res.assign.assign((size_t)n, 0);
+    std::vector<char> active((size_t)S, 1);
+    std::vector<int32_t> prev;
     for (int it = 0; it + 1 < p.iters; ++it) {
-        run_assign(xc, cent.data(), d, seg_tasks, threads, res.assign.data());
-        run_update(xc, plan, d, res.assign.data(), threads, cent.data());
+        std::vector<Task> tasks;
+        for (const Task& t : seg_tasks)
+            if (active[(size_t)segment_of(plan, t.r0)]) tasks.push_back(t);
+        if (tasks.empty()) break;
+        const bool check = p.stop_converged && it > 0;
+        if (check) prev = res.assign;
+        run_assign(xc, cent.data(), d, tasks, threads, res.assign.data());
+        for (int s = 0; s < S; ++s) {
+            if (!active[(size_t)s]) continue;
+            ++res.segment_passes;
+            const auto b = res.assign.begin() + plan.row_begin[(size_t)s],
+                       e = res.assign.begin() + plan.row_begin[(size_t)s + 1];
+            if (check && std::equal(b, e, prev.begin() + plan.row_begin[(size_t)s])) active[(size_t)s] = 0;
+        }
+        run_update(xc, plan, d, res.assign.data(), threads, active, cent.data());
     }
 
     // ---- final assignment and un-normalized mean centroids ----
-    run_assign(xc, cent.data(), d, make_tasks(plan, kmeans_final_radius(p, S)), threads, res.assign.data());
+    if (p.final_assign == FinalAssign::probe)
+        kmeans_probe_assign(xc, d, cent.data(), plan, p, threads, res.assign.data());
+    else
+        run_assign(xc, cent.data(), d, make_tasks(plan, kmeans_final_radius(p, S)), threads,
+                   res.assign.data());
     kmeans_finish(x, cent.data(), res);
     return res;
 }

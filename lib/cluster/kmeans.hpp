@@ -9,11 +9,15 @@
 //           not normalized (as the public code) unless normalize_init
 //   iters-1 spherical iterations: assign each row to argmax_j x.c_j over its segment's centroids
 //           (inner product, lowest j on ties), then c_j = normalize(mean of its rows); an empty
-//           cluster keeps its previous centroid
+//           cluster keeps its previous centroid; a segment whose pass repeats the previous pass's
+//           assignment has reached a fixed point and skips the passes left (stop_converged: the same
+//           result, bit for bit, as running them)
 //   final   one more assignment (final_assign): against every centroid of every segment (global, as
 //           the public code; cost n * k * d), against the centroids of the row's own segment and the
 //           final_radius segments on either side (local; cost n * (2 final_radius + 1) * k/S * d, linear
-//           in n for a fixed segment length), or none (own segment only: pure segmented k-means); then each
+//           in n for a fixed segment length), against the own segment's centroids and those of the
+//           final_probe best of final_lists coarse lists (probe: an IVF over the centroids, see
+//           kmeans_probe_assign), or none (own segment only: pure segmented k-means); then each
 //           centroid becomes the un-normalized mean of its member rows in the input space (the
 //           centering mean added back)
 // so `iters` counts assignment passes. Assignment is a blocked float32 GEMM (cblas_sgemm, X·Cᵀ per block
@@ -30,6 +34,8 @@ enum class FinalAssign {
     none,    ///< own segment only (pure segmented k-means): O(n * k/S * d)
     global,  ///< every row against every centroid of every segment (public code): O(n * k * d)
     local,   ///< every row against its own segment's and final_radius neighbours' centroids: O(n * d)
+    probe,   ///< every row against its own segment's centroids and those of its final_probe best coarse
+             ///< lists (an IVF over the centroids): O(n * d * (L + final_probe * k / L)), L lists
 };
 
 struct KMeansParams {
@@ -40,8 +46,12 @@ struct KMeansParams {
     bool center = true;               ///< subtract the mean row before clustering (added back at the end)
     FinalAssign final_assign = FinalAssign::global;  ///< the final pass (public code: global)
     int final_radius = 1;             ///< local: segments on either side of the row's own (>= 0)
+    int final_lists = 0;              ///< probe: coarse lists over the k centroids; 0 = round(sqrt(k))
+    int final_probe = 4;              ///< probe: lists each row is scored against (>= 1; >= lists: all)
     bool normalize_init = false;      ///< L2-normalize the initial centroids (the public code does not:
                                       ///< its first assignment scores raw keys; FAISS normalizes)
+    bool stop_converged = true;       ///< a segment stops iterating once a pass repeats the previous
+                                      ///< pass's assignment (a fixed point: the same result as going on)
     unsigned seed = 0;                ///< 0: stride midpoints (public code); else seeded offsets per stride
     int threads = 0;                  ///< OpenMP threads; 0 = min(OpenBLAS threads, omp_get_max_threads())
 };
@@ -69,6 +79,8 @@ struct KMeansResult {
     std::vector<int32_t> assign;   ///< [n] cluster of each row
     std::vector<int32_t> sizes;    ///< [k] rows per cluster (0 = empty)
     std::vector<float> mean;       ///< [d] the mean that was subtracted (zeros when !center)
+    long segment_passes = 0;       ///< within-segment assignment passes run, summed over segments
+                                   ///< (S * (iters - 1) unless segments stopped at a fixed point)
 };
 
 /// Clusters rows x: [n, d] row-major float32. Deterministic for fixed (x, params) whatever the thread
@@ -90,9 +102,22 @@ void kmeans_initial_centroids(const float* xc, int d, const KMeansPlan& plan, co
 void kmeans_finish(const float* x, const float* cent, KMeansResult& res);
 
 /// Segments either side of a row's own that the final pass scores: -1 = all (global, S > 1), else
-/// 0 (none: own segment, i.e. the within-segment assignment again) or final_radius (local), clamped to
-/// S - 1. The same number drives the CPU tasks and the GPU kernel (kernels/kmeans.cu).
+/// 0 (none: own segment, i.e. the within-segment assignment again; probe: its own-segment part) or
+/// final_radius (local), clamped to S - 1. The same number drives the CPU tasks and the GPU kernel (kernels/kmeans.cu).
 int kmeans_final_radius(const KMeansParams& p, int segments);
+
+/// The probed final pass (final_assign = probe), over the centered rows xc: [n, d] and the spherical
+/// centroids cent: [plan.k, d]:
+///   lists   L = final_lists (0: round(sqrt(k))), at most k: spherical k-means (this file's, one
+///           segment, 10 passes, normalized stride init) of the L2-normalized centroids into L lists;
+///           each list is represented by the mean of its member centroids
+///   probe   each row's final_probe lists of highest x . (list mean) (ties: lower list)
+///   assign  each row's argmax of x . c_j over the centroids of its own segment and its probed lists
+///           (ties: lower j), written to assign: [n]
+/// Blocked sgemm throughout (rows of one list gathered into a block). With final_probe >= L every
+/// centroid is scored: the result equals the global pass. Deterministic for any thread count.
+void kmeans_probe_assign(const float* xc, int d, const float* cent, const KMeansPlan& plan,
+                         const KMeansParams& p, int threads, int32_t* assign);
 
 /// assign[i] = argmax_{j in [0, k)} x_i · c_j (lowest j on ties) for rows x: [n, d] and centroids
 /// c: [k, d]; blocked sgemm + argmax, serial (the building block of segmented_kmeans).

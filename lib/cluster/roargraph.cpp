@@ -8,6 +8,11 @@
 #include <string>
 
 #include "core/error.hpp"
+#include "core/host.hpp"
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 namespace retro {
 
@@ -116,6 +121,16 @@ void check_params(int n, int d, int m, const RoarGraphParams& p) {
     if (p.nq < 1) bad("nq", p.nq, ">= 1");
     if (p.M < 1) bad("M", p.M, ">= 1");
     if (p.build_L < 1) bad("build_L", p.build_L, ">= 1");
+    if (p.enhance_batch < 1) bad("enhance_batch", p.enhance_batch, ">= 1 keys per batch");
+    if (p.threads < 0) bad("threads", p.threads, ">= 0 (0 = the compute threads)");
+}
+
+int thread_index() {
+#ifdef _OPENMP
+    return omp_get_thread_num();
+#else
+    return 0;
+#endif
 }
 
 }  // namespace
@@ -275,21 +290,41 @@ RoarGraph build_roargraph(const float* keys, int n, int d, const float* queries,
     g.adj = proj;
     if (p.enhance && n > 1) {
         std::vector<std::vector<int32_t>> supply = proj;
-        GraphSearchScratch s;
-        std::vector<GraphSearchScratch::Cand> expanded;
-        std::vector<int32_t> tmp;
-        for (int i = 0; i < n; ++i) {
-            expanded.clear();
-            const auto st = graph_search(supply, keys, d, g.entry, keys + (size_t)i * d, 1, p.build_L, tmp, s,
-                                         &expanded, i);
-            b.ops += st.distance_ops;
-            std::vector<Nb> pool;
-            pool.reserve(expanded.size());
-            for (const auto& c : expanded)
-                if (c.id != i) pool.push_back({c.dist, c.id});
-            supply[(size_t)i] = b.prune(i, std::move(pool), p.M, false, &proj[(size_t)i]);
-            b.add_reverse(supply, i, 2 * p.M, p.M, false);
+        // Each batch: the searches (read-only over `supply`) and the prunes of their pools in parallel,
+        // one list per key; then, in key order, each list replaces the key's own and gets its reverse
+        // edges. Per-thread search state and distance counts; the counts are summed in thread order
+        // (whole numbers, so the total does not depend on the split).
+        const int threads = std::max(1, p.threads > 0 ? p.threads : compute_threads());
+        const int B = std::min(p.enhance_batch, n);
+        std::vector<GraphSearchScratch> scratch((size_t)threads);
+        std::vector<Builder> tb((size_t)threads, Builder(keys, n, d, p));
+        std::vector<std::vector<int32_t>> lists((size_t)B);
+        for (int i0 = 0; i0 < n; i0 += B) {
+            const int i1 = std::min(n, i0 + B);
+#pragma omp parallel num_threads(threads) if (threads > 1 && i1 - i0 > 1)
+            {
+                const int t = thread_index();
+                std::vector<GraphSearchScratch::Cand> expanded;
+                std::vector<int32_t> tmp;
+                std::vector<Nb> pool;
+#pragma omp for schedule(dynamic, 1)
+                for (int i = i0; i < i1; ++i) {
+                    expanded.clear();
+                    const auto st = graph_search(supply, keys, d, g.entry, keys + (size_t)i * d, 1, p.build_L,
+                                                 tmp, scratch[(size_t)t], &expanded, i);
+                    tb[(size_t)t].ops += st.distance_ops;
+                    pool.clear();
+                    for (const auto& c : expanded)
+                        if (c.id != i) pool.push_back({c.dist, c.id});
+                    lists[(size_t)(i - i0)] = tb[(size_t)t].prune(i, pool, p.M, false, &proj[(size_t)i]);
+                }
+            }
+            for (int i = i0; i < i1; ++i) {
+                supply[(size_t)i] = std::move(lists[(size_t)(i - i0)]);
+                b.add_reverse(supply, i, 2 * p.M, p.M, false);
+            }
         }
+        for (auto& x : tb) b.ops += x.ops;
         for (int i = 0; i < n; ++i)
             if ((int)supply[(size_t)i].size() > p.M)
                 supply[(size_t)i] = b.prune(i, b.with_dists(i, supply[(size_t)i]), p.M, false, &proj[(size_t)i]);

@@ -43,6 +43,13 @@ struct RoarGraphParams {
     int build_L = 500;   ///< beam-search queue of the connectivity enhancement (RoarGraph L_pjpq)
     bool enhance = true; ///< run the connectivity enhancement (step 3)
     bool repair = true;  ///< make every key reachable from the entry point (step 5, ours)
+    /// Step 3 in batches of this many keys: each batch's searches run in parallel over the graph as it
+    /// stood when the batch began, then their lists and reverse edges are applied in key order. 1 = the
+    /// serial order (each search sees every earlier key's edges); the public code runs the searches in
+    /// parallel with per-node locks, in an order that changes from run to run. The graph depends on the
+    /// batch, never on the thread count.
+    int enhance_batch = 256;
+    int threads = 0;     ///< OpenMP threads for step 3's searches; 0 = compute_threads()
 };
 
 struct RoarGraph {
@@ -57,8 +64,9 @@ struct RoarGraph {
 };
 
 /// Builds the graph over keys [n, d] with training queries [m, d] (row-major float32). Throws
-/// ParamError naming the parameter on n < 1, m < 1, nq < 1, M < 1 or build_L < 1. Deterministic;
-/// single-threaded (the runner parallelises heads) except the blocked sgemm of step 1.
+/// ParamError naming the parameter on n < 1, m < 1, nq < 1, M < 1, build_L < 1 or enhance_batch < 1.
+/// Deterministic whatever the thread count: step 1's sgemm and step 3's batched searches run on
+/// `threads`, everything else in one thread.
 RoarGraph build_roargraph(const float* keys, int n, int d, const float* queries, int m,
                           const RoarGraphParams& p);
 

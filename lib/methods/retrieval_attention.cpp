@@ -17,7 +17,7 @@ struct RaParams {
     int search_L = 200;     ///< decode beam-search queue (effective max(search_L, k))
     int sink = 128;         ///< static initial tokens (GPU)
     int window = 512;       ///< static last prompt tokens (GPU); decode tokens also stay on the GPU
-    RoarGraphParams graph;  ///< nq, M, build_L, enhance, repair
+    RoarGraphParams graph;  ///< nq, M, build_L, enhance, enhance_batch, repair
     bool per_query_head = false;  ///< one graph per query head (the paper) instead of per KV head
     int train_queries = 0;  ///< last prefill queries per query head used for training; 0 = all
 };
@@ -137,6 +137,11 @@ MethodInfo retrieval_attention_method_info() {
          "RoarGraph README --L_pjpq 500 (the paper gives none)", 1, 1e9},
         {"enhance", ParamType::boolean, true, "run RoarGraph's connectivity enhancement", "RoarGraph code",
          -1e300, 1e300},
+        {"enhance_batch", ParamType::integer, 256,
+         "keys whose enhancement searches run in parallel over the graph as it stood before them (1 = "
+         "serial: each search sees every earlier key's edges); the graph never depends on the thread count",
+         "ours (the public code searches in parallel with per-node locks, in a run-dependent order)", 1,
+         1e9},
         {"repair", ParamType::boolean, true,
          "link keys unreachable from the entry point (NSG-style), so the graph is connected", "ours", -1e300,
          1e300},
@@ -164,6 +169,7 @@ MethodInfo retrieval_attention_method_info() {
         p.graph.M = j.at("M").get<int>();
         p.graph.build_L = j.at("build_L").get<int>();
         p.graph.enhance = j.at("enhance").get<bool>();
+        p.graph.enhance_batch = j.at("enhance_batch").get<int>();
         p.graph.repair = j.at("repair").get<bool>();
         p.per_query_head = j.at("index").get<std::string>() == "query_head";
         p.train_queries = j.at("train_queries").get<int>();

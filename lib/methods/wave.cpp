@@ -110,8 +110,13 @@ WaveParams wave_params_from_json(const nlohmann::json& j) {
     p.gqa = g == "max" ? GroupRank::max : g == "mean" ? GroupRank::mean : GroupRank::sum;
     p.center_keys = j.at("center_keys").get<bool>();
     const auto fa = j.at("final_assign").get<std::string>();
-    p.final_assign = fa == "global" ? FinalAssign::global : fa == "none" ? FinalAssign::none : FinalAssign::local;
+    p.final_assign = fa == "global" ? FinalAssign::global
+                     : fa == "none" ? FinalAssign::none
+                     : fa == "probe" ? FinalAssign::probe
+                                     : FinalAssign::local;
     p.final_radius = j.at("final_radius").get<int>();
+    p.final_lists = j.at("final_lists").get<int>();
+    p.final_probe = j.at("final_probe").get<int>();
     p.normalize_init = j.at("normalize_init").get<bool>();
     p.update_segment = j.at("update_segment").get<int>();
     p.seed = (unsigned)j.at("seed").get<long long>();
@@ -160,13 +165,22 @@ MethodInfo wave_method_info() {
          "RetroInfer §4.2 centering; public code prefill_update_kv_cache (mean_key)"},
         {"final_assign", ParamType::string, "global",
          "k-means final assignment: global = against every centroid (n*k*d, quadratic), local = against "
-         "the own segment's and final_radius neighbours' centroids (linear), none = own segment only",
+         "the own segment's and final_radius neighbours' centroids (linear), probe = against the own "
+         "segment's and those of the final_probe best of final_lists coarse lists over the centroids (an "
+         "IVF; n*d*(L + final_probe*k/L)), none = own segment only",
          "global: public code segment_k_means (the faithful setting, kept as the default on the real-trace "
-         "numbers of docs/performance.md); local, none: ours (issue 17)",
-         -big, big, {"none", "global", "local"}},
+         "numbers of docs/performance.md); local, probe, none: ours (issue 17)",
+         -big, big, {"none", "global", "local", "probe"}},
         {"final_radius", ParamType::integer, 1,
          "final_assign local: segments on either side of a token's own segment it may move to",
          "ours (issue 17)", 0, big},
+        {"final_lists", ParamType::integer, 0,
+         "final_assign probe: coarse lists the centroids are clustered into; 0 = round(sqrt(clusters))",
+         "ours (issue 17; sqrt: the usual IVF list count)", 0, big},
+        {"final_probe", ParamType::integer, 4,
+         "final_assign probe: coarse lists each token is scored against besides its own segment "
+         "(>= final_lists: every centroid, the global pass)",
+         "ours (issue 17)", 1, big},
         {"normalize_init", ParamType::boolean, false,
          "k-means: L2-normalize the initial centroids (false: the first assignment scores the raw "
          "initial keys, as the public code)",

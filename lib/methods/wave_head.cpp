@@ -126,6 +126,8 @@ KMeansParams WaveHead::kmeans_params() const {
     kp.center = p_.center_keys;
     kp.final_assign = p_.final_assign;
     kp.final_radius = p_.final_radius;
+    kp.final_lists = p_.final_lists;
+    kp.final_probe = p_.final_probe;
     kp.normalize_init = p_.normalize_init;
     if (p_.seed != 0) {
         unsigned s = p_.seed * 2654435761u;

@@ -29,6 +29,8 @@ struct WaveParams {
     bool center_keys = true;         ///< k-means on mean-centered keys
     FinalAssign final_assign = FinalAssign::global;  ///< k-means final pass (public code; local: linear)
     int final_radius = 1;            ///< local final pass: neighbour segments on either side
+    int final_lists = 0;             ///< probe final pass: coarse lists over the centroids (0: sqrt(k))
+    int final_probe = 4;             ///< probe final pass: lists each key is scored against
     bool normalize_init = false;     ///< k-means initial centroids L2-normalized (public code: raw keys)
     int update_segment = 1024;       ///< decode tokens clustered per index update; 0 = no updates
     unsigned seed = 0;               ///< k-means init offsets (0 = stride midpoints, the public code)

@@ -294,6 +294,78 @@ TEST(KMeans, LocalFinalAssignCoveringEverySegmentEqualsGlobal) {
     EXPECT_THROW(segmented_kmeans(x.data(), n, d, p), ParamError);
 }
 
+// The probed final pass (an IVF over the centroids): probing every list scores every centroid and
+// equals the global pass; fewer lists stay between none and global, every key's centroid comes from
+// its own segment or one of its probed lists, and the result does not depend on the thread count.
+TEST(KMeans, ProbeFinalAssignProbingEveryListEqualsGlobal) {
+    const int n = 6000, d = 16;
+    const auto x = blobs(n, d, 40, 11, 0.5f);
+    KMeansParams p;
+    p.segment = 1000;
+    p.tokens_per_cluster = 20;  // k = 300, S = 6: 50 clusters per segment
+    p.final_assign = FinalAssign::global;
+    const auto g = segmented_kmeans(x.data(), n, d, p);
+    ASSERT_EQ(g.plan.segments(), 6);
+    p.final_assign = FinalAssign::none;
+    const auto none = segmented_kmeans(x.data(), n, d, p);
+    ASSERT_NE(none.assign, g.assign);  // the global pass moves keys across segments here
+    p.final_assign = FinalAssign::probe;
+    p.final_lists = 12;
+    for (int probe : {12, 20}) {
+        p.final_probe = probe;
+        const auto a = segmented_kmeans(x.data(), n, d, p);
+        ASSERT_EQ(a.assign, g.assign) << "final_probe " << probe;
+        ASSERT_EQ(a.centroids, g.centroids);
+    }
+    p.final_lists = 0;  // sqrt(300) -> 17 lists
+    p.final_probe = 17;
+    EXPECT_EQ(segmented_kmeans(x.data(), n, d, p).assign, g.assign);
+
+    // Two of 12 lists: agrees with the global pass on more keys than none does, whatever the threads.
+    p.final_lists = 12;
+    p.final_probe = 2;
+    p.threads = 1;
+    const auto a1 = segmented_kmeans(x.data(), n, d, p);
+    p.threads = 3;
+    const auto a3 = segmented_kmeans(x.data(), n, d, p);
+    EXPECT_EQ(a1.assign, a3.assign);
+    int agree_probe = 0, agree_none = 0;
+    for (int i = 0; i < n; ++i) {
+        agree_probe += a1.assign[(size_t)i] == g.assign[(size_t)i];
+        agree_none += none.assign[(size_t)i] == g.assign[(size_t)i];
+    }
+    EXPECT_GT(agree_probe, agree_none);
+    p.final_probe = 0;
+    EXPECT_THROW(segmented_kmeans(x.data(), n, d, p), ParamError);
+    p.final_probe = 2;
+    p.final_lists = -1;
+    EXPECT_THROW(segmented_kmeans(x.data(), n, d, p), ParamError);
+}
+
+// A segment stops iterating at a fixed point (a pass that repeats the previous pass's assignment):
+// the result is bit for bit the one the remaining passes give, with fewer passes.
+TEST(KMeans, StoppingConvergedSegmentsChangesNothingButThePassCount) {
+    const int n = 8000, d = 16;
+    const auto x = blobs(n, d, 30, 5, 0.2f);
+    KMeansParams p;
+    p.segment = 1000;
+    p.tokens_per_cluster = 40;
+    p.iters = 25;
+    for (FinalAssign fa : {FinalAssign::none, FinalAssign::global}) {
+        p.final_assign = fa;
+        p.stop_converged = false;
+        const auto all = segmented_kmeans(x.data(), n, d, p);
+        EXPECT_EQ(all.segment_passes, 8L * 24);
+        p.stop_converged = true;
+        const auto stop = segmented_kmeans(x.data(), n, d, p);
+        EXPECT_LT(stop.segment_passes, all.segment_passes / 2);  // well-separated blobs settle early
+        EXPECT_GE(stop.segment_passes, 8L * 2);                  // each segment runs at least two passes
+        EXPECT_EQ(stop.assign, all.assign);
+        EXPECT_EQ(stop.centroids, all.centroids);
+        EXPECT_EQ(stop.sizes, all.sizes);
+    }
+}
+
 TEST(KMeans, CentroidsAreMeansOfMembersAndSizesAddUp) {
     const int n = 3000, d = 12;
     const auto x = blobs(n, d, 50, 6, 0.4f);

@@ -176,3 +176,47 @@ TEST(RetrievalAttention, ExhaustiveLimitIsExactTopKPlusStatic) {
         }
     }
 }
+
+// Step 3 in parallel batches: the graph depends on the batch size, never on the thread count; a batch
+// of 1 is the serial order; batching keeps the graph as good for search as the serial order.
+TEST(RoarGraph, BatchedEnhancementDoesNotDependOnThreadsAndKeepsRecall) {
+    const int n = 1500, m = 200, d = 16, k = 10, L = 20, T = 40;
+    std::vector<float> keys, qs, test, k2;
+    rg_data(n, m, d, 4, keys, qs);
+    rg_data(n, T, d, 4, k2, test);
+    RoarGraphParams p;
+    p.nq = 20;
+    p.M = 8;
+    p.build_L = 40;
+    auto build = [&](int batch, int threads) {
+        RoarGraphParams q = p;
+        q.enhance_batch = batch;
+        q.threads = threads;
+        return build_roargraph(keys.data(), n, d, qs.data(), m, q);
+    };
+    auto recall = [&](const RoarGraph& g) {
+        GraphSearchScratch s;
+        std::vector<int32_t> out;
+        double r = 0;
+        for (int t = 0; t < T; ++t) {
+            const float* q = test.data() + (size_t)t * d;
+            const auto ref = brute_topk(keys.data(), n, d, q, k);
+            graph_search(g.adj, keys.data(), d, g.entry, q, k, L, out, s);
+            std::set<int32_t> rs(ref.begin(), ref.end());
+            for (int32_t i : out) r += rs.count(i) / (double)k / T;
+        }
+        return r;
+    };
+    const RoarGraph serial1 = build(1, 1), serial3 = build(1, 3);
+    const RoarGraph b1 = build(128, 1), b3 = build(128, 3), whole = build(n, 2);
+    EXPECT_EQ(serial1.adj, serial3.adj);
+    EXPECT_EQ(b1.adj, b3.adj);
+    EXPECT_EQ(b1.build_distance_ops, b3.build_distance_ops);
+    EXPECT_NE(serial1.adj, b1.adj);  // the batch changes which edges a search sees
+    for (const RoarGraph* g : {&serial1, &b1, &whole}) EXPECT_EQ(reachable_count(g->adj, g->entry), n);
+    const double rs = recall(serial1), rb = recall(b1);
+    EXPECT_GT(rs, 0.6);
+    EXPECT_GT(rb, rs - 0.05) << "serial " << rs << " batched " << rb;
+    p.enhance_batch = 0;
+    EXPECT_THROW(build_roargraph(keys.data(), n, d, qs.data(), m, p), ParamError);
+}
