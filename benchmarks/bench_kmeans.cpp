@@ -150,6 +150,7 @@ void BM_WaveKMeans(benchmark::State& st) {
     st.counters["segments"] = r.plan.segments();
     st.counters["recall@100"] = recall100(h, r.assign, r.k);
     st.counters["empty"] = (double)std::count(r.sizes.begin(), r.sizes.end(), 0);
+    st.counters["passes"] = (double)r.segment_passes;  // within-segment passes run (segments * 9 at most)
 }
 BENCHMARK(BM_WaveKMeans)
     ->ArgsProduct({{32768, 131072}, {0, 1, 2, 3}, {0, 1}})
