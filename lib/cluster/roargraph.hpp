@@ -48,7 +48,7 @@ struct RoarGraphParams {
     /// serial order (each search sees every earlier key's edges); the public code runs the searches in
     /// parallel with per-node locks, in an order that changes from run to run. The graph depends on the
     /// batch, never on the thread count.
-    int enhance_batch = 256;
+    int enhance_batch = 1;
     int threads = 0;     ///< OpenMP threads for step 3's searches; 0 = compute_threads()
 };
 

@@ -137,11 +137,13 @@ MethodInfo retrieval_attention_method_info() {
          "RoarGraph README --L_pjpq 500 (the paper gives none)", 1, 1e9},
         {"enhance", ParamType::boolean, true, "run RoarGraph's connectivity enhancement", "RoarGraph code",
          -1e300, 1e300},
-        {"enhance_batch", ParamType::integer, 256,
-         "keys whose enhancement searches run in parallel over the graph as it stood before them (1 = "
-         "serial: each search sees every earlier key's edges); the graph never depends on the thread count",
-         "ours (the public code searches in parallel with per-node locks, in a run-dependent order)", 1,
-         1e9},
+        {"enhance_batch", ParamType::integer, 1,
+         "keys whose enhancement searches run in parallel over the graph as it stood before them: 1 = the "
+         "serial order (each search sees every earlier key's edges), > 1 faster on several cores but a "
+         "search misses its batch's edges (recall@100 0.995 -> 0.977 at 8, 0.854 at 256 on a 128K head); "
+         "the graph never depends on the thread count",
+         "ours: 1 is the algorithm's order; the public code searches in parallel with per-node locks, in a "
+         "run-dependent order", 1, 1e9},
         {"repair", ParamType::boolean, true,
          "link keys unreachable from the entry point (NSG-style), so the graph is connected", "ours", -1e300,
          1e300},
