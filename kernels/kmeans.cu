@@ -121,7 +121,7 @@ KMeansResult segmented_kmeans_gpu(const float* x, int n, int d, const KMeansPara
     }
     res.assign.resize((size_t)n);
     copy_d2h(cent.data(), dc.get(), dc.bytes());
-    if (p.final_assign == FinalAssign::probe) {
+    if (p.final_assign == FinalAssign::probe && S > 1) {
         // The probed pass (an IVF over the centroids) runs on the host: the same code as the CPU build.
         kmeans_probe_assign(xc, d, cent.data(), plan, p, compute_threads(), res.assign.data());
     } else {

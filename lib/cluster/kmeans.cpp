@@ -477,7 +477,7 @@ KMeansResult segmented_kmeans(const float* x, int n, int d, const KMeansParams& 
     }
 
     // ---- final assignment and un-normalized mean centroids ----
-    if (p.final_assign == FinalAssign::probe)
+    if (p.final_assign == FinalAssign::probe && S > 1)  // (one segment: its own centroids are all of them)
         kmeans_probe_assign(xc, d, cent.data(), plan, p, threads, res.assign.data());
     else
         run_assign(xc, cent.data(), d, make_tasks(plan, kmeans_final_radius(p, S)), threads,

@@ -43,11 +43,12 @@ struct RoarGraphParams {
     int build_L = 500;   ///< beam-search queue of the connectivity enhancement (RoarGraph L_pjpq)
     bool enhance = true; ///< run the connectivity enhancement (step 3)
     bool repair = true;  ///< make every key reachable from the entry point (step 5, ours)
-    /// Step 3 in batches of this many keys: each batch's searches run in parallel over the graph as it
-    /// stood when the batch began, then their lists and reverse edges are applied in key order. 1 = the
-    /// serial order (each search sees every earlier key's edges); the public code runs the searches in
-    /// parallel with per-node locks, in an order that changes from run to run. The graph depends on the
-    /// batch, never on the thread count.
+    /// Step 3 in batches of this many consecutive keys: each batch's searches run in parallel over the
+    /// graph as it stood when the batch began, then their lists and reverse edges are applied in key
+    /// order. 1 = the serial order (each search sees every earlier key's edges; the default: larger
+    /// batches cost recall on keys that drift along the sequence, docs/methods/retrieval_attention.md);
+    /// the public code runs the searches in parallel with per-node locks, in an order that changes from
+    /// run to run. The graph depends on the batch size, never on the thread count.
     int enhance_batch = 1;
     int threads = 0;     ///< OpenMP threads for step 3's searches; 0 = compute_threads()
 };

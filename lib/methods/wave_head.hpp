@@ -27,7 +27,7 @@ struct WaveParams {
     int window = 64;                 ///< steady zone: local window of the prompt
     GroupRank gqa = GroupRank::sum;  ///< ranking of clusters for the GQA group
     bool center_keys = true;         ///< k-means on mean-centered keys
-    FinalAssign final_assign = FinalAssign::global;  ///< k-means final pass (public code; local: linear)
+    FinalAssign final_assign = FinalAssign::probe;   ///< k-means final pass (public code: global)
     int final_radius = 1;            ///< local final pass: neighbour segments on either side
     int final_lists = 0;             ///< probe final pass: coarse lists over the centroids (0: sqrt(k))
     int final_probe = 4;             ///< probe final pass: lists each key is scored against

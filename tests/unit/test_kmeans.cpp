@@ -320,6 +320,14 @@ TEST(KMeans, ProbeFinalAssignProbingEveryListEqualsGlobal) {
     p.final_lists = 0;  // sqrt(300) -> 17 lists
     p.final_probe = 17;
     EXPECT_EQ(segmented_kmeans(x.data(), n, d, p).assign, g.assign);
+    {  // one segment: its own centroids are all of them, whatever is probed
+        KMeansParams one = p;
+        one.segment = 0;
+        one.final_probe = 1;
+        KMeansParams glob = one;
+        glob.final_assign = FinalAssign::global;
+        EXPECT_EQ(segmented_kmeans(x.data(), n, d, one).assign, segmented_kmeans(x.data(), n, d, glob).assign);
+    }
 
     // Two of 12 lists: agrees with the global pass on more keys than none does, whatever the threads.
     p.final_lists = 12;

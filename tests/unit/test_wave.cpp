@@ -41,8 +41,10 @@ TEST(Wave, IsRegisteredWithSourcedDefaults) {
     EXPECT_EQ(p.at("window").get<int>(), 64);
     EXPECT_EQ(p.at("gqa").get<std::string>(), "sum");
     EXPECT_TRUE(p.at("center_keys").get<bool>());
-    EXPECT_EQ(p.at("final_assign").get<std::string>(), "global");
+    EXPECT_EQ(p.at("final_assign").get<std::string>(), "probe");
     EXPECT_EQ(p.at("final_radius").get<int>(), 1);
+    EXPECT_EQ(p.at("final_lists").get<int>(), 0);
+    EXPECT_EQ(p.at("final_probe").get<int>(), 4);
     EXPECT_FALSE(p.at("normalize_init").get<bool>());
     EXPECT_EQ(p.at("update_segment").get<int>(), 1024);
     for (const auto& s : info.params) EXPECT_FALSE(s.source.empty()) << s.name;

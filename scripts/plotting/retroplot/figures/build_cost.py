@@ -33,8 +33,11 @@ def segments(res):
     variants = OrderedDict()
     for r in best:
         fa, radius = wave_final_assign(r["params"]), r["params"].get("final_radius")
-        key = fmt_value(fa) + ("/" + fmt_value(radius) if fa == "local" else "")
+        probe = r["params"].get("final_probe")
+        key = fmt_value(fa) + ("/" + fmt_value(radius) if fa == "local" else "") + \
+            ("/" + fmt_value(probe) if fa == "probe" else "")
         variants.setdefault(key, {"final_assign": fa, "final_radius": radius if fa == "local" else None,
+                                  "final_probe": probe if fa == "probe" else None,
                                   "points": []})["points"].append(r)
     out = []
     for v in variants.values():
@@ -47,9 +50,12 @@ def segments(res):
                         "recall": metric(r, rk), "out_err": metric(r, "out_err"), "run_id": r["run_id"]})
         pts.sort(key=lambda p: -(P or 1e18) if p["segment"] == 0 else -p["segment"])
         fa = v["final_assign"]
-        label = {None: "segmented", "global": "with final global assignment",
-                 "none": "pure segmented (no global pass)"}.get(
-            fa, "local final assignment (±%s segments)" % fmt_value(v["final_radius"]))
+        if fa == "probe":
+            label = "probed final assignment (%s lists)" % fmt_value(v["final_probe"])
+        else:
+            label = {None: "segmented", "global": "with final global assignment",
+                     "none": "pure segmented (no global pass)"}.get(
+                fa, "local final assignment (±%s segments)" % fmt_value(v["final_radius"]))
         out.append({"final_assign": fa, "final_global_assign": {"global": True, "none": False}.get(fa),
                     "final_radius": v["final_radius"], "label": label, "points": pts})
     return {"recall_metric": rk, "prompt_len": P, "variants": out}

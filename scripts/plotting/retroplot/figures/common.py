@@ -14,7 +14,7 @@ WAVE_DEFAULTS = {"retrieval": 0.018, "estimation": 0.232, "sink": 4, "window": 6
 
 
 def wave_final_assign(params):
-    """A wave run's k-means final pass: `final_assign` (global | local | none), or the older boolean
+    """A wave run's k-means final pass: `final_assign` (global | local | probe | none), or the older boolean
     `final_global_assign` of results made before it (true = global, false = none); None if neither."""
     if "final_assign" in params:
         return params["final_assign"]
