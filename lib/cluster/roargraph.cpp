@@ -290,12 +290,13 @@ RoarGraph build_roargraph(const float* keys, int n, int d, const float* queries,
     g.adj = proj;
     if (p.enhance && n > 1) {
         std::vector<std::vector<int32_t>> supply = proj;
-        // Each batch: the searches (read-only over `supply`) and the prunes of their pools in parallel,
-        // one list per key; then, in key order, each list replaces the key's own and gets its reverse
-        // edges. Batches are small: a key's nearest keys are often its neighbours in id (topics drift
-        // along a context), and a search does not see its own batch's edges (batches of 256 lost
-        // recall@100 0.995 -> 0.854 on the 128K synthetic head). Per-thread search state and distance counts; the counts are summed in thread order
-        // (whole numbers, so the total does not depend on the split).
+        // Each batch of enhance_batch consecutive keys (default 1: the serial order): the searches
+        // (read-only over `supply`) and the prunes of their pools in parallel, one list per key; then, in
+        // key order, each list replaces the key's own and gets its reverse edges. A search does not see
+        // its own batch's edges, and a key's nearest keys are often its neighbours in id (topics drift
+        // along a context): batches of 256 lost recall@100 0.995 -> 0.854 on the 128K synthetic head.
+        // Per-thread search state and distance counts, summed at the end (whole numbers: the total does
+        // not depend on the split).
         const int threads = std::max(1, p.threads > 0 ? p.threads : compute_threads());
         const int B = std::min(p.enhance_batch, n);
         std::vector<GraphSearchScratch> scratch((size_t)threads);
