@@ -8,6 +8,7 @@
 #include <numeric>
 
 #include "cluster/wave_index.hpp"
+#include "methods/wave_head.hpp"
 #include "core/error.hpp"
 #include "core/host.hpp"
 
@@ -26,6 +27,7 @@ CentroidRankHead centroid_rank_head(const HeadSlice& s, const CentroidRankParams
     kp.tokens_per_cluster = p.tokens_per_cluster;
     kp.segment = p.segment;
     kp.iters = p.iters;
+    kp.final_assign = WaveParams{}.final_assign;  // as the wave method's default build
     kp.threads = 1;
     WaveIndex idx(d);
     const double t0 = omp_get_wtime();
