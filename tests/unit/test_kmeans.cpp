@@ -295,8 +295,8 @@ TEST(KMeans, LocalFinalAssignCoveringEverySegmentEqualsGlobal) {
 }
 
 // The probed final pass (an IVF over the centroids): probing every list scores every centroid and
-// equals the global pass; fewer lists stay between none and global, every key's centroid comes from
-// its own segment or one of its probed lists, and the result does not depend on the thread count.
+// equals the global pass (and so does any probe on one segment); fewer lists agree with the global
+// pass on more keys than none does, and the result does not depend on the thread count.
 TEST(KMeans, ProbeFinalAssignProbingEveryListEqualsGlobal) {
     const int n = 6000, d = 16;
     const auto x = blobs(n, d, 40, 11, 0.5f);
