@@ -51,6 +51,55 @@ inline float max_of(const float* s, int n) {
     return m;
 }
 
+// out: [rows, cols] = x: [rows, d] times c: [cols, d] transposed (row-major).
+void inner_products(const float* x, int rows, const float* c, int cols, int d, float* out) {
+#ifndef RETRO_NO_BLAS
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, cols, d, 1.0f, x, d, c, d, 0.0f, out, cols);
+#else
+    // The GPU-only build (docs/cuda.md) has no BLAS: the same products, plain loops (slower, and
+    // summation order may differ from the BLAS kernel's in the last bits).
+    for (int i = 0; i < rows; ++i)
+        for (int j = 0; j < cols; ++j) {
+            const float* xr = x + (size_t)i * d;
+            const float* cr = c + (size_t)j * d;
+            float acc = 0;
+            for (int e = 0; e < d; ++e) acc += xr[e] * cr[e];
+            out[(size_t)i * cols + j] = acc;
+        }
+#endif
+}
+
+// inv = 1 / |v| for v: [d] (norm accumulated in double); false (inv untouched) when |v|^2 is not > 0.
+bool inverse_norm(const float* v, int d, float& inv) {
+    double nn = 0;
+    for (int e = 0; e < d; ++e) nn += (double)v[e] * v[e];
+    if (!(nn > 0)) return false;
+    inv = (float)(1.0 / std::sqrt(nn));
+    return true;
+}
+
+// Rows of v: [rows, d] scaled to unit length; zero rows stay as they are.
+void normalize_rows(float* v, int rows, int d) {
+    for (int j = 0; j < rows; ++j) {
+        float* r = v + (size_t)j * d;
+        float inv;
+        if (inverse_norm(r, d, inv))
+            for (int e = 0; e < d; ++e) r[e] *= inv;
+    }
+}
+
+// Counting sort of the positions [0, m) by key[i] in [0, buckets): begin: [buckets + 1], order: [m]
+// (positions of bucket b at [begin[b], begin[b+1]), ascending).
+template <class Pos>
+void bucket_positions(const int32_t* key, size_t m, int buckets, std::vector<Pos>& begin, std::vector<Pos>& order) {
+    begin.assign((size_t)buckets + 1, 0);
+    for (size_t i = 0; i < m; ++i) ++begin[(size_t)key[i] + 1];
+    for (int b = 0; b < buckets; ++b) begin[(size_t)b + 1] += begin[(size_t)b];
+    order.resize(m);
+    std::vector<Pos> fill(begin.begin(), begin.end() - 1);
+    for (size_t i = 0; i < m; ++i) order[(size_t)fill[(size_t)key[i]]++] = (Pos)i;
+}
+
 // Rows [r0, r1) of x against centroids [c0, c1): assign[r] (global row index) and best[r - r0].
 // scratch holds kRowBlock * kColTile floats.
 void assign_block(const float* x, int r0, int r1, const float* c, int c0, int c1, int d,
@@ -62,21 +111,7 @@ void assign_block(const float* x, int r0, int r1, const float* c, int c0, int c1
     }
     for (int t0 = c0; t0 < c1; t0 += kColTile) {
         const int cols = std::min(kColTile, c1 - t0);
-#ifndef RETRO_NO_BLAS
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, cols, d, 1.0f, x + (size_t)r0 * d, d,
-                    c + (size_t)t0 * d, d, 0.0f, scratch, cols);
-#else
-        // The GPU-only build (docs/cuda.md) has no BLAS: the same products, plain loops (slower, and
-        // summation order may differ from the BLAS kernel's in the last bits).
-        for (int i = 0; i < rows; ++i)
-            for (int j = 0; j < cols; ++j) {
-                const float* xr = x + (size_t)(r0 + i) * d;
-                const float* cr = c + (size_t)(t0 + j) * d;
-                float acc = 0;
-                for (int e = 0; e < d; ++e) acc += xr[e] * cr[e];
-                scratch[(size_t)i * cols + j] = acc;
-            }
-#endif
+        inner_products(x + (size_t)r0 * d, rows, c + (size_t)t0 * d, cols, d, scratch);
         for (int i = 0; i < rows; ++i) {
             const float* s = scratch + (size_t)i * cols;
             const float m = max_of(s, cols);
@@ -92,11 +127,8 @@ void assign_block(const float* x, int r0, int r1, const float* c, int c0, int c1
 
 struct Task {
     int r0, r1, c0, c1;
+    int segment;  // the segment of rows [r0, r1)
 };
-
-int segment_of(const KMeansPlan& plan, int row) {
-    return (int)(std::upper_bound(plan.row_begin.begin(), plan.row_begin.end(), row) - plan.row_begin.begin()) - 1;
-}
 
 // Row blocks of every segment, each against the clusters of segments [s - radius, s + radius] (a
 // contiguous range; radius < 0: all clusters).
@@ -107,7 +139,7 @@ std::vector<Task> make_tasks(const KMeansPlan& plan, int radius) {
         const int c0 = radius < 0 ? 0 : plan.cluster_begin[std::max(0, s - radius)];
         const int c1 = radius < 0 ? plan.k : plan.cluster_begin[std::min(S, s + radius + 1)];
         for (int r = plan.row_begin[s]; r < plan.row_begin[s + 1]; r += kRowBlock)
-            t.push_back({r, std::min(r + kRowBlock, plan.row_begin[s + 1]), c0, c1});
+            t.push_back({r, std::min(r + kRowBlock, plan.row_begin[s + 1]), c0, c1, s});
     }
     return t;
 }
@@ -153,10 +185,8 @@ void run_update(const float* x, const KMeansPlan& plan, int d, const int32_t* as
             for (int j = 0; j < ks; ++j) {
                 if (cnt[(size_t)j] == 0) continue;
                 const float* acc = sums.data() + (size_t)j * d;
-                double nn = 0;
-                for (int e = 0; e < d; ++e) nn += (double)acc[e] * acc[e];
-                if (!(nn > 0)) continue;
-                const float inv = (float)(1.0 / std::sqrt(nn));
+                float inv;
+                if (!inverse_norm(acc, d, inv)) continue;
                 float* cj = cent + (size_t)(c0 + j) * d;
                 for (int e = 0; e < d; ++e) cj[e] = acc[e] * inv;
             }
@@ -187,24 +217,17 @@ int kmeans_final_radius(const KMeansParams& p, int segments) {
 
 KMeansPlan kmeans_plan(int n, const KMeansParams& p) {
     if (n <= 0) throw ParamError("k-means: no rows to cluster (n = " + std::to_string(n) + ")");
-    if (p.iters < 1)
-        throw ParamError("k-means: parameter 'iters' = " + std::to_string(p.iters) + ": expected >= 1");
-    if (p.segment < 0)
-        throw ParamError("k-means: parameter 'segment' = " + std::to_string(p.segment) +
-                         ": expected 0 (global) or a positive row count");
-    if (p.final_radius < 0)
-        throw ParamError("k-means: parameter 'final_radius' = " + std::to_string(p.final_radius) +
-                         ": expected >= 0 segments");
-    if (p.final_lists < 0)
-        throw ParamError("k-means: parameter 'final_lists' = " + std::to_string(p.final_lists) +
-                         ": expected >= 0 (0 = round(sqrt(k)))");
-    if (p.final_probe < 1)
-        throw ParamError("k-means: parameter 'final_probe' = " + std::to_string(p.final_probe) +
-                         ": expected >= 1 lists");
-    if (p.k < 0) throw ParamError("k-means: parameter 'k' = " + std::to_string(p.k) + ": expected >= 0");
+    auto bad = [](const char* name, const std::string& value, const char* want) {
+        throw ParamError(std::string("k-means: parameter '") + name + "' = " + value + ": expected " + want);
+    };
+    if (p.iters < 1) bad("iters", std::to_string(p.iters), ">= 1");
+    if (p.segment < 0) bad("segment", std::to_string(p.segment), "0 (global) or a positive row count");
+    if (p.final_radius < 0) bad("final_radius", std::to_string(p.final_radius), ">= 0 segments");
+    if (p.final_lists < 0) bad("final_lists", std::to_string(p.final_lists), ">= 0 (0 = round(sqrt(k)))");
+    if (p.final_probe < 1) bad("final_probe", std::to_string(p.final_probe), ">= 1 lists");
+    if (p.k < 0) bad("k", std::to_string(p.k), ">= 0");
     if (p.k == 0 && !(p.tokens_per_cluster >= 1.0))
-        throw ParamError("k-means: parameter 'tokens_per_cluster' = " +
-                         std::to_string(p.tokens_per_cluster) + ": expected >= 1");
+        bad("tokens_per_cluster", std::to_string(p.tokens_per_cluster), ">= 1");
     KMeansPlan plan;
     plan.n = n;
     long k = p.k > 0 ? p.k : std::max(1L, std::lround((double)n / p.tokens_per_cluster));
@@ -240,15 +263,7 @@ void kmeans_probe_assign(const float* xc, int d, const float* cent, const KMeans
                                                 : std::max(1, (int)std::lround(std::sqrt((double)K))));
     const int P = std::min(p.final_probe, L);
     std::vector<float> unit(cent, cent + (size_t)K * d);
-    for (int j = 0; j < K; ++j) {
-        float* c = unit.data() + (size_t)j * d;
-        double nn = 0;
-        for (int e = 0; e < d; ++e) nn += (double)c[e] * c[e];
-        if (nn > 0) {
-            const float inv = (float)(1.0 / std::sqrt(nn));
-            for (int e = 0; e < d; ++e) c[e] *= inv;
-        }
-    }
+    normalize_rows(unit.data(), K, d);
     KMeansParams cp;
     cp.k = L;
     cp.segment = 0;
@@ -259,13 +274,8 @@ void kmeans_probe_assign(const float* xc, int d, const float* cent, const KMeans
     cp.threads = threads;
     const KMeansResult coarse = segmented_kmeans(unit.data(), K, d, cp);
     // Lists as CSR over centroid ids (ascending within a list) and their member centroids gathered.
-    std::vector<int32_t> list_begin((size_t)L + 1, 0), members((size_t)K);
-    for (int j = 0; j < K; ++j) ++list_begin[(size_t)coarse.assign[(size_t)j] + 1];
-    for (int l = 0; l < L; ++l) list_begin[(size_t)l + 1] += list_begin[(size_t)l];
-    {
-        std::vector<int32_t> fill(list_begin.begin(), list_begin.end() - 1);
-        for (int j = 0; j < K; ++j) members[(size_t)fill[(size_t)coarse.assign[(size_t)j]]++] = j;
-    }
+    std::vector<int32_t> list_begin, members;
+    bucket_positions(coarse.assign.data(), (size_t)K, L, list_begin, members);
     std::vector<float> gathered((size_t)K * d);
     for (int i = 0; i < K; ++i)
         std::copy(cent + (size_t)members[(size_t)i] * d, cent + (size_t)(members[(size_t)i] + 1) * d,
@@ -283,17 +293,7 @@ void kmeans_probe_assign(const float* xc, int d, const float* cent, const KMeans
 #pragma omp for schedule(dynamic, 1)
             for (int b = 0; b < blocks; ++b) {
                 const int r0 = b * kRowBlock, rows = std::min(kRowBlock, n - r0);
-#ifndef RETRO_NO_BLAS
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, L, d, 1.0f, xc + (size_t)r0 * d, d,
-                            lc, d, 0.0f, sc.data(), L);
-#else
-                for (int i = 0; i < rows; ++i)
-                    for (int l = 0; l < L; ++l) {
-                        float acc = 0;
-                        for (int e = 0; e < d; ++e) acc += xc[(size_t)(r0 + i) * d + e] * lc[(size_t)l * d + e];
-                        sc[(size_t)i * L + l] = acc;
-                    }
-#endif
+                inner_products(xc + (size_t)r0 * d, rows, lc, L, d, sc.data());
                 for (int i = 0; i < rows; ++i) {
                     const float* s = sc.data() + (size_t)i * L;
                     for (int l = 0; l < L; ++l) idx[(size_t)l] = l;
@@ -306,14 +306,8 @@ void kmeans_probe_assign(const float* xc, int d, const float* cent, const KMeans
     }
 
     // Inverted: the rows probing each list, in row order; tasks of <= kRowBlock rows of one list.
-    std::vector<int64_t> inv_begin((size_t)L + 1, 0);
-    for (size_t e = 0; e < probe.size(); ++e) ++inv_begin[(size_t)probe[e] + 1];
-    for (int l = 0; l < L; ++l) inv_begin[(size_t)l + 1] += inv_begin[(size_t)l];
-    std::vector<int64_t> inv((size_t)n * P);  // entry = row * P + probe slot
-    {
-        std::vector<int64_t> fill(inv_begin.begin(), inv_begin.end() - 1);
-        for (size_t e = 0; e < probe.size(); ++e) inv[(size_t)fill[(size_t)probe[e]]++] = (int64_t)e;
-    }
+    std::vector<int64_t> inv_begin, inv;  // inv entry = row * P + probe slot
+    bucket_positions(probe.data(), probe.size(), L, inv_begin, inv);
     struct ListTask {
         int list;
         int64_t e0, e1;
@@ -398,16 +392,8 @@ void kmeans_initial_centroids(const float* xc, int d, const KMeansPlan& plan, co
             std::copy(xc + (size_t)(r0 + off) * d, xc + (size_t)(r0 + off + 1) * d, cent + (size_t)(c0 + i) * d);
         }
     }
-    if (p.normalize_init) {  // spherical k-means proper (FAISS does this); the public code does not
-        for (int j = 0; j < K; ++j) {
-            float* cj = cent + (size_t)j * d;
-            double nn = 0;
-            for (int e = 0; e < d; ++e) nn += (double)cj[e] * cj[e];
-            if (!(nn > 0)) continue;
-            const float inv = (float)(1.0 / std::sqrt(nn));
-            for (int e = 0; e < d; ++e) cj[e] *= inv;
-        }
-    }
+    if (p.normalize_init) normalize_rows(cent, K, d);  // spherical k-means proper (FAISS does this); the
+                                                          // public code does not
 }
 
 void kmeans_finish(const float* x, const float* cent, KMeansResult& res) {
@@ -461,7 +447,7 @@ KMeansResult segmented_kmeans(const float* x, int n, int d, const KMeansParams& 
     for (int it = 0; it + 1 < p.iters; ++it) {
         std::vector<Task> tasks;
         for (const Task& t : seg_tasks)
-            if (active[(size_t)segment_of(plan, t.r0)]) tasks.push_back(t);
+            if (active[(size_t)t.segment]) tasks.push_back(t);
         if (tasks.empty()) break;
         const bool check = p.stop_converged && it > 0;
         if (check) prev = res.assign;
