@@ -158,8 +158,8 @@ BENCHMARK(BM_WaveKMeans)
     ->Iterations(1)
     ->UseRealTime();
 
-// Issue 17: the build's growth with the context for each final assignment (1 = global, the public code
-// and the default; 2 = none; 3 = local; 4 = probe) at 128K and 1M keys; one iteration each (the global pass at 1M is
+// Issue 17: the build's growth with the context for each final assignment (1 = global, the public code;
+// 2 = none; 3 = local; 4 = probe, the wave default) at 128K and 1M keys; one iteration each (the global pass at 1M is
 // over a minute). Run with OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 for single-core CPU times.
 void BM_WaveKMeansScale(benchmark::State& st) { BM_WaveKMeans(st); }
 BENCHMARK(BM_WaveKMeansScale)
