@@ -143,6 +143,18 @@ std::vector<BenchRow> run_benches(const BenchOptions& o, const DeviceCeilings& c
             rows.push_back(bw_row("full_decode", shape("B=%ld N=%ld Hq=%ld Hkv=%ld d=%ld", B, N, kHq, kHkv, kD), us,
                                   2.0 * B * kHkv * (double)N * kD * 2, c.d2d_bytes_per_s, "D2D copy"));
         }
+        // the library baseline on the same KV (FlashInfer's batch decode, planned outside the timing)
+        if (library_decode_unsupported(kD, kG).empty())
+            for (const int B : Bs) {
+                fs.batch = B;
+                LibraryDecode lib(fs, 16);
+                const std::vector<int32_t> lens((size_t)B * kHkv, N);
+                lib.plan(lens.data());
+                const double us = median_us([&] { lib.run(dq.get(), K.get(), V.get(), out.get(), lse.get()); }, reps);
+                rows.push_back(bw_row("full_decode_library",
+                                      shape("B=%ld N=%ld Hq=%ld Hkv=%ld d=%ld", B, N, kHq, kHkv, kD), us,
+                                      2.0 * B * kHkv * (double)N * kD * 2, c.d2d_bytes_per_s, "D2D copy"));
+            }
 
         // ---- wave decode step per layer (RetroInfer §4): rank, estimate, assemble, attend + merge ----
         const int M = N / kTokensPerCluster;

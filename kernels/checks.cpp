@@ -16,6 +16,7 @@
 #include "attention/cluster_rank.hpp"
 #include "cluster/kmeans.hpp"
 #include "core/half.hpp"
+#include "core/error.hpp"
 #include "cuda_api.hpp"
 
 namespace retro::cuda {
@@ -375,6 +376,80 @@ void check_decode(Checker& c) {
 }
 
 // ---------------------------------------------------------------------------------------------------
+// LibraryDecode (FlashInfer) vs partial_attention_ids
+// ---------------------------------------------------------------------------------------------------
+
+// The same reference as check_decode, per (b, kv head) over its first lens tokens; planned twice per case
+// (the second plan moves every length by one token, crossing a page boundary in some requests only, so
+// both the page-table upload and its reuse are exercised). Its output is fp16 (FlashInfer's): 2e-3.
+void check_library_decode(Checker& c) {
+    struct Case { int B, Hkv, g, cap, d; float qsigma; };
+    const Case cases[] = {{1, 1, 1, 16, 128, 1.0f},  {2, 2, 4, 1008, 128, 2.0f}, {1, 2, 8, 5008, 64, 1.0f},
+                          {3, 1, 3, 704, 64, 3.0f},  {1, 8, 4, 9008, 128, 1.0f}, {2, 8, 4, 8192, 128, 1.0f},
+                          {2, 2, 6, 160, 128, 1.0f}};
+    std::mt19937 rng(7);
+    for (const Case& k : cases) {
+        const std::string why = library_decode_unsupported(k.d, k.g);
+        if (!why.empty()) {
+            c.expect(false, "library decode unavailable: " + why);
+            return;
+        }
+        DecodeShape s;
+        s.batch = k.B, s.kv_heads = k.Hkv, s.group = k.g, s.d = k.d, s.capacity = k.cap;
+        const int nbk = k.B * k.Hkv, Hq = k.Hkv * k.g;
+        const auto q = random_float((size_t)k.B * Hq * k.d, rng, k.qsigma);
+        const Half K = random_half((size_t)nbk * k.cap * k.d, rng), V = random_half((size_t)nbk * k.cap * k.d, rng);
+        auto dq = upload(q);
+        auto dk = upload(K.bits), dv = upload(V.bits);
+        LibraryDecode lib(s, 16);
+        std::vector<int32_t> lens((size_t)nbk);
+        std::uniform_int_distribution<int> ld(1, std::max(1, k.cap - 1));
+        for (auto& l : lens) l = ld(rng);
+        lens[0] = k.cap - 1;  // the last page: one token short of full, then full
+        for (int round = 0; round < 2; ++round) {
+            if (round == 1)
+                for (auto& l : lens) l = std::min(k.cap, l + 1);
+            DeviceBuffer<float> dout((size_t)k.B * Hq * k.d), dlse((size_t)k.B * Hq);
+            poison(dout), poison(dlse);
+            lib.plan(lens.data());
+            lib.run(dq.get(), dk.get(), dv.get(), dout.get(), dlse.get());
+            synchronize();
+            const auto out = download(dout), lse = download(dlse);
+            std::vector<float> rout(out.size()), rlse(lse.size());
+            for (int bk = 0; bk < nbk; ++bk) {
+                const int b = bk / k.Hkv, kvh = bk % k.Hkv;
+                std::vector<int32_t> ids((size_t)lens[(size_t)bk]);
+                std::iota(ids.begin(), ids.end(), 0);
+                for (int h = 0; h < k.g; ++h) {
+                    const size_t qh = (size_t)b * Hq + (size_t)kvh * k.g + h;
+                    PartialAttention p = partial_attention_ids(q.data() + qh * k.d, K.f.data() + (size_t)bk * k.cap * k.d,
+                                                               V.f.data() + (size_t)bk * k.cap * k.d, ids, k.d,
+                                                               scale_of(k.d));
+                    p.output(rout.data() + qh * k.d);
+                    rlse[qh] = (float)p.lse();
+                }
+            }
+            const std::string tag = fmt("B=%g Hkv=%g g=%g cap=%g d=%g", k.B, k.Hkv, k.g, k.cap, k.d) +
+                                    fmt(" plan %g", round);
+            c.expect_close(tag + " out", out.data(), rout.data(), out.size(), 2e-3);
+            c.expect_close(tag + " lse", lse.data(), rlse.data(), lse.size(), kTolLse);
+        }
+    }
+    // unsupported shapes are refused by name before any work
+    for (const auto& [d, g] : {std::pair{256, 4}, std::pair{128, 7}, std::pair{128, 5}}) {
+        DecodeShape s;
+        s.group = g, s.d = d, s.capacity = 64;
+        bool refused = false;
+        try {
+            LibraryDecode lib(s, 16);
+        } catch (const ParamError& e) {
+            refused = std::string(e.what()).find(std::to_string(d == 256 ? d : g)) != std::string::npos;
+        }
+        c.expect(refused, fmt("library decode d=%g g=%g: not refused with its shape named", d, g));
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------
 // k-means
 // ---------------------------------------------------------------------------------------------------
 
@@ -488,6 +563,7 @@ void check_kmeans_full(Checker& c) {
 std::vector<CheckCase> gpu_checks() {
     return {{"ClusterRank", check_cluster_rank},   {"EstimateAttention", check_estimate},
             {"CopySegments", check_copy_segments}, {"DecodeAttention", check_decode},
+            {"LibraryDecode", check_library_decode},
             {"KMeansAssign", check_kmeans_assign}, {"KMeansSegmented", check_kmeans_full}};
 }
 

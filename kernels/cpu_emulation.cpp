@@ -147,6 +147,37 @@ void decode_attention(const DecodeShape& s, const float* q, const uint16_t* K, c
         }
     }
 }
+// LibraryDecode: FlashInfer's shape rules, the attention by the emulated decode_attention (fp16 output
+// rounding as the library's fp16 output).
+std::string library_decode_unsupported(int d, int g) {
+    if (d != 64 && d != 128) return "FlashInfer decode is built here for head_dim 64 and 128, not " + std::to_string(d);
+    if (g != 1 && g != 2 && g != 3 && g != 4 && g != 6 && g != 8)
+        return "FlashInfer decode supports GQA group sizes 1, 2, 3, 4, 6, 8, not " + std::to_string(g);
+    return "";
+}
+struct LibraryDecode::Impl {
+    DecodeShape s;
+    std::vector<int32_t> lens;
+};
+LibraryDecode::LibraryDecode(const DecodeShape& s, int page) : impl_(nullptr) {
+    const std::string why = library_decode_unsupported(s.d, s.group);
+    if (!why.empty()) throw ParamError("library decode: " + why);
+    if (page < 1 || s.capacity < 1 || s.capacity % page) throw ParamError("library decode: capacity not a multiple of the page");
+    impl_ = new Impl{s, {}};
+}
+LibraryDecode::~LibraryDecode() { delete impl_; }
+void LibraryDecode::plan(const int32_t* lens, void*) {
+    const int n = impl_->s.batch * impl_->s.kv_heads;
+    for (int i = 0; i < n; ++i)
+        if (lens[i] < 1 || lens[i] > impl_->s.capacity) throw ParamError("library decode: length out of range");
+    impl_->lens.assign(lens, lens + n);
+}
+void LibraryDecode::run(const float* q, const uint16_t* K, const uint16_t* V, float* out, float* lse, void* st) {
+    if (impl_->lens.empty()) throw Error("library decode: run() before plan()");
+    decode_attention(impl_->s, q, K, V, impl_->lens.data(), nullptr, nullptr, out, lse, nullptr, st);
+    const size_t n = (size_t)impl_->s.batch * impl_->s.kv_heads * impl_->s.group * impl_->s.d;
+    for (size_t i = 0; i < n; ++i) out[i] = half_to_float(float_to_half(out[i]));
+}
 void kmeans_assign(const float* x, int n, int d, const float* c, int k, const int32_t* rb, const int32_t* cb, int S,
                    int radius, int32_t* assign, void*) {
     for (int r = 0; r < n; ++r) {

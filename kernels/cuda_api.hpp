@@ -228,6 +228,36 @@ void decode_attention(const DecodeShape& s, const float* d_q, const uint16_t* d_
                       const int32_t* d_lens, const float* d_extra_out, const float* d_extra_lse,
                       float* d_out, float* d_lse, float* d_work, void* stream = nullptr);
 
+// ---- library decode attention (kernels/flashinfer_decode.cu: FlashInfer's batch decode; the baseline) ----
+
+/// "" when this build runs FlashInfer's decode kernel for head dim d and GQA group `group`; else why not
+/// (a build without the FlashInfer headers, a head dim or group size it is not built for).
+std::string library_decode_unsupported(int d, int group);
+
+/// Full attention per (batch item, KV head) by FlashInfer's batch decode kernel and its planner, over the
+/// same KV layout as decode_attention, read in place as pages of `page_tokens` tokens.
+/// K, V: [B*Hkv, capacity, d] fp16, capacity a multiple of page_tokens; q: [B, Hkv*g, d] f32;
+/// out: [B, Hkv*g, d] f32; lse: [B, Hkv*g] f32 natural log (or null).
+class LibraryDecode {
+  public:
+    /// Throws ParamError naming the shape when library_decode_unsupported(s.d, s.group) is not "".
+    explicit LibraryDecode(const DecodeShape& s, int page_tokens = 16);
+    ~LibraryDecode();
+    LibraryDecode(const LibraryDecode&) = delete;
+    LibraryDecode& operator=(const LibraryDecode&) = delete;
+    /// Plans the split of each (b, kv head)'s h_lens[bk] visible tokens (1..capacity; h_lens: [B*Hkv]
+    /// host memory) and uploads the page table on `stream`. Host work (FlashInfer's planner): call it
+    /// before the timed region, once per step (a serving engine plans once per step for all layers).
+    void plan(const int32_t* h_lens, void* stream = nullptr);
+    /// The attention for the last plan's lengths.
+    void run(const float* d_q, const uint16_t* d_k, const uint16_t* d_v, float* d_out, float* d_lse,
+             void* stream = nullptr);
+
+  private:
+    struct Impl;
+    Impl* impl_;
+};
+
 // ---- segmented k-means (kernels/kmeans.cu; CPU reference: lib/cluster/kmeans) ----
 
 /// assign[i] = argmax_{j in [c_begin[seg(i)], c_end[seg(i)])} x_i . c_j (lowest j on ties), where row i

@@ -8,11 +8,12 @@
 //   --tiny       the wave-vs-full run on a tiny layer (the CPU emulation's smoke test)
 //   --hardware   "key value" lines of a hardware profile: the cost model's prediction next to each row
 // Exit status: 0 all checks passed, 1 a check or the wave run failed or threw, 77 no CUDA device
-// (everything skipped), 2 bad arguments.
+// (everything skipped; the report is still written), 2 bad arguments or an --out DIR that cannot be made
 #include <cstdio>
 #include <cstring>
 #include <ctime>
 #include <exception>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -53,6 +54,15 @@ int main(int argc, char** argv) {
         else {
             std::fprintf(stderr, "usage: retro_gpu_check [--out DIR] [--quick] [--checks-only] [--filter S] "
                                  "[--wave-only] [--tiny] [--hardware VALUES]\n");
+            return 2;
+        }
+    }
+    {  // --out DIR: made if missing; a DIR that cannot be made or written fails now, before any work
+        std::error_code ec;
+        std::filesystem::create_directories(out_dir, ec);
+        if (ec || !std::ofstream(out_dir + "/gpu-report.txt")) {
+            std::fprintf(stderr, "retro_gpu_check: --out %s: cannot create or write this directory%s%s\n",
+                         out_dir.c_str(), ec ? ": " : "", ec ? ec.message().c_str() : "");
             return 2;
         }
     }
@@ -99,10 +109,12 @@ int main(int argc, char** argv) {
     js << "\n  ],\n  \"checks_passed\": " << passed << ",\n  \"checks_failed\": " << failed << ",\n";
     txt << "\nchecks: " << passed << " passed, " << failed << " failed\n";
 
+    double hbm_bytes_per_s = 0;  // the measured D2D ceiling: the wave run's HBM fractions
     if (have && !checks_only && !wave_only) {
         try {
             std::fprintf(stderr, "measuring ceilings...\n");
             const DeviceCeilings c = measure_ceilings(quick);
+            hbm_bytes_per_s = c.d2d_bytes_per_s;
             js << "  \"d2d_bytes_per_s\": " << num(c.d2d_bytes_per_s) << ",\n  \"h2d_pinned_bytes_per_s\": "
                << num(c.h2d_pinned_bytes_per_s) << ",\n  \"fp32_flop_per_s\": " << num(c.fp32_flop_per_s) << ",\n";
             txt << "\nD2D copy bandwidth (read+write): " << c.d2d_bytes_per_s / 1e9 << " GB/s\n"
@@ -142,6 +154,7 @@ int main(int argc, char** argv) {
     if (have && !checks_only) {  // the wave decode step vs full attention through the backend's run path
         try {
             gpu_run::WaveRunOptions wo;
+            wo.hbm_bytes_per_s = hbm_bytes_per_s;
             HardwareSpec hw;
             if (!hardware.empty()) hw = gpu_run::read_hardware_values(hardware), wo.hw = &hw;
             if (quick) wo.contexts = {32768}, wo.batches = {1, 8}, wo.layer.steps = 4;
@@ -168,8 +181,15 @@ int main(int argc, char** argv) {
         }
     }
     js << "  \"status\": " << json_quote(!have ? "skipped" : failed ? "failed" : "passed") << "\n}\n";
-    std::ofstream(out_dir + "/gpu-report.json") << js.str();
-    std::ofstream(out_dir + "/gpu-report.txt") << txt.str();
+    for (const auto& [name, text] : {std::pair<std::string, std::string>{"gpu-report.json", js.str()},
+                                      std::pair<std::string, std::string>{"gpu-report.txt", txt.str()}}) {
+        std::ofstream f(out_dir + "/" + name);
+        f << text;
+        if (!f.flush()) {
+            std::fprintf(stderr, "retro_gpu_check: cannot write %s/%s\n", out_dir.c_str(), name.c_str());
+            return 2;
+        }
+    }
     std::fputs(txt.str().c_str(), stdout);
     if (!have) return 77;
     return failed ? 1 : 0;

@@ -9,7 +9,7 @@
 
 #include "cluster/kmeans.hpp"
 #include "core/error.hpp"
-#include "core/host.hpp"
+#include "core/threads.hpp"
 #include "cuda_api.hpp"
 
 namespace retro::cuda {

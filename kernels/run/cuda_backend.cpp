@@ -13,6 +13,9 @@ class CudaBackend final : public GpuBackend {
     std::string status() const override { return cuda::device_status(); }
     std::string device_name() const override { return cuda::device_name(); }
     void check_shape(int head_dim, int group) const override { check_gpu_shape(head_dim, group); }
+    std::string library_unsupported(int head_dim, int group) const override {
+        return cuda::library_decode_unsupported(head_dim, group);
+    }
     void run_layer(const GpuLayerJob& job, const std::function<void(const GpuStep&)>& on_step) const override {
         if (job.method == GpuMethod::wave) run_wave_layer(job, on_step);
         else run_full_layer(job, on_step);

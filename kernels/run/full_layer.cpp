@@ -1,6 +1,10 @@
 // Full attention on the GPU: every KV head of the layer for B replicas, all of their KV as fp16 in GPU
-// memory ([B*H, N, d]; offloaded: in pinned host memory, read by the kernel over PCIe), one
-// decode_attention per step over the visible tokens (docs/cuda.md).
+// memory ([B*H, Np, d], Np = N rounded up to the library's page; offloaded: in pinned host memory, read
+// by the kernel over PCIe), one attention per step over the visible tokens (docs/cuda.md) by the job's
+// kernel: FlashInfer's batch decode (LibraryDecode, the baseline; planned before the timed region, as a
+// serving engine plans once per step) or the own decode_attention.
+#include <algorithm>
+#include <memory>
 #include <string>
 
 #include "run/layer_common.hpp"
@@ -14,11 +18,17 @@ using cuda::DecodeShape;
 
 void run_full_layer(const GpuLayerJob& job, const StepFn& on_step) {
     const LayerShape s = check_job(job);
-    const size_t d = (size_t)s.d, N = (size_t)s.tokens, per_bh = N * d;
+    const bool library = job.full_kernel == FullKernel::library;
+    if (library) {  // refused by name before any allocation
+        const std::string why = cuda::library_decode_unsupported(s.d, s.g);
+        if (!why.empty()) throw ParamError("full attention (library kernel): " + why);
+    }
+    constexpr int kPage = 16;  // tokens per page of the library's page table (the KV is read in place)
+    const size_t d = (size_t)s.d, N = (size_t)(s.tokens + kPage - 1) / kPage * kPage, per_bh = N * d;
     const size_t kv_bytes = 2 * (size_t)s.bh() * per_bh * sizeof(uint16_t);
     DecodeShape ds;
-    ds.batch = s.B, ds.kv_heads = s.H, ds.group = s.g, ds.d = s.d, ds.capacity = s.tokens;
-    ds.split = decode_split(s.tokens, s.bh());
+    ds.batch = s.B, ds.kv_heads = s.H, ds.group = s.g, ds.d = s.d, ds.capacity = (int)N;
+    ds.split = decode_split((int)N, s.bh());
     const size_t need = (job.offloaded ? 0 : kv_bytes) + cuda::decode_workspace_floats(ds) * sizeof(float) +
                         (size_t)s.B * s.hq() * (2 * d + 2) * sizeof(float);
     if (need > cuda::device_free_bytes())
@@ -46,13 +56,15 @@ void run_full_layer(const GpuLayerJob& job, const StepFn& on_step) {
     }
     for (int h = 0; h < s.H; ++h) {
         const HeadSlice& hs = *job.heads[(size_t)h];
-        if (job.offloaded) {
-            to_half(hs.keys.data(), per_bh, pk.get() + (size_t)h * per_bh);
-            to_half(hs.values.data(), per_bh, pv.get() + (size_t)h * per_bh);
-            continue;
-        }
-        to_half(hs.keys.data(), per_bh, pk.get());
-        to_half(hs.values.data(), per_bh, pv.get());
+        // the padding rows past the last token are zeros: a kernel may load a whole page and mask it
+        const size_t rows = (size_t)s.tokens * d;
+        uint16_t* k0 = pk.get() + (job.offloaded ? (size_t)h * per_bh : 0);
+        uint16_t* v0 = pv.get() + (job.offloaded ? (size_t)h * per_bh : 0);
+        to_half(hs.keys.data(), rows, k0);
+        to_half(hs.values.data(), rows, v0);
+        std::fill(k0 + rows, k0 + per_bh, uint16_t{0});
+        std::fill(v0 + rows, v0 + per_bh, uint16_t{0});
+        if (job.offloaded) continue;
         for (int b = 0; b < s.B; ++b) {
             cuda::copy_h2d(dk.get() + ((size_t)b * s.H + h) * per_bh, pk.get(), per_bh * sizeof(uint16_t));
             cuda::copy_h2d(dv.get() + ((size_t)b * s.H + h) * per_bh, pv.get(), per_bh * sizeof(uint16_t));
@@ -74,14 +86,18 @@ void run_full_layer(const GpuLayerJob& job, const StepFn& on_step) {
     cuda::PinnedBuffer<int32_t> h_lens((size_t)s.bh());
     cuda::DeviceBuffer<int32_t> d_lens((size_t)s.bh());
     cuda::Event e0, e1;
+    std::unique_ptr<cuda::LibraryDecode> lib;
+    if (library) lib = std::make_unique<cuda::LibraryDecode>(ds, kPage);
     const auto attend = [&] {
-        cuda::decode_attention(ds, q.device(), K, V, d_lens.get(), nullptr, nullptr, o.out.get(), o.lse.get(),
-                               work.get(), st);
+        if (library) lib->run(q.device(), K, V, o.out.get(), o.lse.get(), st);
+        else cuda::decode_attention(ds, q.device(), K, V, d_lens.get(), nullptr, nullptr, o.out.get(), o.lse.get(),
+                                    work.get(), st);
     };
     for (size_t i = 0; i < job.steps.size(); ++i) {
         const int t = job.steps[i], n = s.prompt + t + 1;
         std::fill(h_lens.get(), h_lens.get() + h_lens.size(), n);
         cuda::copy_h2d_async(d_lens.get(), h_lens.get(), h_lens.bytes(), st);
+        if (library) lib->plan(h_lens.get(), st);  // host planning, before the timed region
         q.stage(t, st);
         if (i == 0)
             for (int w = 0; w < job.warmup; ++w) attend();

@@ -15,12 +15,17 @@ namespace retro::gpu_run {
 
 namespace {
 
+std::string method_label(GpuMethod m, FullKernel fk) {
+    return m == GpuMethod::wave ? "wave" : fk == FullKernel::library ? "full" : "full-own";
+}
+
 /// Runs one (method, context, batch) and averages its steps; evaluates accuracy at batch 1.
-WaveRunRow run_point(const GpuBackend& gpu, const WaveRunOptions& o, GpuMethod m, const std::vector<HeadSlice>& heads,
-                     int batch) {
+WaveRunRow run_point(const GpuBackend& gpu, const WaveRunOptions& o, GpuMethod m, FullKernel fk,
+                     const std::vector<HeadSlice>& heads, int batch) {
     const HeadSlice& h0 = heads[0];
     GpuLayerJob job;
     job.method = m;
+    job.full_kernel = fk;
     for (const HeadSlice& h : heads) job.heads.push_back(&h);
     job.steps.resize((size_t)h0.num_steps);
     std::iota(job.steps.begin(), job.steps.end(), 0);
@@ -32,7 +37,7 @@ WaveRunRow run_point(const GpuBackend& gpu, const WaveRunOptions& o, GpuMethod m
     job.warmup = o.warmup;
 
     WaveRunRow row;
-    row.method = m == GpuMethod::wave ? "wave" : "full";
+    row.method = method_label(m, fk);
     row.context = h0.prompt_len, row.batch = batch, row.modeled = o.hw != nullptr;
     std::vector<Evaluator> ev;
     if (batch == 1)
@@ -49,6 +54,7 @@ WaveRunRow run_point(const GpuBackend& gpu, const WaveRunOptions& o, GpuMethod m
         row.measured.attend_us += st.times.attend_us, row.measured.step_us += st.times.step_us;
         row.measured.host_us += st.times.host_us, row.measured.admit_us += st.times.admit_us;
         row.h2d_bytes += st.batch_h2d_bytes;
+        row.kv_bytes += st.work.attend_bytes * batch;
         row.replica_diff = std::max(row.replica_diff, replica_diff(st.out, batch, rows));
         if (o.hw) {
             const LayerTime t = predict_gpu_step(st.work, gpu_overlap(m, false), h0.group, o.lookup_ns, batch, *o.hw);
@@ -71,10 +77,12 @@ WaveRunRow run_point(const GpuBackend& gpu, const WaveRunOptions& o, GpuMethod m
     });
     const double s = std::max(1, row.steps);
     for (double* x : {&row.measured.select_us, &row.measured.estimate_us, &row.measured.gather_us, &row.measured.attend_us, &row.measured.step_us,
-                      &row.measured.host_us, &row.measured.admit_us, &row.h2d_bytes, &row.model_select_us,
+                      &row.measured.host_us, &row.measured.admit_us, &row.h2d_bytes, &row.kv_bytes, &row.model_select_us,
                       &row.model_h2d_us, &row.model_attend_us, &row.model_step_us})
         *x /= s;
     if (evaluated > 0) row.out_err = err / evaluated, row.recall = rec / evaluated;
+    if (o.hbm_bytes_per_s > 0 && row.measured.step_us > 0)
+        row.hbm_frac = row.kv_bytes / (row.measured.step_us * 1e-6) / o.hbm_bytes_per_s;
     return row;
 }
 
@@ -95,23 +103,29 @@ std::vector<WaveRunRow> run_wave_vs_full(const GpuBackend& gpu, const WaveRunOpt
         lp.prompt = N;
         if (progress) progress("synthetic layer, context " + std::to_string(N));
         const std::vector<HeadSlice> heads = synthetic_layer(lp);
-        std::vector<double> full_us(o.batches.size(), 0.0);
-        for (GpuMethod m : {GpuMethod::full, GpuMethod::wave}) {
+        // the baseline (the first full row of each batch) and then the others, each over every batch
+        std::vector<std::pair<GpuMethod, FullKernel>> kinds;
+        if (o.full_library && gpu.library_unsupported(lp.head_dim, lp.group).empty())
+            kinds.push_back({GpuMethod::full, FullKernel::library});
+        if (o.full_own || kinds.empty()) kinds.push_back({GpuMethod::full, FullKernel::own});
+        kinds.push_back({GpuMethod::wave, FullKernel::library});
+        std::vector<double> base_us(o.batches.size(), 0.0);
+        for (size_t k = 0; k < kinds.size(); ++k) {
+            const auto [m, fk] = kinds[k];
             bool fits = true;
             for (size_t i = 0; i < o.batches.size() && fits; ++i) {
                 const int B = o.batches[i];
-                if (progress) progress(std::string(m == GpuMethod::wave ? "wave" : "full") + " N=" + std::to_string(N) +
-                                       " B=" + std::to_string(B));
+                if (progress) progress(method_label(m, fk) + " N=" + std::to_string(N) + " B=" + std::to_string(B));
                 WaveRunRow row;
                 try {
-                    row = run_point(gpu, o, m, heads, B);
+                    row = run_point(gpu, o, m, fk, heads, B);
                 } catch (const GpuMemoryError& e) {
-                    row.method = m == GpuMethod::wave ? "wave" : "full";
+                    row.method = method_label(m, fk);
                     row.context = N, row.batch = B, row.status = std::string("does not fit: ") + e.what();
                     fits = false;
                 }
-                if (m == GpuMethod::full) full_us[i] = fits ? row.measured.step_us : 0.0;
-                else if (fits && full_us[i] > 0) row.speedup = full_us[i] / row.measured.step_us;
+                if (k == 0) base_us[i] = fits ? row.measured.step_us : 0.0;
+                else if (fits && base_us[i] > 0) row.speedup = base_us[i] / row.measured.step_us;
                 rows.push_back(row);
             }
         }
@@ -130,7 +144,9 @@ std::string wave_run_json(const std::vector<WaveRunRow>& rows) {
            << ", \"estimate_us\": " << num(r.measured.estimate_us)
            << ", \"gather_us\": " << num(r.measured.gather_us) << ", \"attend_us\": " << num(r.measured.attend_us)
            << ", \"host_us\": " << num(r.measured.host_us) << ", \"admit_us\": " << num(r.measured.admit_us)
-           << ", \"h2d_bytes\": " << num(r.h2d_bytes) << ", \"speedup_vs_full\": " << num(r.speedup > 0 ? r.speedup : NAN)
+           << ", \"h2d_bytes\": " << num(r.h2d_bytes) << ", \"kv_bytes\": " << num(r.kv_bytes)
+           << ", \"hbm_frac\": " << num(r.hbm_frac > 0 ? r.hbm_frac : NAN)
+           << ", \"speedup_vs_full\": " << num(r.speedup > 0 ? r.speedup : NAN)
            << ", \"replica_diff\": " << num(r.replica_diff) << ", \"out_err\": " << num(r.out_err < 0 ? NAN : r.out_err)
            << ", \"recall@100\": " << num(r.recall < 0 ? NAN : r.recall);
         if (r.modeled)
@@ -146,8 +162,8 @@ std::string wave_run_json(const std::vector<WaveRunRow>& rows) {
 std::string wave_run_text(const std::vector<WaveRunRow>& rows) {
     std::ostringstream t;
     char line[400];
-    std::snprintf(line, sizeof line, "%-5s %7s %5s %10s %10s %9s %9s %9s %9s %9s %11s %8s %9s %8s\n", "", "N", "B",
-                  "step_us", "model_us", "rank", "estimate", "gather", "attend", "host", "PCIe MB", "speedup",
+    std::snprintf(line, sizeof line, "%-8s %7s %5s %10s %6s %10s %9s %9s %9s %9s %9s %11s %8s %9s %8s\n", "", "N", "B",
+                  "step_us", "HBM%", "model_us", "rank", "estimate", "gather", "attend", "host", "PCIe MB", "speedup",
                   "out_err", "recall");
     t << line;
     for (const WaveRunRow& r : rows) {
@@ -155,8 +171,10 @@ std::string wave_run_text(const std::vector<WaveRunRow>& rows) {
             t << r.method << " N=" << r.context << " B=" << r.batch << ": " << r.status << "\n";
             continue;
         }
-        std::snprintf(line, sizeof line, "%-5s %7d %5d %10.1f %10s %9.1f %9.1f %9.1f %9.1f %9.1f %11.2f %8s %9s %8s\n",
-                      r.method.c_str(), r.context, r.batch, r.measured.step_us,
+        char hbm[16] = "-";
+        if (r.hbm_frac > 0) std::snprintf(hbm, sizeof hbm, "%.0f", 100 * r.hbm_frac);
+        std::snprintf(line, sizeof line, "%-8s %7d %5d %10.1f %6s %10s %9.1f %9.1f %9.1f %9.1f %9.1f %11.2f %8s %9s %8s\n",
+                      r.method.c_str(), r.context, r.batch, r.measured.step_us, hbm,
                       r.modeled ? num(r.model_step_us).c_str() : "-", r.measured.select_us, r.measured.estimate_us,
                       r.measured.gather_us,
                       r.measured.attend_us, r.measured.host_us, r.h2d_bytes / 1e6,

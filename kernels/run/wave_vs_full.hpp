@@ -27,11 +27,15 @@ struct WaveRunOptions {
     double lookup_ns = 50;
     int warmup = 1;
     const HardwareSpec* hw = nullptr;  ///< the profile the prediction is for; none = no prediction
+    /// Full attention's kernels, each a row: the library baseline (FlashInfer) first when this build has
+    /// it for the shape, then the own kernel when full_own. wave's speedup is over the first.
+    bool full_library = true, full_own = true;
+    double hbm_bytes_per_s = 0;  ///< the measured device-memory ceiling (D2D read+write); 0 = no fractions
 };
 
 /// One (method, context, batch): means over the decode steps.
 struct WaveRunRow {
-    std::string method;  ///< "full" | "wave"
+    std::string method;  ///< "full" (library kernel) | "full-own" (the own kernel) | "wave"
     int context = 0, batch = 0, steps = 0;
     std::string status = "ok";  ///< or "does not fit: ..." (larger batches of the method are skipped)
     GpuStepTimes measured;
@@ -40,7 +44,9 @@ struct WaveRunRow {
     double model_select_us = 0, model_h2d_us = 0, model_attend_us = 0, model_step_us = 0;
     double out_err = -1, recall = -1;  ///< batch 1 only: vs exact attention, means over query heads and steps
     double replica_diff = 0;           ///< largest relative L2 distance of a replica's outputs from replica 0's
-    double speedup = 0;                ///< wave rows: full's step_us / wave's at the same context and batch
+    double speedup = 0;   ///< the baseline full row's step_us / this row's at the same context and batch
+    double kv_bytes = 0;  ///< K+V bytes the attention read per step, whole batch (device or pinned memory)
+    double hbm_frac = 0;  ///< kv_bytes / step_us over the measured device-memory ceiling (0 = unknown)
 };
 
 std::vector<WaveRunRow> run_wave_vs_full(const GpuBackend& gpu, const WaveRunOptions& o,

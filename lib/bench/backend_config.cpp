@@ -17,8 +17,8 @@ std::string parse_backend(const json& v, const std::string& where) {
 }
 
 CudaOptions CudaOptions::from_json(const json& j, const std::string& where) {
-    if (!j.is_object()) throw ConfigError(where + ": expected an object {batch, kmeans, warmup}");
-    check_keys(j, {"batch", "kmeans", "warmup"}, where);
+    if (!j.is_object()) throw ConfigError(where + ": expected an object {batch, kmeans, warmup, full_kernel}");
+    check_keys(j, {"batch", "kmeans", "warmup", "full_kernel"}, where);
     CudaOptions o;
     if (j.contains("batch")) {
         const json b = j["batch"].is_array() ? j["batch"] : json::array({j["batch"]});
@@ -45,10 +45,18 @@ CudaOptions CudaOptions::from_json(const json& j, const std::string& where) {
             throw ConfigError(where + ".warmup = " + w.dump() + ": expected an integer in [0, 100]");
         o.warmup = w.get<int>();
     }
+    if (j.contains("full_kernel")) {
+        const json& k = j["full_kernel"];
+        if (!k.is_string() || (k.get<std::string>() != "flashinfer" && k.get<std::string>() != "own"))
+            throw ConfigError(where + ".full_kernel = " + k.dump() + ": expected \"flashinfer\" or \"own\"");
+        o.full_kernel = k.get<std::string>();
+    }
     return o;
 }
 
-json CudaOptions::to_json() const { return {{"batch", batch}, {"kmeans", kmeans}, {"warmup", warmup}}; }
+json CudaOptions::to_json() const {
+    return {{"batch", batch}, {"kmeans", kmeans}, {"warmup", warmup}, {"full_kernel", full_kernel}};
+}
 
 void check_cuda_run(const MethodRun& r, const CudaOptions& o, const std::string& where) {
     const std::string w = where + ": backend 'cuda'";

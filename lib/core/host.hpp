@@ -3,6 +3,8 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "core/threads.hpp"  // set_blas_threads, set_compute_threads, compute_threads (were declared here)
+
 namespace retro {
 
 /// Path of the shared library that provides sgemm_ in this process (e.g.
@@ -17,21 +19,6 @@ const char* git_revision();
 
 /// The source tree this binary was built from (scripts, configs/hardware); may be gone on a copied install.
 const char* source_dir();
-
-/// Sets OpenBLAS's (process-wide) thread count, n >= 1; returns false in a build without BLAS
-/// (RETRO_NO_BLAS), where there is none to set. The runner sets 1 while it runs heads
-/// on several threads, so BLAS calls inside methods do not oversubscribe the cores.
-bool set_blas_threads(int n);
-
-/// The threads one caller's compute may use inside a method: OpenBLAS's (process-wide) and OpenMP's
-/// (the calling thread's default team size, which sizes k-means's parallel segments). For a process that
-/// runs methods from its own threads or shares the machine (the Python binding inside a model's decode,
-/// several closed-loop workers): OpenMP teams on an oversubscribed core spin at every barrier, which made
-/// a 2K-token wave build 20x slower than on one thread. n >= 1.
-void set_compute_threads(int n);
-
-/// min(OpenBLAS threads, OpenMP max threads) as the methods see it (1 without BLAS or OpenMP).
-int compute_threads();
 
 /// Peak resident set size of this process so far, in bytes (getrusage ru_maxrss; 0 if unavailable).
 /// A high-water mark: it never decreases, so a run's value includes everything before it in the process.

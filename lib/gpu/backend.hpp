@@ -19,6 +19,11 @@ namespace retro {
 
 enum class GpuMethod { full, wave };
 
+/// The kernel that computes full attention (GpuMethod::full): the field's library (FlashInfer's batch
+/// decode, kernels/flashinfer_decode.cu: the baseline) or the project's own flash-decoding kernel
+/// (decode_attention: the readable reference, reported beside it).
+enum class FullKernel { library, own };
+
 /// One layer of one trace on the GPU.
 struct GpuLayerJob {
     GpuMethod method = GpuMethod::full;
@@ -26,6 +31,7 @@ struct GpuLayerJob {
     std::vector<int> steps;               ///< decode steps evaluated, ascending (the others only append)
     int batch = 1;                        ///< B replicas of the request, each with its own KV copy
     bool offloaded = false;               ///< full: KV in pinned host memory, read over PCIe every step
+    FullKernel full_kernel = FullKernel::library;  ///< full: the library baseline or the own kernel
     WaveParams wave;                      ///< wave: index and zones (gqa must be sum)
     bool kmeans_on_gpu = false;           ///< wave: index blocks clustered by segmented_kmeans_gpu
     CacheParams cache;                    ///< wave: GPU block cache per (sequence, KV head); 0 slots = none
@@ -87,6 +93,8 @@ class GpuBackend {
     virtual std::string device_name() const = 0;
     /// Throws ParamError when (head_dim, group) is outside the kernels' limits.
     virtual void check_shape(int head_dim, int group) const = 0;
+    /// "" when full attention's library kernel (FullKernel::library) runs this shape, else why not.
+    virtual std::string library_unsupported(int head_dim, int group) const = 0;
     /// Runs the job, calling on_step after every selected step. Throws GpuMemoryError when the batch
     /// does not fit (before any step), ParamError on a bad job, Error on a device failure.
     virtual void run_layer(const GpuLayerJob& job, const std::function<void(const GpuStep&)>& on_step) const = 0;

@@ -46,6 +46,7 @@ class UnusableBackend final : public GpuBackend {
     std::string status() const override { return "no CUDA device (test double)"; }
     std::string device_name() const override { return ""; }
     void check_shape(int, int) const override {}
+    std::string library_unsupported(int, int) const override { return ""; }
     void run_layer(const GpuLayerJob&, const std::function<void(const GpuStep&)>&) const override {
         ADD_FAILURE() << "run_layer called on an unusable backend";
     }

@@ -360,6 +360,7 @@ BACKEND_TEST(RunSkipsABatchThatDoesNotFit) {
         std::string status() const override { return real->status(); }
         std::string device_name() const override { return "small " + real->device_name(); }
         void check_shape(int d, int g) const override { real->check_shape(d, g); }
+        std::string library_unsupported(int d, int g) const override { return real->library_unsupported(d, g); }
         void run_layer(const GpuLayerJob& job, const std::function<void(const GpuStep&)>& fn) const override {
             if (job.batch > 2) throw GpuMemoryError("test: batch " + std::to_string(job.batch) + " does not fit");
             real->run_layer(job, fn);

@@ -1,0 +1,203 @@
+// The library full-attention baseline (cuda_api.hpp LibraryDecode): FlashInfer's batch decode kernel
+// (BatchDecodeWithPagedKVCacheDispatched, the decode kernel vLLM and SGLang call) over the harness's KV
+// layout, with FlashInfer's own planner (DecodePlan: how many KV chunks each request is split into so the
+// grid fills the GPU) and its merge of the chunks' states. Header-only templates from the
+// flashinfer-python wheel (scripts/flashinfer-headers.sh pins and unpacks them); built only when they are
+// present (kernels/CMakeLists.txt), else library_decode_absent.cpp says why not.
+//
+// Layout: every (batch item b, KV head h) is one FlashInfer request of one KV head and g query heads.
+// K, V: [B*Hkv, capacity, d] fp16 are read in place as pages of P tokens: request r's page p is page
+// r*(capacity/P) + p of a pool whose page stride is P*d (HND layout with one head), so no copy is made.
+// q: [B*Hkv, g, d] f32 (= [B, Hq, d]) is request r's row r*g*d; out the same; lse per query head.
+// FlashInfer's LSE is base 2: run() converts it to the natural log the harness uses.
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <flashinfer/attention/decode.cuh>
+#include <flashinfer/attention/default_decode_params.cuh>
+#include <flashinfer/attention/scheduler.cuh>
+#include <flashinfer/attention/variants.cuh>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "core/error.hpp"
+#include "cuda_api.hpp"
+
+namespace retro::cuda {
+
+namespace {
+
+using Variant = flashinfer::DefaultAttention</*custom_mask=*/false, /*sliding_window=*/false,
+                                             /*logits_soft_cap=*/false, /*alibi=*/false>;
+// fp16 output: FlashInfer's merge of the split states is built for 16-bit outputs only (its 16-byte
+// vectors of float would be 512 bits); finish_kernel widens it to the harness's f32.
+using Params = flashinfer::BatchDecodeParams<float, half, half, int32_t>;
+constexpr auto kNoRope = flashinfer::PosEncodingMode::kNone;
+
+void ok(cudaError_t e, const char* what) {
+    if (e != cudaSuccess) throw Error(std::string("cuda: flashinfer ") + what + ": " + cudaGetErrorString(e));
+}
+cudaStream_t st(void* s) { return static_cast<cudaStream_t>(s); }
+
+bool group_built(int g) { return g == 1 || g == 2 || g == 3 || g == 4 || g == 6 || g == 8; }
+
+// out[i] = o16[i] (n elements); lse[j] *= ln 2 for j < n_lse (base 2 -> natural log; -inf stays -inf).
+__global__ void finish_kernel(const half* o16, float* out, int n, float* lse, int n_lse) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = __half2float(o16[i]);
+    if (lse && i < n_lse) lse[i] *= 0.69314718055994531f;
+}
+
+template <uint32_t D>
+cudaError_t plan_for(int g, void* fbuf, size_t fbytes, void* ibuf, void* hbuf, size_t ibytes,
+                     flashinfer::DecodePlanInfo& info, int32_t* indptr_h, uint32_t requests, uint32_t page,
+                     cudaStream_t s, size_t* f_need, size_t* i_need) {
+    cudaError_t e = cudaSuccess;
+    DISPATCH_GQA_GROUP_SIZE(g, GROUP, {
+        auto est = flashinfer::BatchDecodeWithPagedKVCacheWorkEstimationDispatched<GROUP, D, kNoRope, Variant, Params>;
+        if (f_need)
+            e = flashinfer::DecodePlanWorkspaceSize<D, kNoRope, Variant, Params>(*f_need, *i_need, indptr_h, requests,
+                                                                              (uint32_t)g, page, false, s, est);
+        else
+            e = flashinfer::DecodePlan<D, kNoRope, Variant, Params>(fbuf, fbytes, ibuf, hbuf, ibytes, info, indptr_h,
+                                                                    requests, (uint32_t)g, page, false, s, est);
+    });
+    return e;
+}
+
+cudaError_t plan_for_dim(int d, int g, void* fbuf, size_t fbytes, void* ibuf, void* hbuf, size_t ibytes,
+                         flashinfer::DecodePlanInfo& info, int32_t* indptr_h, uint32_t requests, uint32_t page,
+                         cudaStream_t s, size_t* f_need, size_t* i_need) {
+    return d == 64 ? plan_for<64>(g, fbuf, fbytes, ibuf, hbuf, ibytes, info, indptr_h, requests, page, s, f_need, i_need)
+                   : plan_for<128>(g, fbuf, fbytes, ibuf, hbuf, ibytes, info, indptr_h, requests, page, s, f_need,
+                                   i_need);
+}
+
+}  // namespace
+
+std::string library_decode_unsupported(int d, int group) {
+    if (d != 64 && d != 128)
+        return "FlashInfer decode is built here for head_dim 64 and 128, not " + std::to_string(d) +
+               " (use \"full_kernel\": \"own\")";
+    if (!group_built(group))
+        return "FlashInfer decode supports GQA group sizes 1, 2, 3, 4, 6, 8, not " + std::to_string(group) +
+               " (use \"full_kernel\": \"own\")";
+    return "";
+}
+
+struct LibraryDecode::Impl {
+    DecodeShape s;
+    int P = 16;
+    int requests = 0, pages_per_request = 0;
+    std::vector<int32_t> pages;                 // pages used per request at the last upload
+    PinnedBuffer<int32_t> h_table;              // indptr [R+1] | last_page_len [R] | indices [...]
+    DeviceBuffer<int32_t> d_table;
+    DeviceBuffer<char> fbuf, ibuf;
+    DeviceBuffer<uint16_t> o16;                 // [B*Hkv, g, d] fp16 output before widening
+    PinnedBuffer<char> hbuf;
+    flashinfer::DecodePlanInfo info;
+    int32_t *indptr = nullptr, *last = nullptr, *indices = nullptr;
+};
+
+LibraryDecode::LibraryDecode(const DecodeShape& s, int page_tokens) : impl_(new Impl) {
+    const std::string why = library_decode_unsupported(s.d, s.group);
+    if (!why.empty()) {
+        delete impl_;
+        throw ParamError("library decode: " + why);
+    }
+    if (page_tokens < 1 || s.capacity < 1 || s.capacity % page_tokens != 0 || s.batch < 1 || s.kv_heads < 1) {
+        delete impl_;
+        throw ParamError("library decode: capacity " + std::to_string(s.capacity) +
+                         " must be a positive multiple of the page size " + std::to_string(page_tokens));
+    }
+    Impl& m = *impl_;
+    m.s = s, m.P = page_tokens;
+    m.requests = s.batch * s.kv_heads;
+    m.pages_per_request = s.capacity / page_tokens;
+    const size_t table = 2 * (size_t)m.requests + 1 + (size_t)m.requests * m.pages_per_request;
+    m.h_table = PinnedBuffer<int32_t>(table);
+    m.d_table = DeviceBuffer<int32_t>(table);
+    m.o16 = DeviceBuffer<uint16_t>((size_t)m.requests * s.group * s.d);
+}
+
+LibraryDecode::~LibraryDecode() { delete impl_; }
+
+void LibraryDecode::plan(const int32_t* lens, void* stream) {
+    Impl& m = *impl_;
+    const int R = m.requests;
+    std::vector<int32_t> pages((size_t)R);
+    for (int r = 0; r < R; ++r) {
+        if (lens[r] < 1 || lens[r] > m.s.capacity)
+            throw ParamError("library decode: request " + std::to_string(r) + " has " + std::to_string(lens[r]) +
+                             " tokens; expected 1.." + std::to_string(m.s.capacity));
+        pages[(size_t)r] = (lens[r] + m.P - 1) / m.P;
+    }
+    int32_t* indptr = m.h_table.get();
+    int32_t* last = indptr + R + 1;
+    int32_t* indices = last + R;
+    for (int r = 0; r < R; ++r) last[r] = lens[r] - (pages[(size_t)r] - 1) * m.P;
+    if (pages != m.pages) {  // the page table changes only when a request crosses a page boundary
+        indptr[0] = 0;
+        for (int r = 0; r < R; ++r) {
+            indptr[r + 1] = indptr[r] + pages[(size_t)r];
+            for (int p = 0; p < pages[(size_t)r]; ++p) indices[indptr[r] + p] = r * m.pages_per_request + p;
+        }
+        m.pages = pages;
+        size_t f_need = 0, i_need = 0;
+        ok(plan_for_dim(m.s.d, m.s.group, nullptr, 0, nullptr, nullptr, 0, m.info, indptr, R, m.P, st(stream),
+                        &f_need, &i_need), "plan size");
+        if (m.fbuf.size() < f_need) m.fbuf = DeviceBuffer<char>(f_need);
+        if (m.ibuf.size() < i_need) m.ibuf = DeviceBuffer<char>(i_need), m.hbuf = PinnedBuffer<char>(i_need);
+        ok(plan_for_dim(m.s.d, m.s.group, m.fbuf.get(), m.fbuf.size(), m.ibuf.get(), m.hbuf.get(), m.ibuf.size(),
+                        m.info, indptr, R, m.P, st(stream), nullptr, nullptr), "plan");
+        copy_h2d_async(m.d_table.get(), m.h_table.get(), (size_t)(2 * R + 1 + indptr[R]) * sizeof(int32_t), stream);
+    } else {
+        copy_h2d_async(m.d_table.get() + R + 1, last, (size_t)R * sizeof(int32_t), stream);
+    }
+    m.indptr = m.d_table.get(), m.last = m.indptr + R + 1, m.indices = m.last + R;
+}
+
+void LibraryDecode::run(const float* q, const uint16_t* K, const uint16_t* V, float* out, float* lse, void* stream) {
+    Impl& m = *impl_;
+    if (m.pages.empty()) throw Error("library decode: run() before plan()");
+    const uint32_t d = (uint32_t)m.s.d, g = (uint32_t)m.s.group;
+    const int64_t strides[3] = {(int64_t)m.P * d, (int64_t)m.s.capacity * d, (int64_t)d};  // page, head, token
+    flashinfer::paged_kv_t<half, int32_t> kv(
+        1, (uint32_t)m.P, d, (uint32_t)m.requests, flashinfer::QKVLayout::kHND,
+        reinterpret_cast<half*>(const_cast<uint16_t*>(K)), reinterpret_cast<half*>(const_cast<uint16_t*>(V)), strides,
+        m.indices, m.indptr, m.last);
+    half* o16 = reinterpret_cast<half*>(m.o16.get());
+    Params p(const_cast<float*>(q), nullptr, kv, o16, lse, nullptr, g, (int32_t)(g * d), (int32_t)d,
+             /*window_left=*/-1, /*logits_soft_cap=*/0.0f, m.s.scale != 0 ? m.s.scale : 1.0f / std::sqrt((float)d),
+             /*rope_scale=*/1.0f, /*rope_theta=*/1e4f);
+    const auto& info = m.info;
+    p.padded_batch_size = (uint32_t)info.padded_batch_size;
+    char* ib = m.ibuf.get();
+    p.request_indices = reinterpret_cast<int32_t*>(ib + info.request_indices_offset);
+    p.kv_tile_indices = reinterpret_cast<int32_t*>(ib + info.kv_tile_indices_offset);
+    p.o_indptr = reinterpret_cast<int32_t*>(ib + info.o_indptr_offset);
+    p.kv_chunk_size_ptr = reinterpret_cast<int32_t*>(ib + info.kv_chunk_size_ptr_offset);
+    half* tmp_v = nullptr;
+    float* tmp_s = nullptr;
+    if (info.split_kv) {
+        p.block_valid_mask = reinterpret_cast<bool*>(ib + info.block_valid_mask_offset);
+        tmp_v = reinterpret_cast<half*>(m.fbuf.get() + info.v_offset);
+        tmp_s = reinterpret_cast<float*>(m.fbuf.get() + info.s_offset);
+    }
+    cudaError_t e = cudaSuccess;
+    if (d == 64)
+        e = flashinfer::BatchDecodeWithPagedKVCacheDispatched<64, kNoRope, Variant, Params>(p, tmp_v, tmp_s, false,
+                                                                                           st(stream));
+    else
+        e = flashinfer::BatchDecodeWithPagedKVCacheDispatched<128, kNoRope, Variant, Params>(p, tmp_v, tmp_s, false,
+                                                                                            st(stream));
+    ok(e, "batch decode");
+    ok(cudaGetLastError(), "batch decode launch");
+    const int n_lse = m.requests * (int)g, n = n_lse * (int)d;
+    finish_kernel<<<(n + 255) / 256, 256, 0, st(stream)>>>(o16, out, n, lse, n_lse);
+    ok(cudaGetLastError(), "output conversion");
+}
+
+}  // namespace retro::cuda

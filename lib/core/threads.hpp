@@ -1,0 +1,22 @@
+#pragma once
+// The compute threads of BLAS and OpenMP: JSON- and HDF5-free, so the RETRO_GPU_ONLY build (no Debian
+// libraries) links it too (kernels/kmeans.cu's probe pass asks compute_threads()).
+
+namespace retro {
+
+/// Sets OpenBLAS's (process-wide) thread count, n >= 1; returns false in a build without BLAS
+/// (RETRO_NO_BLAS), where there is none to set. The runner sets 1 while it runs heads
+/// on several threads, so BLAS calls inside methods do not oversubscribe the cores.
+bool set_blas_threads(int n);
+
+/// The threads one caller's compute may use inside a method: OpenBLAS's (process-wide) and OpenMP's
+/// (the calling thread's default team size, which sizes k-means's parallel segments). For a process that
+/// runs methods from its own threads or shares the machine (the Python binding inside a model's decode,
+/// several closed-loop workers): OpenMP teams on an oversubscribed core spin at every barrier, which made
+/// a 2K-token wave build 20x slower than on one thread. n >= 1.
+void set_compute_threads(int n);
+
+/// min(OpenBLAS threads, OpenMP max threads) as the methods see it (1 without BLAS or OpenMP).
+int compute_threads();
+
+}  // namespace retro
