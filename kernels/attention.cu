@@ -4,6 +4,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <cub/block/block_radix_sort.cuh>
 #include <cub/device/device_segmented_radix_sort.cuh>
 
 #include <cmath>
@@ -26,6 +27,10 @@ cudaStream_t st(void* s) { return static_cast<cudaStream_t>(s); }
 float default_scale(float scale, int d) { return scale != 0.0f ? scale : 1.0f / std::sqrt((float)d); }
 
 __device__ inline float h2f(uint16_t b) { return __half2float(__ushort_as_half(b)); }
+
+// The LSE merge of partial states (flash-decoding section); the estimation merges its chunks with it too.
+__global__ void decode_combine_kernel(DecodeShape s, const float* work, const float* extra_out,
+                                      const float* extra_lse, float* out, float* lse);
 
 // Sum over the whole warp.
 __device__ inline float warp_sum(float v) {
@@ -105,6 +110,68 @@ __global__ void cluster_softmax_sum_kernel(ClusterScoreShape s, const float* sco
         if (scores[(size_t)bk * g * M + j] == -INFINITY) a[j] = -INFINITY;  // invalid (head 0 marks it)
 }
 
+// The ranking in one kernel when a (b, kv head)'s clusters fit one block (M <= 1024 * ITEMS): the
+// softmax sum above (same per-head order of additions), then a stable descending block radix sort of
+// (agg, id) in shared memory, the invalid clusters (-inf) last by ascending id, the padding past M after
+// them. One block per (b, kv head), no trip through the global segmented sort (which, with one segment per
+// block and eight 4-bit passes over global memory, was most of the ranking's 198 us at 128K).
+// grid B*Hkv, block 1024, dynamic shared memory: the sort's TempStorage.
+constexpr int kRankThreads = 1024;
+template <int ITEMS>
+__global__ void __launch_bounds__(kRankThreads) cluster_sort_block_kernel(ClusterScoreShape s, const float* scores,
+                                                                         float* agg, int32_t* ranked) {
+    using Sort = cub::BlockRadixSort<float, kRankThreads, ITEMS, int32_t>;
+    extern __shared__ __align__(16) unsigned char smem[];
+    typename Sort::TempStorage& tmp = *reinterpret_cast<typename Sort::TempStorage*>(smem);
+    __shared__ float sh[32];
+    const int bk = blockIdx.x, M = s.clusters, g = s.group, t0 = threadIdx.x * ITEMS;
+    float a[ITEMS];
+    int32_t id[ITEMS];
+#pragma unroll
+    for (int i = 0; i < ITEMS; ++i) a[i] = 0.0f, id[i] = t0 + i;
+    for (int h = 0; h < g; ++h) {
+        const float* sc = scores + ((size_t)bk * g + h) * M;
+        float x[ITEMS], mx = -INFINITY;
+#pragma unroll
+        for (int i = 0; i < ITEMS; ++i) x[i] = t0 + i < M ? sc[t0 + i] : -INFINITY, mx = fmaxf(mx, x[i]);
+        mx = block_max(mx, sh);
+        float sum = 0;
+        if (mx != -INFINITY)
+#pragma unroll
+            for (int i = 0; i < ITEMS; ++i) sum += __expf(x[i] - mx);
+        sum = block_sum(sum, sh);
+        const float inv = sum > 0 ? 1.0f / sum : 0.0f;
+#pragma unroll
+        for (int i = 0; i < ITEMS; ++i)
+            if (x[i] != -INFINITY) a[i] += __expf(x[i] - mx) * inv;
+    }
+    const float* sc0 = scores + (size_t)bk * g * M;  // head 0 marks the invalid clusters
+#pragma unroll
+    for (int i = 0; i < ITEMS; ++i) {
+        if (t0 + i >= M || sc0[t0 + i] == -INFINITY) a[i] = -INFINITY;
+        if (t0 + i < M) agg[(size_t)bk * M + t0 + i] = a[i];
+    }
+    Sort(tmp).SortDescending(a, id);
+#pragma unroll
+    for (int i = 0; i < ITEMS; ++i)
+        if (t0 + i < M) ranked[(size_t)bk * M + t0 + i] = id[i];
+}
+
+template <int ITEMS>
+void launch_sort_block(const ClusterScoreShape& s, const float* scores, float* agg, int32_t* ranked,
+                       cudaStream_t stream) {
+    using Sort = cub::BlockRadixSort<float, kRankThreads, ITEMS, int32_t>;
+    const size_t smem = sizeof(typename Sort::TempStorage);
+    static bool raised = false;  // the dynamic shared-memory limit, once per process and ITEMS
+    if (!raised) {
+        const cudaError_t e = cudaFuncSetAttribute(cluster_sort_block_kernel<ITEMS>,
+                                                   cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        if (e != cudaSuccess) throw Error(std::string("cuda: cluster_sort_block smem: ") + cudaGetErrorString(e));
+        raised = true;
+    }
+    cluster_sort_block_kernel<ITEMS><<<s.batch * s.kv_heads, kRankThreads, smem, stream>>>(s, scores, agg, ranked);
+}
+
 __global__ void segment_offsets_kernel(int n_seg, int M, int* offsets) {
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i <= n_seg) offsets[i] = i * M;
@@ -178,6 +245,13 @@ void cluster_rank(const ClusterScoreShape& s, const float* q, const uint16_t* ce
     cluster_scores_kernel<<<dim3((s.clusters + 3) / 4, n_seg), 128, 0, st(stream)>>>(s, scale, q, cent, valid,
                                                                                       w.scores);
     check_launch("cluster_scores");
+    if (s.clusters <= kRankThreads * 16) {  // one block per (b, kv head): softmax sum and sort fused
+        if (s.clusters <= kRankThreads * 4) launch_sort_block<4>(s, w.scores, agg, ranked, st(stream));
+        else if (s.clusters <= kRankThreads * 8) launch_sort_block<8>(s, w.scores, agg, ranked, st(stream));
+        else launch_sort_block<16>(s, w.scores, agg, ranked, st(stream));
+        check_launch("cluster_sort_block");
+        return;
+    }
     cluster_softmax_sum_kernel<<<n_seg, 256, 0, st(stream)>>>(s, w.scores, agg, w.ids_in);
     check_launch("cluster_softmax_sum");
     segment_offsets_kernel<<<(n_seg + 256) / 256, 256, 0, st(stream)>>>(n_seg, s.clusters, w.offsets);
@@ -196,16 +270,23 @@ void cluster_rank(const ClusterScoreShape& s, const float* q, const uint16_t* ce
 
 namespace {
 
-// grid B*Hkv, block 128 (4 warps); warp w takes clusters w, w+4, ...; lane holds dims lane + 32 i.
-__global__ void estimate_kernel(ClusterScoreShape s, float scale, int E, const int32_t* ids, const float* q,
-                                const uint16_t* cent, const uint16_t* vsum, const int32_t* sizes, float* out,
-                                float* lse) {
+constexpr int kEstChunk = 64;  // estimation clusters per block (16 per warp)
+
+// grid (chunks, B*Hkv), block 128 (4 warps): block (c, bk) takes the ids [c*64, c*64 + 64) of its
+// (b, kv head) and writes one partial state per query head, in decode_combine_kernel's format:
+// work[qh, c] = (m, l, acc[d]) with l = sum size_j p_j and acc = sum p_j vsum_j / size_j * size_j. Warp w
+// takes clusters w, w+4, ...; lane holds dims lane + 32 i. Parallel over clusters and heads: the old
+// one-block-per-(b, kv head) kernel ran 8 blocks on a 132-SM GPU at batch 1.
+__global__ void estimate_partial_kernel(ClusterScoreShape s, float scale, int E, int chunks, const int32_t* ids,
+                                        const float* q, const uint16_t* cent, const uint16_t* vsum,
+                                        const int32_t* sizes, float* work) {
     constexpr int W = 4, PER = 8;  // d <= 256 = 32 * 8
     __shared__ float sh_m[W][kMaxGroup], sh_l[W][kMaxGroup];
     __shared__ float sh_acc[W][kMaxGroup][256];
-    const int bk = blockIdx.x, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int chunk = blockIdx.x, bk = blockIdx.y, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int b = bk / s.kv_heads, kvh = bk % s.kv_heads, g = s.group, d = s.d, M = s.clusters;
     const int per = d / 32;
+    const int t_end = min(E, (chunk + 1) * kEstChunk);
     float qr[kMaxGroup][PER], acc[kMaxGroup][PER], m[kMaxGroup], l[kMaxGroup];
 #pragma unroll
     for (int h = 0; h < kMaxGroup; ++h) {
@@ -216,23 +297,35 @@ __global__ void estimate_kernel(ClusterScoreShape s, float scale, int E, const i
                                           : 0.0f;
         }
     }
-    for (int t = warp; t < E; t += W) {
+    for (int t = chunk * kEstChunk + warp; t < t_end; t += W) {
         const int c = ids[(size_t)bk * E + t];
         const size_t base = ((size_t)bk * M + c) * d;
         const float n = (float)sizes[(size_t)bk * M + c];
         float cv[PER], vv[PER];
+#pragma unroll
         for (int i = 0; i < PER; ++i) {
             cv[i] = i < per ? h2f(cent[base + lane + 32 * i]) : 0.0f;
             vv[i] = i < per ? h2f(vsum[base + lane + 32 * i]) : 0.0f;
         }
         if (n <= 0) continue;  // warp-uniform: an empty cluster contributes nothing
+        float dots[kMaxGroup];
 #pragma unroll
         for (int h = 0; h < kMaxGroup; ++h) {
-            if (h >= g) break;
             float dot = 0;
 #pragma unroll
             for (int i = 0; i < PER; ++i) dot += qr[h][i] * cv[i];
-            const float sc = scale * warp_sum(dot);
+            dots[h] = dot;
+        }
+        // the g reductions interleaved: independent shuffles in flight instead of g dependent chains
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1)
+#pragma unroll
+            for (int h = 0; h < kMaxGroup; ++h)
+                if (h < g) dots[h] += __shfl_xor_sync(0xffffffffu, dots[h], o);
+#pragma unroll
+        for (int h = 0; h < kMaxGroup; ++h) {
+            if (h >= g) break;
+            const float sc = scale * dots[h];
             const float mn = fmaxf(m[h], sc);
             const float corr = __expf(m[h] - mn), p = __expf(sc - mn);
             l[h] = l[h] * corr + n * p;
@@ -266,21 +359,39 @@ __global__ void estimate_kernel(ClusterScoreShape s, float scale, int E, const i
                     A += sh_acc[w][h][e] * f;
                 }
         const size_t qh = (size_t)b * s.kv_heads * g + (size_t)kvh * g + h;
-        out[qh * d + e] = L > 0 ? A / L : 0.0f;
-        if (e == 0 && lse) lse[qh] = L > 0 ? M_ + logf(L) : -INFINITY;
+        float* wp = work + (qh * chunks + chunk) * (size_t)(d + 2);
+        if (e == 0) wp[0] = M_, wp[1] = L;
+        wp[2 + e] = A;
     }
 }
 
+int estimate_chunks(int E) { return std::max(1, (E + kEstChunk - 1) / kEstChunk); }
+
 }  // namespace
+
+size_t estimate_workspace_floats(const ClusterScoreShape& s, int E) {
+    check_cluster_shape(s);
+    return (size_t)s.batch * s.kv_heads * s.group * estimate_chunks(std::max(E, 0)) * (s.d + 2);
+}
 
 void estimate_attention(const ClusterScoreShape& s, int E, const int32_t* ids, const float* q,
                         const uint16_t* cent, const uint16_t* vsum, const int32_t* sizes, float* out, float* lse,
-                        void* stream) {
+                        float* work, void* stream) {
     check_cluster_shape(s);
     if (E < 0) throw ParamError("cuda estimate_attention: E < 0");
-    estimate_kernel<<<s.batch * s.kv_heads, 128, 0, st(stream)>>>(s, default_scale(s.scale, s.d), E, ids, q, cent,
-                                                                  vsum, sizes, out, lse);
-    check_launch("estimate_attention");
+    const int chunks = estimate_chunks(E);
+    if (E > 0) {
+        estimate_partial_kernel<<<dim3(chunks, s.batch * s.kv_heads), 128, 0, st(stream)>>>(
+            s, default_scale(s.scale, s.d), E, chunks, ids, q, cent, vsum, sizes, work);
+        check_launch("estimate_partial");
+    }
+    // the chunks' states merged as decode splits are: chunks "splits" of one token each
+    DecodeShape cs;
+    cs.batch = s.batch, cs.kv_heads = s.kv_heads, cs.group = s.group, cs.d = s.d;
+    cs.capacity = E > 0 ? chunks : 0, cs.split = 1;
+    decode_combine_kernel<<<s.batch * s.kv_heads * s.group, s.d, 0, st(stream)>>>(cs, work, nullptr, nullptr, out,
+                                                                                   lse);
+    check_launch("estimate_combine");
 }
 
 // ---------------------------------------------------------------------------------------------------

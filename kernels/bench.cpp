@@ -216,8 +216,10 @@ std::vector<BenchRow> run_benches(const BenchOptions& o, const DeviceCeilings& c
             const auto select = [&] {
                 cluster_rank(cs, dq.get(), cent.get(), nullptr, agg.get(), ranked.get(), rw.get(), rw.size());
             };
+            DeviceBuffer<float> ework(estimate_workspace_floats(cs, e));
             const auto estimate = [&] {
-                estimate_attention(cs, e, dest.get(), dq.get(), cent.get(), vsum.get(), dsizes.get(), eo.get(), el.get());
+                estimate_attention(cs, e, dest.get(), dq.get(), cent.get(), vsum.get(), dsizes.get(), eo.get(), el.get(),
+                                   ework.get());
             };
             const auto gather = [&] { copy_segments(dsegs.get(), (int)segs.size(), kD, kSteady); };
             const auto attend = [&] {

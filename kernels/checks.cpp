@@ -184,8 +184,10 @@ void check_estimate(Checker& c) {
         auto dsz = upload(sizes);
         auto dids = upload(ids);
         DeviceBuffer<float> dout((size_t)k.B * Hq * k.d), dlse((size_t)k.B * Hq);
-        poison(dout), poison(dlse);
-        estimate_attention(s, k.E, dids.get(), dq.get(), dc.get(), dvs.get(), dsz.get(), dout.get(), dlse.get());
+        DeviceBuffer<float> dwork(estimate_workspace_floats(s, k.E));
+        poison(dout), poison(dlse), poison(dwork);
+        estimate_attention(s, k.E, dids.get(), dq.get(), dc.get(), dvs.get(), dsz.get(), dout.get(), dlse.get(),
+                           dwork.get());
         synchronize();
         const auto out = download(dout);
         const auto lse = download(dlse);

@@ -50,6 +50,7 @@ void EventTimer::start() {}
 void EventTimer::stop() {}
 float EventTimer::elapsed_ms() { return 1; }
 size_t cluster_rank_workspace(const ClusterScoreShape&) { return 16; }
+size_t estimate_workspace_floats(const ClusterScoreShape&, int) { return 4; }
 static float h(uint16_t b) { return half_to_float(b); }
 void cluster_rank(const ClusterScoreShape& s, const float* q, const uint16_t* c, const uint8_t* valid, float* agg,
                   int32_t* ranked, void*, size_t, void*) {
@@ -80,7 +81,7 @@ void cluster_rank(const ClusterScoreShape& s, const float* q, const uint16_t* c,
     }
 }
 void estimate_attention(const ClusterScoreShape& s, int E, const int32_t* ids, const float* q, const uint16_t* c,
-                        const uint16_t* vs, const int32_t* sizes, float* out, float* lse, void*) {
+                        const uint16_t* vs, const int32_t* sizes, float* out, float* lse, float*, void*) {
     const float sc = s.scale ? s.scale : 1 / std::sqrt((float)s.d);
     const int M = s.clusters, g = s.group, d = s.d;
     for (int bk = 0; bk < s.batch * s.kv_heads; ++bk) {

@@ -172,14 +172,19 @@ void cluster_rank(const ClusterScoreShape& s, const float* d_q, const uint16_t* 
 
 // ---- estimation zone (CPU reference: lib/attention add_estimated_cluster) ----
 
+/// Floats of workspace estimate_attention needs for E clusters: B * Hkv*g * ceil(E / 64) * (d + 2).
+size_t estimate_workspace_floats(const ClusterScoreShape& s, int E);
+
 /// Estimated attention over E clusters per (b, kv head) (RetroInfer Eq. 2-4): each cluster counts
 /// size_j times with score scale * q.c_j and value vsum_j / size_j. Writes out = acc / l and
-/// lse = m + log l per query head (out 0 and lse -inf when E = 0 or all sizes are 0).
+/// lse = m + log l per query head (out 0 and lse -inf when E = 0 or all sizes are 0). Parallel over
+/// chunks of 64 clusters and (b, kv head)s; the chunks' states are merged by LSE.
 /// d_ids: [B*Hkv, E] int32 cluster ids (< M); d_centroids, d_vsums: [B*Hkv, M, d] fp16;
-/// d_sizes: [B*Hkv, M] int32; d_q: [B, Hkv*g, d] f32; d_out: [B, Hkv*g, d] f32; d_lse: [B, Hkv*g] f32.
+/// d_sizes: [B*Hkv, M] int32; d_q: [B, Hkv*g, d] f32; d_out: [B, Hkv*g, d] f32; d_lse: [B, Hkv*g] f32;
+/// d_work: estimate_workspace_floats(s, E) floats.
 void estimate_attention(const ClusterScoreShape& s, int E, const int32_t* d_ids, const float* d_q,
                         const uint16_t* d_centroids, const uint16_t* d_vsums, const int32_t* d_sizes,
-                        float* d_out, float* d_lse, void* stream = nullptr);
+                        float* d_out, float* d_lse, float* d_work, void* stream = nullptr);
 
 // ---- execution-buffer assembly (CPU reference: copy_segments_ref in kernels/checks.cpp) ----
 

@@ -7,9 +7,11 @@
 //   --wave-only  only the wave-vs-full run (no checks, no benchmarks)
 //   --tiny       the wave-vs-full run on a tiny layer (the CPU emulation's smoke test)
 //   --hardware   "key value" lines of a hardware profile: the cost model's prediction next to each row
+//   --contexts N,N,...  --batches B,B,...   the wave run's grid (default 32768,131072 x 1,2,4,...,64)
 // Exit status: 0 all checks passed, 1 a check or the wave run failed or threw, 77 no CUDA device
 // (everything skipped; the report is still written), 2 bad arguments or an --out DIR that cannot be made
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <exception>
@@ -39,21 +41,45 @@ std::string num(double v) {
 
 }  // namespace
 
+/// "1,8,64" -> {1, 8, 64}; empty on a malformed list.
+std::vector<int> int_list(const std::string& s) {
+    std::vector<int> v;
+    std::stringstream ss(s);
+    std::string x;
+    while (std::getline(ss, x, ',')) {
+        char* end = nullptr;
+        const long n = std::strtol(x.c_str(), &end, 10);
+        if (x.empty() || *end != '\0' || n < 1 || n > (1L << 24)) return {};
+        v.push_back((int)n);
+    }
+    return v;
+}
+
 int main(int argc, char** argv) {
     std::string out_dir = ".", filter, hardware;
+    std::vector<int> contexts, batches;
     bool quick = false, checks_only = false, wave_only = false, tiny = false;
     for (int i = 1; i < argc; ++i) {
         const std::string a = argv[i];
         if (a == "--out" && i + 1 < argc) out_dir = argv[++i];
         else if (a == "--filter" && i + 1 < argc) filter = argv[++i];
         else if (a == "--hardware" && i + 1 < argc) hardware = argv[++i];
+        else if ((a == "--contexts" || a == "--batches") && i + 1 < argc) {
+            auto& v = a == "--contexts" ? contexts : batches;
+            v = int_list(argv[++i]);
+            if (v.empty()) {
+                std::fprintf(stderr, "retro_gpu_check: %s %s: expected positive integers separated by commas\n",
+                             a.c_str(), argv[i]);
+                return 2;
+            }
+        }
         else if (a == "--quick") quick = true;
         else if (a == "--checks-only") checks_only = true;
         else if (a == "--wave-only") wave_only = true;
         else if (a == "--tiny") tiny = true;
         else {
             std::fprintf(stderr, "usage: retro_gpu_check [--out DIR] [--quick] [--checks-only] [--filter S] "
-                                 "[--wave-only] [--tiny] [--hardware VALUES]\n");
+                                 "[--wave-only] [--tiny] [--hardware VALUES] [--contexts N,..] [--batches B,..]\n");
             return 2;
         }
     }
@@ -153,6 +179,10 @@ int main(int argc, char** argv) {
     }
     if (have && !checks_only) {  // the wave decode step vs full attention through the backend's run path
         try {
+            if (hbm_bytes_per_s == 0) try {  // --wave-only: the D2D ceiling alone, for the HBM fractions
+                    hbm_bytes_per_s = measure_ceilings(true).d2d_bytes_per_s;
+                } catch (const std::exception&) {  // the CPU emulation has none: no fractions
+                }
             gpu_run::WaveRunOptions wo;
             wo.hbm_bytes_per_s = hbm_bytes_per_s;
             HardwareSpec hw;
@@ -162,6 +192,8 @@ int main(int argc, char** argv) {
                 wo.contexts = {2048}, wo.batches = {1, 2}, wo.layer.steps = 3, wo.layer.kv_heads = 2;
                 wo.layer.head_dim = 64, wo.layer.topics = 32;
             }
+            if (!contexts.empty()) wo.contexts = contexts;
+            if (!batches.empty()) wo.batches = batches;
             std::fprintf(stderr, "wave vs full per layer (kernels/run)...\n");
             const auto backend = gpu_run::make_cuda_backend();
             const auto rows = gpu_run::run_wave_vs_full(*backend, wo, [](const std::string& s) {

@@ -48,6 +48,10 @@ void HostPool::work() {
 }
 
 void HostPool::for_each(int n, const std::function<void(int)>& fn) {
+    if (n <= kSerialItems || workers_.empty()) {  // waking the workers costs more than a few items
+        for (int i = 0; i < n; ++i) fn(i);
+        return;
+    }
     std::unique_lock<std::mutex> lk(mu_);
     fn_ = &fn, n_ = n, next_ = 0, error_ = nullptr;
     ++generation_;

@@ -19,8 +19,10 @@ class HostPool {
     HostPool& operator=(const HostPool&) = delete;
 
     /// Calls fn(i) for every i in [0, n), spread over the threads; returns when all are done. The first
-    /// exception thrown by fn is rethrown here.
+    /// exception thrown by fn is rethrown here. Up to kSerialItems items run on the caller's thread alone:
+    /// at batch 1 (8 KV heads) waking 15 workers took longer than the lookups themselves.
     void for_each(int n, const std::function<void(int)>& fn);
+    static constexpr int kSerialItems = 8;
     int threads() const { return (int)workers_.size() + 1; }
 
   private:

@@ -125,6 +125,7 @@ class WaveLayer {
         ds.split = decode_split(ds.capacity, s_.bh());
         const size_t bh = (size_t)s_.bh(), d = (size_t)s_.d;
         const size_t need = bh * M_ * (4 * d + 13) + cuda::cluster_rank_workspace(cs) + bh * (E_ + 1) * 4 +
+                            cuda::estimate_workspace_floats(cs, E_) * 4 +
                             (X > X_ ? 4 * bh * X * d : 0) + (pool_k_.size() == 0 ? 4 * bh * C_ * d : 0) +
                             cuda::decode_workspace_floats(ds) * 4;
         if (need > cuda::device_free_bytes())
@@ -188,6 +189,7 @@ class WaveLayer {
         sizes_ = cuda::DeviceBuffer<int32_t>(bh * M), valid_ = cuda::DeviceBuffer<uint8_t>(bh * M);
         agg_ = cuda::DeviceBuffer<float>(bh * M), ranked_ = cuda::DeviceBuffer<int32_t>(bh * M);
         rank_work_ = cuda::DeviceBuffer<char>(cuda::cluster_rank_workspace(cs));
+        est_work_ = cuda::DeviceBuffer<float>(cuda::estimate_workspace_floats(cs, E_));
         est_ids_ = cuda::DeviceBuffer<int32_t>(bh * std::max(E_, 1));
         h_ranked_ = cuda::PinnedBuffer<int32_t>(bh * std::max(R_, 1));
         h_rank0_ = cuda::PinnedBuffer<int32_t>(H * std::max(R_ + E_, 1));
@@ -334,7 +336,7 @@ class WaveLayer {
             cuda::copy_2d_async(est_ids_.get(), E_ * 4, ranked_.get() + R_, (size_t)M_ * 4, (size_t)E_ * 4,
                                 (size_t)s_.bh(), st_);
             cuda::estimate_attention(cs, E_, est_ids_.get(), q_.device(), cent_.get(), vsum_.get(), sizes_.get(),
-                                     est_out_.get(), est_lse_.get(), st_);
+                                     est_out_.get(), est_lse_.get(), est_work_.get(), st_);
         };
         const bool est = ranked && E_ > 0;
         const auto attend = [&] {
@@ -443,7 +445,7 @@ class WaveLayer {
     cuda::DeviceBuffer<uint16_t> cent_, vsum_;
     cuda::DeviceBuffer<int32_t> sizes_, ranked_, est_ids_, d_lens_;
     cuda::DeviceBuffer<uint8_t> valid_;
-    cuda::DeviceBuffer<float> agg_, est_out_, est_lse_, dec_work_;
+    cuda::DeviceBuffer<float> agg_, est_out_, est_lse_, est_work_, dec_work_;
     cuda::DeviceBuffer<char> rank_work_;
     cuda::PinnedBuffer<int32_t> h_ranked_, h_rank0_, h_lens_;  ///< [B*H, R], [H, R+E] (replica 0), [B*H]
     cuda::PinnedBuffer<uint16_t> store_k_, store_v_;            ///< [B*H, N, d], cluster order

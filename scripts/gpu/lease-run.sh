@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# One prepared run on a lent GPU machine with a retro_gpu_check built elsewhere (a CPU machine with nvcc:
+# cmake -DRETRO_GPU_ONLY=ON; the GPU machines have no Debian libraries and no network, and FlashInfer's
+# headers come from PyPI), carried as build-gpu/kernels/retro_gpu_check:
+#   1. every kernel check against its CPU reference (LibraryDecode = FlashInfer's decode included)
+#   2. PyTorch SDPA on the same shapes (scripts/gpu/sdpa_baseline.py), when torch sees the device
+#   3. the wave decode step vs full attention per layer (library and own kernel), HBM fractions, the
+#      cost model on the profile named by RETRO_HARDWARE (default h100-sxm-pcie5)
+# usage: bash scripts/gpu/lease-run.sh OUTDIR [CONTEXTS] [BATCHES]   (defaults 32768,131072 and 1,8,32)
+set -uo pipefail
+out=${1:?usage: lease-run.sh OUTDIR [CONTEXTS] [BATCHES]}
+ctx=${2:-32768,131072}
+bat=${3:-1,8,32}
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+bin=${RETRO_GPU_CHECK:-$root/build-gpu/kernels/retro_gpu_check}
+hw=${RETRO_HARDWARE:-h100-sxm-pcie5}
+mkdir -p "$out"
+nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv > "$out/device.txt" 2>&1
+t0=$SECONDS
+"$bin" --out "$out/checks" --checks-only > "$out/checks.log" 2>&1
+echo "checks: exit $? ($((SECONDS - t0)) s)"; grep -E "^(passed|failed)|^checks:" "$out/checks/gpu-report.txt"
+hwfile=$out/hardware.txt
+python3 "$root/scripts/hardware-values.py" "$root/configs/hardware/$hw.json" > "$hwfile" 2>/dev/null ||
+  cp "$root/build-gpu/$hw.txt" "$hwfile"
+t0=$SECONDS
+timeout "${RETRO_SDPA_TIMEOUT:-150}" python3 "$root/scripts/gpu/sdpa_baseline.py" "$out/sdpa.json" --contexts "$ctx" \
+  --batches "$bat" > "$out/sdpa.log" 2>&1
+echo "sdpa: exit $? ($((SECONDS - t0)) s)"
+t0=$SECONDS
+timeout "${RETRO_WAVE_TIMEOUT:-330}" "$bin" --out "$out/wave" --wave-only --contexts "$ctx" --batches "$bat" \
+  --hardware "$hwfile" > "$out/wave.log" 2>&1
+echo "wave run: exit $? ($((SECONDS - t0)) s)"
+cat "$out/sdpa.log"
+sed -n '/^wave decode step/,$p' "$out/wave/gpu-report.txt" 2>/dev/null || tail -20 "$out/wave.log"
