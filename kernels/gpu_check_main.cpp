@@ -8,6 +8,7 @@
 //   --tiny       the wave-vs-full run on a tiny layer (the CPU emulation's smoke test)
 //   --hardware   "key value" lines of a hardware profile: the cost model's prediction next to each row
 //   --contexts N,N,...  --batches B,B,...   the wave run's grid (default 32768,131072 x 1,2,4,...,64)
+//   --kmeans cpu|gpu  the wave index's k-means (default gpu; cpu = lib/cluster, BLAS-free in this build)
 // Exit status: 0 all checks passed, 1 a check or the wave run failed or threw, 77 no CUDA device
 // (everything skipped; the report is still written), 2 bad arguments or an --out DIR that cannot be made
 #include <cstdio>
@@ -58,12 +59,15 @@ std::vector<int> int_list(const std::string& s) {
 int main(int argc, char** argv) {
     std::string out_dir = ".", filter, hardware;
     std::vector<int> contexts, batches;
+    bool kmeans_gpu = true;
     bool quick = false, checks_only = false, wave_only = false, tiny = false;
     for (int i = 1; i < argc; ++i) {
         const std::string a = argv[i];
         if (a == "--out" && i + 1 < argc) out_dir = argv[++i];
         else if (a == "--filter" && i + 1 < argc) filter = argv[++i];
         else if (a == "--hardware" && i + 1 < argc) hardware = argv[++i];
+        else if (a == "--kmeans" && i + 1 < argc && (std::string(argv[i + 1]) == "cpu" || std::string(argv[i + 1]) == "gpu"))
+            kmeans_gpu = std::string(argv[++i]) == "gpu";
         else if ((a == "--contexts" || a == "--batches") && i + 1 < argc) {
             auto& v = a == "--contexts" ? contexts : batches;
             v = int_list(argv[++i]);
@@ -79,7 +83,8 @@ int main(int argc, char** argv) {
         else if (a == "--tiny") tiny = true;
         else {
             std::fprintf(stderr, "usage: retro_gpu_check [--out DIR] [--quick] [--checks-only] [--filter S] "
-                                 "[--wave-only] [--tiny] [--hardware VALUES] [--contexts N,..] [--batches B,..]\n");
+                                 "[--wave-only] [--tiny] [--hardware VALUES] [--contexts N,..] [--batches B,..] "
+                                 "[--kmeans cpu|gpu]\n");
             return 2;
         }
     }
@@ -194,6 +199,7 @@ int main(int argc, char** argv) {
             }
             if (!contexts.empty()) wo.contexts = contexts;
             if (!batches.empty()) wo.batches = batches;
+            wo.kmeans_on_gpu = kmeans_gpu;
             std::fprintf(stderr, "wave vs full per layer (kernels/run)...\n");
             const auto backend = gpu_run::make_cuda_backend();
             const auto rows = gpu_run::run_wave_vs_full(*backend, wo, [](const std::string& s) {

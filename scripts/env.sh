@@ -34,6 +34,21 @@ retro_build_asan() {
   cmake --build "$RETRO_BUILD_ASAN" -j "$(nproc)" >&2
 }
 
+# The GPU-only build (cmake/gpu_only.cmake; what scripts/gpu-check.sh builds on a GPU machine).
+# retro_nvcc prints nvcc's path ("" when there is none: nothing to compile).
+RETRO_BUILD_GPU_ONLY="${RETRO_BUILD_GPU_ONLY:-$RETRO_ROOT/build-gpu-only}"
+export RETRO_BUILD_GPU_ONLY
+retro_nvcc() { command -v nvcc || ls /usr/local/cuda/bin/nvcc 2>/dev/null || true; }
+retro_build_gpu_only() {
+  local nvcc
+  nvcc=$(retro_nvcc)
+  if [[ ! -f "$RETRO_BUILD_GPU_ONLY/build.ninja" ]]; then
+    cmake -S "$RETRO_ROOT" -B "$RETRO_BUILD_GPU_ONLY" -G Ninja -DCMAKE_BUILD_TYPE=Release -DRETRO_GPU_ONLY=ON \
+      -DCMAKE_CUDA_COMPILER="$nvcc" >&2
+  fi
+  cmake --build "$RETRO_BUILD_GPU_ONLY" -j "$(nproc)" --target retro_gpu_check >&2
+}
+
 # The libFuzzer build (tests/fuzz): Debian's clang, the library and the fuzz targets only.
 retro_build_fuzz() {
   if [[ ! -f "$RETRO_BUILD_FUZZ/build.ninja" ]]; then

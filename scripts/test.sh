@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # The whole test suite (what CI runs; docs/testing.md): install what is missing, build, run every test
-# (unit, CLI integration, reliability, Python; GPU tests report themselves skipped without a GPU); then
+# (unit, CLI integration, reliability, Python; GPU tests report themselves skipped without a GPU); then,
+# where nvcc is, the GPU-only build (build-gpu-only/, what the GPU machines build) and its driver; then
 # the unit, CLI and reliability tests again under ASan + UBSan (build-asan/), then each libFuzzer target
 # for a bounded time on its corpus (build-fuzz/). Arguments go to the first ctest (e.g. -R pattern).
 #   RETRO_SANITIZE_TESTS=0  skips the ASan + UBSan stage (default 1: on)
 #   RETRO_FUZZ_SECONDS=N    seconds per fuzz target (default 60; 0 skips the fuzz stage)
+#   RETRO_GPU_ONLY_BUILD=0  skips the GPU-only build (default 1: built where nvcc is)
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 bash "$RETRO_ROOT/scripts/setup.sh"
@@ -13,6 +15,22 @@ retro_build
 cd "$RETRO_BUILD"
 ctest --output-on-failure -j "$(nproc)" "$@"
 stage "main suite done"
+
+# The GPU machines' build (RETRO_GPU_ONLY: kernels, references, run path, retro_gpu_check; the Debian
+# libraries' headers are #error stand-ins there), compiled wherever nvcc is, so it cannot break unseen.
+# Its driver then runs: 77 (no device: every check skipped) here, 0 on a GPU machine.
+if [[ "${RETRO_GPU_ONLY_BUILD:-1}" != 0 && -n "$(retro_nvcc)" ]]; then
+  stage "GPU-only build: $RETRO_BUILD_GPU_ONLY"
+  retro_build_gpu_only
+  set +e
+  "$RETRO_BUILD_GPU_ONLY/kernels/retro_gpu_check" --checks-only --out "$RETRO_BUILD_GPU_ONLY/check-report" >/dev/null 2>&1
+  rc=$?
+  set -e
+  if [[ $rc -ne 0 && $rc -ne 77 ]]; then
+    echo "[test] retro_gpu_check (GPU-only build) failed: exit $rc ($RETRO_BUILD_GPU_ONLY/check-report)" >&2; exit 1
+  fi
+  stage "GPU-only build done (retro_gpu_check exit $rc)"
+fi
 
 if [[ "${RETRO_SANITIZE_TESTS:-1}" != 0 ]]; then
   retro_sanitizer_env

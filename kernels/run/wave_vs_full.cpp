@@ -95,6 +95,10 @@ std::string num(double v) {
 
 }  // namespace
 
+namespace {
+std::string row_line(const WaveRunRow& r);  // below, with the table
+}  // namespace
+
 std::vector<WaveRunRow> run_wave_vs_full(const GpuBackend& gpu, const WaveRunOptions& o,
                                          const std::function<void(const std::string&)>& progress) {
     std::vector<WaveRunRow> rows;
@@ -127,6 +131,11 @@ std::vector<WaveRunRow> run_wave_vs_full(const GpuBackend& gpu, const WaveRunOpt
                 if (k == 0) base_us[i] = fits ? row.measured.step_us : 0.0;
                 else if (fits && base_us[i] > 0) row.speedup = base_us[i] / row.measured.step_us;
                 rows.push_back(row);
+                if (progress) {  // each row as it is measured: a run stopped by a time limit keeps its rows
+                    std::string line = row_line(row);
+                    line.pop_back();
+                    progress(line);
+                }
             }
         }
     }
@@ -159,30 +168,36 @@ std::string wave_run_json(const std::vector<WaveRunRow>& rows) {
     return js.str();
 }
 
-std::string wave_run_text(const std::vector<WaveRunRow>& rows) {
-    std::ostringstream t;
+namespace {
+
+std::string row_header() {
     char line[400];
     std::snprintf(line, sizeof line, "%-8s %7s %5s %10s %6s %10s %9s %9s %9s %9s %9s %11s %8s %9s %8s\n", "", "N", "B",
                   "step_us", "HBM%", "model_us", "rank", "estimate", "gather", "attend", "host", "PCIe MB", "speedup",
                   "out_err", "recall");
-    t << line;
-    for (const WaveRunRow& r : rows) {
-        if (r.status != "ok") {
-            t << r.method << " N=" << r.context << " B=" << r.batch << ": " << r.status << "\n";
-            continue;
-        }
-        char hbm[16] = "-";
-        if (r.hbm_frac > 0) std::snprintf(hbm, sizeof hbm, "%.0f", 100 * r.hbm_frac);
-        std::snprintf(line, sizeof line, "%-8s %7d %5d %10.1f %6s %10s %9.1f %9.1f %9.1f %9.1f %9.1f %11.2f %8s %9s %8s\n",
-                      r.method.c_str(), r.context, r.batch, r.measured.step_us, hbm,
-                      r.modeled ? num(r.model_step_us).c_str() : "-", r.measured.select_us, r.measured.estimate_us,
-                      r.measured.gather_us,
-                      r.measured.attend_us, r.measured.host_us, r.h2d_bytes / 1e6,
-                      r.speedup > 0 ? num(r.speedup).c_str() : "-", r.out_err >= 0 ? num(r.out_err).c_str() : "-",
-                      r.recall >= 0 ? num(r.recall).c_str() : "-");
-        t << line;
-    }
-    return t.str();
+    return line;
+}
+
+std::string row_line(const WaveRunRow& r) {
+    if (r.status != "ok") return r.method + " N=" + std::to_string(r.context) + " B=" + std::to_string(r.batch) + ": " +
+                                 r.status + "\n";
+    char line[400], hbm[16] = "-";
+    if (r.hbm_frac > 0) std::snprintf(hbm, sizeof hbm, "%.0f", 100 * r.hbm_frac);
+    std::snprintf(line, sizeof line, "%-8s %7d %5d %10.1f %6s %10s %9.1f %9.1f %9.1f %9.1f %9.1f %11.2f %8s %9s %8s\n",
+                  r.method.c_str(), r.context, r.batch, r.measured.step_us, hbm,
+                  r.modeled ? num(r.model_step_us).c_str() : "-", r.measured.select_us, r.measured.estimate_us,
+                  r.measured.gather_us, r.measured.attend_us, r.measured.host_us, r.h2d_bytes / 1e6,
+                  r.speedup > 0 ? num(r.speedup).c_str() : "-", r.out_err >= 0 ? num(r.out_err).c_str() : "-",
+                  r.recall >= 0 ? num(r.recall).c_str() : "-");
+    return line;
+}
+
+}  // namespace
+
+std::string wave_run_text(const std::vector<WaveRunRow>& rows) {
+    std::string t = row_header();
+    for (const WaveRunRow& r : rows) t += row_line(r);
+    return t;
 }
 
 HardwareSpec read_hardware_values(const std::string& path) {

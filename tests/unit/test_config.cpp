@@ -204,6 +204,10 @@ TEST(BackendConfig, ErrorsNameTheKeyAndTheChoices) {
     EXPECT_TRUE(has(error_of(j), "cuda.kmeans")) << error_of(j);
     j["cuda"] = {{"batchs", 1}};
     EXPECT_TRUE(has(error_of(j), "unknown key 'batchs'")) << error_of(j);
+    j["cuda"] = {{"full_kernel", "cudnn"}};
+    EXPECT_TRUE(has(error_of(j), "cuda.full_kernel = \"cudnn\": expected \"flashinfer\" or \"own\"")) << error_of(j);
+    j["cuda"] = {{"full_kernel", "own"}};
+    EXPECT_EQ(error_of(j), "");
 
     j = cuda_config();
     j["methods"] = json::parse(R"([{"name": "quest"}])");

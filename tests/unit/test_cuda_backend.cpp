@@ -266,13 +266,17 @@ BACKEND_TEST(WaveMatchesTheCpuWaveMethod) {
                 same, reported * H, order_ties, ties, worst_gap, worst_out, worst_lse, steps_with_hits);
 }
 
-// Full attention on the GPU path equals exact attention (fp16 KV), GPU-resident and offloaded.
+// Full attention on the GPU path equals exact attention (fp16 KV), GPU-resident and offloaded, with the
+// library kernel (FlashInfer; its fp16 output) and the own kernel. The prompt is not a multiple of the
+// library's 16-token page: the padding rows must not be read.
 BACKEND_TEST(FullMatchesExactAttention) {
     REQUIRE_DEVICE();
     const int H = 3, prompt = 700, steps = 5, B = 2;
     const auto heads = layer_heads(H, prompt, steps);
+    for (const FullKernel kernel : {FullKernel::library, FullKernel::own})
     for (const bool offloaded : {false, true}) {
         GpuLayerJob job;
+        job.full_kernel = kernel;
         for (const HeadSlice& h : heads) job.heads.push_back(&h);
         job.steps = {0, 2, 4};
         job.batch = B;
@@ -296,8 +300,8 @@ BACKEND_TEST(FullMatchesExactAttention) {
             EXPECT_DOUBLE_EQ(st.work.attend_bytes, all);
             EXPECT_DOUBLE_EQ(st.batch_h2d_bytes, offloaded ? B * all : 0.0);
         });
-        EXPECT_LT(worst_out, 5e-3) << "fp16 KV vs float32, offloaded " << offloaded;
-        EXPECT_LT(worst_lse, 5e-3) << "offloaded " << offloaded;
+        EXPECT_LT(worst_out, 5e-3) << "fp16 KV vs float32, offloaded " << offloaded << ", library " << (kernel == FullKernel::library);
+        EXPECT_LT(worst_lse, 5e-3) << "offloaded " << offloaded << ", library " << (kernel == FullKernel::library);
     }
 }
 
@@ -350,6 +354,43 @@ BACKEND_TEST(RunMatchesTheCpuBackend) {
     const std::string table = summary_table(gpu.records);  // what `retro-bench run` prints
     EXPECT_NE(table.find("gpu step us p50"), std::string::npos) << table;
     EXPECT_NE(table.find("model step us"), std::string::npos) << table;
+}
+
+// "full_kernel": "flashinfer" on a shape the library kernel lacks is refused before any work, naming the
+// shape's reason; "own" runs it.
+BACKEND_TEST(FullLibraryRefusesAnUnsupportedShapeBeforeAnyWork) {
+    REQUIRE_DEVICE();
+    struct NoLibrary final : GpuBackend {
+        std::unique_ptr<GpuBackend> real = gpu_run::make_cuda_backend();
+        std::string status() const override { return real->status(); }
+        std::string device_name() const override { return real->device_name(); }
+        void check_shape(int d, int g) const override { real->check_shape(d, g); }
+        std::string library_unsupported(int d, int) const override {
+            return "test double: no library kernel for head_dim " + std::to_string(d);
+        }
+        void run_layer(const GpuLayerJob& job, const std::function<void(const GpuStep&)>& fn) const override {
+            EXPECT_EQ(job.full_kernel, FullKernel::own);
+            real->run_layer(job, fn);
+        }
+    } nolib;
+    ScratchDir dir;
+    json j = json::parse(R"({"name": "gpu", "backend": "cuda", "kv_heads": [0], "methods": [{"name": "full"}]})");
+    j["traces"] = json::array({{{"path", dir.path + "/t.h5"},
+                                {"synth", {{"preset", "smollm2"}, {"prompt_len", 256}, {"decode_steps", 2}}}}});
+    RunnerOptions opt;
+    opt.results_root = dir.path + "/results";
+    opt.gpu = &nolib;
+    try {
+        run_config(parse_config(j, "gpu.json"), opt);
+        ADD_FAILURE() << "an unsupported shape ran on the library kernel";
+    } catch (const ConfigError& e) {
+        const std::string m = e.what();
+        EXPECT_NE(m.find("cuda.full_kernel \"flashinfer\": test double: no library kernel for head_dim 64"), std::string::npos)
+            << m;
+    }
+    EXPECT_FALSE(std::filesystem::exists(opt.results_root + "/gpu"));
+    j["cuda"] = {{"full_kernel", "own"}};
+    EXPECT_EQ(run_config(parse_config(j, "gpu.json"), opt).records.size(), 1u);
 }
 
 // A batch that does not fit in memory is skipped (named in the manifest) while the others run.
