@@ -113,7 +113,10 @@ std::vector<json> write_run_summaries(const SweepSummaryInput& in) {
             }
             rec["metrics"] = agg["metrics"];
             rec["per_layer"] = agg["per_layer"];
-            if (mr.batch > 0) rec["cuda"] = cuda_record_summary(rec["metrics"], mr.batch, in.device);
+            if (mr.batch > 0) {
+                rec["cuda"] = cuda_record_summary(rec["metrics"], mr.batch, in.device);
+                if (!mr.kernel.empty()) rec["cuda"]["kernel"] = mr.kernel;  // full: flashinfer | own
+            }
             if (!cfg.throughput.is_null())  // decode throughput vs batch (lib/system/cost_model.hpp)
                 rec["throughput"] = record_throughput(
                     rec["metrics"], t.info.prompt_len + 1.0 + mean_of_steps(t.steps), t.info.head_dim,

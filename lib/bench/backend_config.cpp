@@ -1,5 +1,6 @@
 #include "bench/backend_config.hpp"
 
+#include <algorithm>
 #include <set>
 
 #include "bench/config.hpp"
@@ -46,10 +47,17 @@ CudaOptions CudaOptions::from_json(const json& j, const std::string& where) {
         o.warmup = w.get<int>();
     }
     if (j.contains("full_kernel")) {
-        const json& k = j["full_kernel"];
-        if (!k.is_string() || (k.get<std::string>() != "flashinfer" && k.get<std::string>() != "own"))
-            throw ConfigError(where + ".full_kernel = " + k.dump() + ": expected \"flashinfer\" or \"own\"");
-        o.full_kernel = k.get<std::string>();
+        const json k = j["full_kernel"].is_array() ? j["full_kernel"] : json::array({j["full_kernel"]});
+        if (k.empty()) throw ConfigError(where + ".full_kernel: empty list of values");
+        o.full_kernel.clear();
+        for (const json& x : k) {
+            if (!x.is_string() || (x.get<std::string>() != "flashinfer" && x.get<std::string>() != "own"))
+                throw ConfigError(where + ".full_kernel = " + j["full_kernel"].dump() +
+                                  ": expected \"flashinfer\" or \"own\" (or a list of them)");
+            if (std::find(o.full_kernel.begin(), o.full_kernel.end(), x.get<std::string>()) != o.full_kernel.end())
+                throw ConfigError(where + ".full_kernel = " + j["full_kernel"].dump() + ": duplicate entries");
+            o.full_kernel.push_back(x.get<std::string>());
+        }
     }
     return o;
 }

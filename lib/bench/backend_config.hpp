@@ -15,9 +15,9 @@ struct CudaOptions {
     std::vector<int> batch = {1};  ///< replicas of the trace's request, a sweep axis (1..4096)
     std::string kmeans = "cpu";    ///< wave index k-means: cpu (lib/cluster, as the CPU method) | gpu
     int warmup = 1;                ///< untimed runs of the first selected step's kernels (0..100)
-    /// full attention's kernel: "flashinfer" (the field's library, the baseline) | "own" (the project's
-    /// flash-decoding kernel, the readable reference)
-    std::string full_kernel = "flashinfer";
+    /// full attention's kernels, a sweep axis of the method full: "flashinfer" (the field's library, the
+    /// baseline) | "own" (the project's flash-decoding kernel, the readable reference)
+    std::vector<std::string> full_kernel = {"flashinfer"};
 
     /// Strict parse: unknown keys and bad values are ConfigErrors naming `where` and the key.
     static CudaOptions from_json(const nlohmann::json& j, const std::string& where);

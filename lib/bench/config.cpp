@@ -44,7 +44,7 @@ std::string MethodRun::label() const {
             sys += (sys.empty() ? "" : ",") + it.key() + "=" + (it->is_string() ? it->get<std::string>() : it->dump());
         s += "@system(" + sys + ")";
     }
-    if (batch > 0) s += "@cuda(batch=" + std::to_string(batch) + ")";
+    if (batch > 0) s += "@cuda(batch=" + std::to_string(batch) + (kernel.empty() ? "" : ",kernel=" + kernel) + ")";
     return s;
 }
 
@@ -257,13 +257,18 @@ RunConfig parse_config(const json& j, const std::string& origin) {
         for (auto it = params.begin(); it != params.end(); ++it)
             if (it->is_array() && it->empty())
                 throw ConfigError(mw + ".params." + it.key() + ": empty list of values");
+        // backend "cuda": full's kernel is one more axis of full's points
+        const std::vector<std::string> kernels =
+            c.backend == "cuda" && info->name == "full" ? c.cuda.full_kernel : std::vector<std::string>{""};
         for (const json& point : expand_grid(params))
             for (const json& sys : system_points)
-                for (const int batch : batches) {
+                for (const int batch : batches)
+                for (const std::string& kernel : kernels) {
                     MethodRun r;
                     r.method = info->name;
                     r.system = sys;
                     r.batch = batch;
+                    r.kernel = kernel;
                     try {
                         r.params = resolve_params(*info, point);
                     } catch (const ConfigError& e) {
@@ -307,6 +312,7 @@ json RunConfig::resolved() const {
         json rj = {{"method", r.method}, {"params", r.params}};
         if (!r.system.is_null()) rj["system"] = r.system;
         if (r.batch > 0) rj["batch"] = r.batch;
+        if (!r.kernel.empty()) rj["kernel"] = r.kernel;
         j["runs"].push_back(rj);
     }
     return j;

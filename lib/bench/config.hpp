@@ -34,7 +34,12 @@ struct MethodRun {
     nlohmann::json system;
     /// Backend "cuda": the batch of replicas this point runs (a sweep axis); 0 = backend "cpu".
     int batch = 0;
-    std::string label() const;  ///< "oracle_topk(k=100,gqa=per_head)"; cuda points end "@cuda(batch=8)"
+    /// Backend "cuda", method full: its kernel, "flashinfer" | "own" (cuda.full_kernel, a sweep axis);
+    /// "" otherwise.
+    std::string kernel;
+    /// "oracle_topk(k=100,gqa=per_head)"; cuda points end "@cuda(batch=8)", full's
+    /// "@cuda(batch=8,kernel=flashinfer)"
+    std::string label() const;
 };
 
 struct RunConfig {

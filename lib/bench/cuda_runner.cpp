@@ -30,8 +30,8 @@ void check_cuda_trace(const PreparedTrace& t, const RunConfig& cfg, const GpuBac
     } catch (const ParamError& e) {
         throw ConfigError(t.spec.path + ": " + e.what());
     }
-    const bool full = std::any_of(cfg.runs.begin(), cfg.runs.end(), [](const MethodRun& r) { return r.method == "full"; });
-    if (full && cfg.cuda.full_kernel == "flashinfer") {
+    const bool library = std::any_of(cfg.runs.begin(), cfg.runs.end(), [](const MethodRun& r) { return r.kernel == "flashinfer"; });
+    if (library) {
         const std::string why = gpu.library_unsupported(t.info.head_dim, t.info.group_size());
         if (!why.empty())
             throw ConfigError(t.spec.path + ": backend 'cuda' full attention with cuda.full_kernel \"flashinfer\": " + why);
@@ -97,7 +97,7 @@ void run_cuda_layer(const RunConfig& cfg, const PreparedTrace& tr, const TraceRe
         gj.cache = heads[0].sys->cache_params();
         gj.block_tokens = heads[0].sys->block_tokens();
         gj.warmup = cfg.cuda.warmup;
-        gj.full_kernel = cfg.cuda.full_kernel == "own" ? FullKernel::own : FullKernel::library;
+        gj.full_kernel = mr.kernel == "own" ? FullKernel::own : FullKernel::library;
         const Overlap overlap = gpu_overlap(gj.method, gj.offloaded);
         double build_ms = 0;
         std::vector<float> qbuf((size_t)g * d);

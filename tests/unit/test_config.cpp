@@ -167,8 +167,9 @@ TEST(BackendConfig, BatchIsASweepAxis) {
     ASSERT_EQ(c.runs.size(), 6u);  // 2 methods x 3 batches
     EXPECT_EQ(c.runs[0].batch, 1);
     EXPECT_EQ(c.runs[2].batch, 64);
-    EXPECT_EQ(c.runs[2].label(), "full(offloaded=false)@cuda(batch=64)");
+    EXPECT_EQ(c.runs[2].label(), "full(offloaded=false)@cuda(batch=64,kernel=flashinfer)");
     EXPECT_EQ(c.runs[3].method, "wave");
+    EXPECT_EQ(c.runs[3].label().find("kernel"), std::string::npos);  // wave has no kernel axis
     EXPECT_EQ(c.resolved()["cuda"]["batch"], json({1, 8, 64}));
     EXPECT_EQ(c.resolved()["runs"][1]["batch"], 8);
     // run ids differ by batch and from the CPU backend's
@@ -181,6 +182,13 @@ TEST(BackendConfig, BatchIsASweepAxis) {
     cpu.batch = 0;
     ids.insert(run_id_for(t, cpu, c));
     EXPECT_EQ(ids.size(), 7u);
+    // full's kernel is one more axis of full's points only: 3 batches x 2 kernels + wave's 3
+    json two = cuda_config();
+    two["cuda"]["full_kernel"] = {"flashinfer", "own"};
+    const RunConfig c2 = parse_config(two, "");
+    ASSERT_EQ(c2.runs.size(), 9u);
+    EXPECT_EQ(c2.runs[1].label(), "full(offloaded=false)@cuda(batch=1,kernel=own)");
+    EXPECT_EQ(c2.resolved()["runs"][1]["kernel"], "own");
 }
 
 TEST(BackendConfig, ErrorsNameTheKeyAndTheChoices) {
@@ -206,6 +214,8 @@ TEST(BackendConfig, ErrorsNameTheKeyAndTheChoices) {
     EXPECT_TRUE(has(error_of(j), "unknown key 'batchs'")) << error_of(j);
     j["cuda"] = {{"full_kernel", "cudnn"}};
     EXPECT_TRUE(has(error_of(j), "cuda.full_kernel = \"cudnn\": expected \"flashinfer\" or \"own\"")) << error_of(j);
+    j["cuda"] = {{"full_kernel", {"own", "own"}}};
+    EXPECT_TRUE(has(error_of(j), "cuda.full_kernel = [\"own\",\"own\"]: duplicate entries")) << error_of(j);
     j["cuda"] = {{"full_kernel", "own"}};
     EXPECT_EQ(error_of(j), "");
 

@@ -423,7 +423,7 @@ BACKEND_TEST(RunSkipsABatchThatDoesNotFit) {
     EXPECT_EQ(manifest["status"], "complete");
     EXPECT_EQ(manifest["backend"], "cuda");
     ASSERT_EQ(manifest["sessions"].back()["skipped"].size(), 1u);
-    EXPECT_NE(manifest["sessions"].back()["skipped"][0].get<std::string>().find("@cuda(batch=4): test: batch 4"),
+    EXPECT_NE(manifest["sessions"].back()["skipped"][0].get<std::string>().find("@cuda(batch=4,kernel=flashinfer): test: batch 4"),
               std::string::npos);
 }
 
