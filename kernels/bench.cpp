@@ -78,9 +78,26 @@ DeviceCeilings measure_ceilings(bool quick) {
         std::fill_n(static_cast<char*>(h), m, 1);
         const double us = median_us([&] { copy_h2d_async(d.get(), h, m); }, quick ? 5 : 10);
         c.h2d_pinned_bytes_per_s = m / (us * 1e-6);
+        const double us_back = median_us([&] { copy_d2h_async(h, d.get(), m); }, quick ? 5 : 10);
+        c.d2h_pinned_bytes_per_s = m / (us_back * 1e-6);
         pinned_free(h);
     }
+    {  // the fixed cost of one small transfer as the host sees it: issue, then wait for completion
+        DeviceBuffer<int32_t> d(1);
+        PinnedBuffer<int32_t> h(1);
+        h[0] = 1;
+        std::vector<double> t;
+        for (int i = 0; i < 51; ++i) {
+            const auto t0 = std::chrono::steady_clock::now();
+            copy_h2d_async(d.get(), h.get(), sizeof(int32_t));
+            synchronize();
+            t.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+        }
+        std::sort(t.begin(), t.end());
+        c.transfer_latency_us = t[t.size() / 2];
+    }
     c.fp32_flop_per_s = device_fp32_peak();
+    c.memory_bytes = (double)device_total_bytes();
     return c;
 }
 

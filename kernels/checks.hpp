@@ -7,19 +7,14 @@
 #include <vector>
 
 #include "core/check.hpp"
+#include "cuda_api.hpp"
 
 namespace retro::cuda {
 
 /// Every kernel check, in a fixed order (names are GTest-safe identifiers).
 std::vector<CheckCase> gpu_checks();
 
-/// Bandwidths the kernels are measured against (bytes/s), measured on the device.
-struct DeviceCeilings {
-    double d2d_bytes_per_s = 0;     ///< cudaMemcpy device->device, (read + write) bytes / time, 1 GiB
-    double h2d_pinned_bytes_per_s = 0;  ///< cudaMemcpyAsync pinned host -> device, 512 MiB
-    double fp32_flop_per_s = 0;     ///< SMs * clock * 128 lanes * 2 (sm_80/sm_90 FP32 FMA peak); 0 unknown
-};
-DeviceCeilings measure_ceilings(bool quick);
+// DeviceCeilings and measure_ceilings: cuda_api.hpp (the runner's "hardware": "measured" uses them too).
 
 struct BenchRow {
     std::string name;      ///< kernel or phase

@@ -112,7 +112,14 @@ void copy_segments(const CopySegment* segs, int n, int d, int64_t, void*) {
         std::memcpy(segs[i].dst_v, segs[i].src_v, segs[i].tokens * d * 2);
     }
 }
-DeviceCeilings measure_ceilings(bool) { throw Error("CPU emulation: no benchmarks"); }
+// Fixed stand-in numbers (not a measurement): the runner's "hardware": "measured" path runs on them in tests.
+DeviceCeilings measure_ceilings(bool) {
+    DeviceCeilings c;
+    c.d2d_bytes_per_s = 2.0e12, c.h2d_pinned_bytes_per_s = 25e9, c.d2h_pinned_bytes_per_s = 24e9;
+    c.transfer_latency_us = 7.5, c.memory_bytes = 80.0 * (1 << 30);
+    return c;
+}
+size_t device_total_bytes() { return (size_t)80 << 30; }
 std::vector<BenchRow> run_benches(const BenchOptions&, const DeviceCeilings&) {
     throw Error("CPU emulation: no benchmarks");
 }

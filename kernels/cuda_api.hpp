@@ -49,6 +49,21 @@ void copy_2d_async(void* dst, size_t dpitch, const void* src, size_t spitch, siz
                    void* stream = nullptr);
 /// Free device memory in bytes (cudaMemGetInfo).
 size_t device_free_bytes();
+/// Total device memory in bytes (cudaMemGetInfo).
+size_t device_total_bytes();
+
+/// The ceilings the kernels are measured against and the cost model is calibrated by ("hardware":
+/// "measured"), measured on device 0 (kernels/bench.cpp).
+struct DeviceCeilings {
+    double d2d_bytes_per_s = 0;         ///< cudaMemcpy device->device, (read + write) bytes / time, 1 GiB
+    double h2d_pinned_bytes_per_s = 0;  ///< cudaMemcpyAsync pinned host -> device, 512 MiB
+    double d2h_pinned_bytes_per_s = 0;  ///< cudaMemcpyAsync device -> pinned host, same size
+    double transfer_latency_us = 0;     ///< a 4-byte pinned H2D copy, issue to completion seen by the host
+    double fp32_flop_per_s = 0;         ///< SMs * clock * 128 lanes * 2 (sm_80/sm_90 FP32 FMA peak); 0 unknown
+    double memory_bytes = 0;            ///< device memory (device_total_bytes)
+};
+/// Medians of repeated copies; quick: 256 MiB / 128 MiB buffers and 5 repetitions (about a second).
+DeviceCeilings measure_ceilings(bool quick);
 
 /// RAII CUDA stream (cudaStreamCreate); get() is what the launchers take as `stream`.
 class Stream {

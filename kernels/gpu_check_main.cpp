@@ -9,6 +9,9 @@
 //   --hardware   "key value" lines of a hardware profile: the cost model's prediction next to each row
 //   --contexts N,N,...  --batches B,B,...   the wave run's grid (default 32768,131072 x 1,2,4,...,64)
 //   --kmeans cpu|gpu  the wave index's k-means (default gpu; cpu = lib/cluster, BLAS-free in this build)
+//   --measured   the model calibrated by this device (gpu/measured.hpp): the --hardware profile (or the
+//                defaults) with the measured HBM, PCIe and transfer-latency ceilings, as "hardware":
+//                "measured" does for `retro-bench run`
 // Exit status: 0 all checks passed, 1 a check or the wave run failed or threw, 77 no CUDA device
 // (everything skipped; the report is still written), 2 bad arguments or an --out DIR that cannot be made
 #include <cstdio>
@@ -27,6 +30,7 @@
 #include "cuda_api.hpp"
 #include "run/cuda_backend.hpp"
 #include "run/wave_vs_full.hpp"
+#include "gpu/measured.hpp"
 
 using namespace retro;
 using namespace retro::cuda;
@@ -59,7 +63,7 @@ std::vector<int> int_list(const std::string& s) {
 int main(int argc, char** argv) {
     std::string out_dir = ".", filter, hardware;
     std::vector<int> contexts, batches;
-    bool kmeans_gpu = true;
+    bool kmeans_gpu = true, measured = false;
     bool quick = false, checks_only = false, wave_only = false, tiny = false;
     for (int i = 1; i < argc; ++i) {
         const std::string a = argv[i];
@@ -81,10 +85,11 @@ int main(int argc, char** argv) {
         else if (a == "--checks-only") checks_only = true;
         else if (a == "--wave-only") wave_only = true;
         else if (a == "--tiny") tiny = true;
+        else if (a == "--measured") measured = true;
         else {
             std::fprintf(stderr, "usage: retro_gpu_check [--out DIR] [--quick] [--checks-only] [--filter S] "
                                  "[--wave-only] [--tiny] [--hardware VALUES] [--contexts N,..] [--batches B,..] "
-                                 "[--kmeans cpu|gpu]\n");
+                                 "[--kmeans cpu|gpu] [--measured]\n");
             return 2;
         }
     }
@@ -192,6 +197,17 @@ int main(int argc, char** argv) {
             wo.hbm_bytes_per_s = hbm_bytes_per_s;
             HardwareSpec hw;
             if (!hardware.empty()) hw = gpu_run::read_hardware_values(hardware), wo.hw = &hw;
+            if (measured) {
+                const DeviceCeilings c = measure_ceilings(true);
+                hw = measured_spec(hw, {device_name(), c.d2d_bytes_per_s, c.h2d_pinned_bytes_per_s,
+                                        c.d2h_pinned_bytes_per_s, c.transfer_latency_us, c.memory_bytes});
+                wo.hw = &hw;
+                char line[200];
+                std::snprintf(line, sizeof line, "model calibrated by this device: HBM %.0f GB/s, PCIe H2D %.1f GB/s, D2H "
+                              "%.1f GB/s, transfer latency %.1f us\n", hw.hbm_GBps, hw.pcie_h2d_GBps, hw.pcie_d2h_GBps,
+                              hw.pcie_latency_us);
+                txt << line;
+            }
             if (quick) wo.contexts = {32768}, wo.batches = {1, 8}, wo.layer.steps = 4;
             if (tiny) {
                 wo.contexts = {2048}, wo.batches = {1, 2}, wo.layer.steps = 3, wo.layer.kv_heads = 2;

@@ -94,6 +94,11 @@ size_t device_free_bytes() {
     check(cudaMemGetInfo(&free, &total), "cudaMemGetInfo");
     return free;
 }
+size_t device_total_bytes() {
+    size_t free = 0, total = 0;
+    check(cudaMemGetInfo(&free, &total), "cudaMemGetInfo");
+    return total;
+}
 
 Stream::Stream() {
     cudaStream_t s;

@@ -17,7 +17,11 @@
 # env:   RETRO_GPU_BUILD (build dir, default <repo>/build-gpu), RETRO_CUDA_ARCH (default: the device's
 #        compute capability from nvidia-smi, else 90), RETRO_HARDWARE (profile name, default from the
 #        device name: H200 -> h200, A100 -> a100-80gb-pcie4, else h100-sxm-pcie5), RETRO_FULL_BUILD
-#        (retro-bench's build dir, default <repo>/build-gpu-full), RETRO_SKIP_RETRO_BENCH=1 (do not try)
+#        (retro-bench's build dir, default <repo>/build-gpu-full), RETRO_SKIP_RETRO_BENCH=1 (do not try),
+#        RETRO_FLASHINFER_DIR (FlashInfer + CCCL headers made by scripts/flashinfer-headers.sh on a machine
+#        with network: without them the library baseline is not built and its rows are missing)
+# Also under OUTDIR: sdpa.json (PyTorch SDPA on the same shapes, where torch sees the device) and
+# summary.md (one table: SDPA, full by FlashInfer and by the own kernel, wave, HBM %, phases, model).
 # exit:  0 all checks passed, 1 a check or the wave run failed, 2 build failed, 77 no CUDA device
 set -uo pipefail
 if [[ $# -lt 1 ]]; then
@@ -46,7 +50,11 @@ command -v ninja >/dev/null 2>&1 && GEN=(-G Ninja)
 
 { nvidia-smi 2>&1 || echo "nvidia-smi not available"; } > "$OUT/nvidia-smi.txt"
 echo "gpu-check: nvcc=${CUDACXX:-none} arch=$ARCH build=$BUILD out=$OUT"
-if ! cmake -S "$ROOT" -B "$BUILD" "${GEN[@]}" -DRETRO_GPU_ONLY=ON -DCMAKE_BUILD_TYPE=Release \
+# FlashInfer's headers (the library baseline) come from PyPI: a machine without network gets them carried,
+# RETRO_FLASHINFER_DIR naming the folder scripts/flashinfer-headers.sh made elsewhere.
+FIARGS=()
+[[ -n ${RETRO_FLASHINFER_DIR:-} ]] && FIARGS=(-DRETRO_FLASHINFER_DIR="$RETRO_FLASHINFER_DIR")
+if ! cmake -S "$ROOT" -B "$BUILD" "${GEN[@]}" -DRETRO_GPU_ONLY=ON -DCMAKE_BUILD_TYPE=Release "${FIARGS[@]}" \
       -DCMAKE_CUDA_ARCHITECTURES="$ARCH" > "$OUT/configure.log" 2>&1; then
   echo "gpu-check: configure failed (see $OUT/configure.log)" >&2; tail -20 "$OUT/configure.log" >&2; exit 2
 fi
@@ -60,15 +68,29 @@ if [[ -z $HW ]]; then
     *H200*) HW=h200 ;; *A100*) HW=a100-80gb-pcie4 ;; *A6000*) HW=a6000 ;; *4090*) HW=rtx4090 ;; *) HW=h100-sxm-pcie5 ;;
   esac
 fi
-HWARGS=()
+# The model is calibrated by this device (--measured: HBM, PCIe and transfer latency measured here); the
+# profile gives what is not measured.
+HWARGS=(--measured)
 if command -v python3 >/dev/null 2>&1 &&
    python3 "$ROOT/scripts/hardware-values.py" "$ROOT/configs/hardware/$HW.json" > "$OUT/hardware.txt"; then
-  HWARGS=(--hardware "$OUT/hardware.txt")
+  HWARGS+=(--hardware "$OUT/hardware.txt")
 else
-  echo "gpu-check: no python3 or no profile $HW: the wave run is reported without the cost model" >&2
+  echo "gpu-check: no python3 or no profile $HW: the unmeasured fields are the cost model's defaults" >&2
 fi
 "$BUILD/kernels/retro_gpu_check" --out "$OUT" "${HWARGS[@]}" "$@" 2>&1 | tee "$OUT/gpu-check.log"
 rc=${PIPESTATUS[0]}
+
+# The peer a user's framework calls (PyTorch SDPA, every backend) on the same shapes, where torch sees
+# the device; then one table of everything (summary.md).
+if [[ " $* " != *" --checks-only "* ]] && python3 -c "import torch; assert torch.cuda.is_available()" 2>/dev/null; then
+  PYTHONWARNINGS=ignore python3 "$ROOT/scripts/gpu/sdpa_baseline.py" "$OUT/sdpa.json" > "$OUT/sdpa.log" 2>&1 ||
+    echo "gpu-check: sdpa_baseline failed (see $OUT/sdpa.log)" >&2
+fi
+if [[ -f "$OUT/gpu-report.json" ]] && command -v python3 >/dev/null 2>&1; then
+  SDPA=(); [[ -f "$OUT/sdpa.json" ]] && SDPA=(--sdpa "$OUT/sdpa.json")
+  python3 "$ROOT/scripts/gpu/summary_table.py" "$OUT/gpu-report.json" "${SDPA[@]}" > "$OUT/summary.md" 2>/dev/null &&
+    cat "$OUT/summary.md"
+fi
 
 # `retro-bench run` with "backend": "cuda" where retro-bench can be built (a GPU machine with the
 # Debian libraries); the GPU machines this project is lent have none of them, so this normally records

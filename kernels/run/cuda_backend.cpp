@@ -16,6 +16,15 @@ class CudaBackend final : public GpuBackend {
     std::string library_unsupported(int head_dim, int group) const override {
         return cuda::library_decode_unsupported(head_dim, group);
     }
+    MeasuredDevice measure() const override {
+        const cuda::DeviceCeilings c = cuda::measure_ceilings(true);
+        MeasuredDevice m;
+        m.device = cuda::device_name();
+        m.hbm_bytes_per_s = c.d2d_bytes_per_s, m.h2d_bytes_per_s = c.h2d_pinned_bytes_per_s;
+        m.d2h_bytes_per_s = c.d2h_pinned_bytes_per_s, m.transfer_latency_us = c.transfer_latency_us;
+        m.memory_bytes = c.memory_bytes;
+        return m;
+    }
     void run_layer(const GpuLayerJob& job, const std::function<void(const GpuStep&)>& on_step) const override {
         if (job.method == GpuMethod::wave) run_wave_layer(job, on_step);
         else run_full_layer(job, on_step);

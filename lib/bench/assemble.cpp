@@ -1,6 +1,7 @@
 #include "bench/assemble.hpp"
 
 #include "bench/cuda_runner.hpp"
+#include "bench/measured_hardware.hpp"
 #include "core/fs.hpp"
 #include "core/hash.hpp"
 #include "core/host.hpp"
@@ -49,6 +50,7 @@ json sweep_manifest(const SweepSummaryInput& in) {
     m["config"] = cfg.resolved();
     m["config_source"] = cfg.source;
     m["hardware_profile"] = cfg.hardware;
+    if (cfg.hardware == kMeasuredHardware) m["hardware"] = in.hw.to_json();  // the measured profile, sources included
     m["backend"] = cfg.backend;
     if (cfg.backend == "cuda") m["device"] = in.device;
     m["metrics"] = json::array();

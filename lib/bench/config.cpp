@@ -204,6 +204,12 @@ RunConfig parse_config(const json& j, const std::string& origin) {
             throw ConfigError(w + ": a \"cuda\" section needs \"backend\": \"cuda\" (backend is \"" + c.backend + "\")");
         c.cuda = CudaOptions::from_json(j["cuda"], w + ": cuda");
     }
+    // "measured": the cost model calibrated by the device the run is on (bench/measured_hardware.hpp),
+    // the default of the cuda backend; the CPU backend has no device to measure
+    if (c.backend == "cuda" && !j.contains("hardware")) c.hardware = "measured";
+    if (c.backend != "cuda" && c.hardware == "measured")
+        throw ConfigError(w + ": hardware \"measured\" calibrates the cost model by the GPU a run is on: it needs "
+                              "\"backend\": \"cuda\" (name a profile of configs/hardware/ for the CPU backend)");
     if (c.backend == "cuda" && c.kv_dtype != "trace" && c.kv_dtype != "float16")
         throw ConfigError(w + ": backend 'cuda' stores the KV as float16: kv_dtype = \"" + c.kv_dtype +
                           "\" (expected \"trace\" or \"float16\")");

@@ -11,6 +11,7 @@
 
 #include "bench/assemble.hpp"
 #include "bench/runner.hpp"
+#include "bench/measured_hardware.hpp"
 #include "core/error.hpp"
 #include "core/fs.hpp"
 #include "core/host.hpp"
@@ -175,7 +176,21 @@ MergeOutcome merge_results(const std::string& dir) {
         throw Error(s);
     }
 
-    const HardwareProfile hw = load_hardware_profile(cfg.hardware);
+    HardwareProfile hw;
+    if (cfg.hardware == kMeasuredHardware) {  // the profile the shards measured (the first that recorded one)
+        const ShardFile* with = nullptr;
+        for (const auto& s : shards)
+            if (s.j.contains("hardware")) {
+                with = &s;
+                break;
+            }
+        if (!with)
+            throw Error("cannot merge " + dir + ": hardware \"measured\" but no shard session recorded the profile "
+                        "it measured (shards written by an older retro-bench?)");
+        hw = HardwareProfile::from_json(with->j["hardware"], dir + "/shards/" + with->name + ": hardware");
+    } else {
+        hw = load_hardware_profile(cfg.hardware);
+    }
     const auto reg = sweep_metric_registry(cfg);
     const SweepSummaryInput in{cfg, traces, ids, reg, rd, hw, config_file, device, revisions.values.begin()->first};
     MergeOutcome out;

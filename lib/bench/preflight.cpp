@@ -4,6 +4,7 @@
 #include <string>
 #include <thread>
 
+#include "bench/measured_hardware.hpp"
 #include "core/error.hpp"
 #include "methods/params.hpp"
 #include "trace/memory_estimates.hpp"
@@ -12,7 +13,10 @@ namespace retro {
 
 Preflight check_before_work(const RunConfig& cfg, const std::vector<PreparedTrace>& traces,
                             const PreflightOptions& opt) {
-    Preflight pf{load_hardware_profile(cfg.hardware), {}, memory_limit(opt.max_memory)};  // configs/hardware/
+    // configs/hardware/; "measured" is known only once the device is measured (the runner does it): its
+    // profile is the default GPU's here, for the checks that read a profile
+    Preflight pf{load_hardware_profile(cfg.hardware == kMeasuredHardware ? "h100-sxm-pcie5" : cfg.hardware), {},
+                 memory_limit(opt.max_memory)};
     for (const auto& t : traces)
         for (const auto& r : cfg.runs) {
             const MethodInfo& m = find_method(r.method);

@@ -20,6 +20,7 @@
 #include "bench/preflight.hpp"
 #include "bench/results.hpp"
 #include "bench/results_lock.hpp"
+#include "bench/measured_hardware.hpp"
 #include "core/error.hpp"
 #include "core/fs.hpp"
 #include "core/hash.hpp"
@@ -411,8 +412,18 @@ RunOutcome run_config(const RunConfig& cfg, const RunnerOptions& opt) {
                           "remove " + dir + " before the sweep instead");
     // the checks validate makes too (lib/bench/preflight), on the traces as they are before generation;
     // read-only, so before the lock: a refused config leaves no results directory behind
-    const HardwareProfile hw =
-        check_before_work(cfg, prepare_traces(cfg, false), {opt.threads, opt.max_memory}).hardware;
+    HardwareProfile hw = check_before_work(cfg, prepare_traces(cfg, false), {opt.threads, opt.max_memory}).hardware;
+    if (cfg.hardware == kMeasuredHardware) {  // the cost model calibrated by this device (about a second)
+        try {
+            hw = measured_profile(opt.gpu->measure());
+        } catch (const ParamError& e) {
+            throw ConfigError(std::string("hardware \"measured\": ") + e.what());
+        }
+        if (opt.on_note)
+            opt.on_note("hardware \"measured\": " + hw.name + ": HBM " + std::to_string((int)hw.hbm_GBps) + " GB/s, PCIe " +
+                        std::to_string((int)hw.pcie_h2d_GBps) + " GB/s, transfer latency " +
+                        std::to_string(hw.pcie_latency_us).substr(0, 5) + " us");
+    }
     // Lock before looking at the directory: the "already holds results" check, --force's deletion and
     // the temp-file cleaning then act on a directory no other run writes (bench/results_lock.hpp); shards
     // share the directory's lock and hold their own shard's exclusively.
@@ -506,6 +517,7 @@ RunOutcome run_config(const RunConfig& cfg, const RunnerOptions& opt) {
         manifest = {{"index", opt.shard.index}, {"count", opt.shard.count}, {"config_file", opt.config_path},
                     {"config_source", cfg.source}, {"config_hash", origin["config_hash"]},
                     {"revision", git_revision()}, {"device", device}, {"status", "running"}};
+        if (cfg.hardware == kMeasuredHardware) manifest["hardware"] = hw.to_json();  // merge models with it
     } else {
         manifest = sweep_manifest(summary);
         manifest["status"] = "running";

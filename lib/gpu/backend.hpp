@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/error.hpp"
+#include "gpu/measured.hpp"
 #include "methods/method.hpp"
 #include "methods/wave_head.hpp"
 #include "system/block_cache.hpp"
@@ -95,6 +96,8 @@ class GpuBackend {
     virtual void check_shape(int head_dim, int group) const = 0;
     /// "" when full attention's library kernel (FullKernel::library) runs this shape, else why not.
     virtual std::string library_unsupported(int head_dim, int group) const = 0;
+    /// The device's ceilings, measured now (about a second): "hardware": "measured" (gpu/measured.hpp).
+    virtual MeasuredDevice measure() const = 0;
     /// Runs the job, calling on_step after every selected step. Throws GpuMemoryError when the batch
     /// does not fit (before any step), ParamError on a bad job, Error on a device failure.
     virtual void run_layer(const GpuLayerJob& job, const std::function<void(const GpuStep&)>& on_step) const = 0;

@@ -5,7 +5,8 @@
 #   1. every kernel check against its CPU reference (LibraryDecode = FlashInfer's decode included)
 #   2. PyTorch SDPA on the same shapes (scripts/gpu/sdpa_baseline.py), when torch sees the device
 #   3. the wave decode step vs full attention per layer (library and own kernel), HBM fractions, the
-#      cost model on the profile named by RETRO_HARDWARE (default h100-sxm-pcie5)
+#      cost model calibrated by the device (--measured) on the profile named by RETRO_HARDWARE (default
+#      h100-sxm-pcie5) for what is not measured
 # usage: bash scripts/gpu/lease-run.sh OUTDIR [CONTEXTS] [BATCHES]   (defaults 32768,131072 and 1,8,32)
 set -uo pipefail
 out=${1:?usage: lease-run.sh OUTDIR [CONTEXTS] [BATCHES]}
@@ -23,12 +24,15 @@ hwfile=$out/hardware.txt
 python3 "$root/scripts/hardware-values.py" "$root/configs/hardware/$hw.json" > "$hwfile" 2>/dev/null ||
   cp "$root/build-gpu/$hw.txt" "$hwfile"
 t0=$SECONDS
-timeout "${RETRO_SDPA_TIMEOUT:-150}" python3 "$root/scripts/gpu/sdpa_baseline.py" "$out/sdpa.json" --contexts "$ctx" \
+PYTHONWARNINGS=ignore timeout "${RETRO_SDPA_TIMEOUT:-150}" python3 "$root/scripts/gpu/sdpa_baseline.py" "$out/sdpa.json" --contexts "$ctx" \
   --batches "$bat" > "$out/sdpa.log" 2>&1
 echo "sdpa: exit $? ($((SECONDS - t0)) s)"
 t0=$SECONDS
 timeout "${RETRO_WAVE_TIMEOUT:-330}" "$bin" --out "$out/wave" --wave-only --contexts "$ctx" --batches "$bat" \
-  --hardware "$hwfile" > "$out/wave.log" 2>&1
+  --hardware "$hwfile" --measured > "$out/wave.log" 2>&1
 echo "wave run: exit $? ($((SECONDS - t0)) s)"
-cat "$out/sdpa.log"
-sed -n '/^wave decode step/,$p' "$out/wave/gpu-report.txt" 2>/dev/null || tail -20 "$out/wave.log"
+grep -v Warning "$out/sdpa.log" | grep "^sdpa"
+sed -n '/^wave decode step/,$p' "$out/wave/gpu-report.txt" 2>/dev/null || grep -E "^  (full|wave)" "$out/wave.log"
+[[ -f "$out/wave/gpu-report.json" ]] &&
+  python3 "$root/scripts/gpu/summary_table.py" "$out/wave/gpu-report.json" --sdpa "$out/sdpa.json" |
+  tee "$out/summary.md"

@@ -8,6 +8,16 @@
     T=datasets/generated/synth-llama3-32k-l1.h5; mkdir -p /tmp/fx/trace-figures
     for i in ivf hnsw; do build/retro-bench ood-recall $T --index $i --kv-heads 0,1 --json /tmp/fx/trace-figures/ood-recall-$i.json; done
     /usr/bin/python3 tests/plotting/make_fixtures.py /tmp/fx
+    /usr/bin/python3 tests/plotting/make_fixtures.py --gpu /work/shared/measurements/h200-2026-11-27
+
+`--gpu DIR` makes the two GPU-run fixtures from a `"backend": "cuda"` run's retro-bench-cuda-runs.jsonl and
+retro-bench-cuda-manifest.json (the first H200 run of configs/gpu/wave-vs-full.json, revision c8c9759, before full
+attention had a kernel choice: its full runs are the project's own kernel): `gpu-run/` = its records at batch 1, 8
+and 64 (both contexts, full and wave), whole and unchanged but for the rounding, with its manifest; `gpu-run-kernels/`
+= the same records in the form a run with `"full_kernel": ["flashinfer", "own"]` writes: each full record twice, as
+`cuda.kernel` "own" (the measured record, label `@cuda(batch=B,kernel=own)`) and as "flashinfer" (an EDITED copy:
+gpu_step_us / gpu_attend_us and the summary's measured times divided by 3, a new run id; not a measurement), with the
+manifest's resolved runs, indices and trace run lists redone in the tool's order (batch, then kernel).
 
 Trimming: numbers rounded to 6 significant digits (per_head.csv 5, parts 4); per_head.csv keeps query heads < 8 (quickstart: layers 0
 and 1) or < 4; parts/ kept only for wave-updates (the per-step figure needs them); wave-cache (without its FIFO and CLOCK runs),
@@ -128,5 +138,79 @@ def main(src):
         dump(obj, os.path.join(OUT, "inspect-synth-llama3-16k.json"))
 
 
+GPU_BATCHES = (1, 8, 64)
+FLASHINFER_EDIT = 3.0  # gpu-run-kernels: the edited "flashinfer" copies' times = the own kernel's / this
+
+
+def _gpu_source(src):
+    with open(os.path.join(src, "retro-bench-cuda-manifest.json"), encoding="utf-8") as f:
+        man = json.load(f)
+    with open(os.path.join(src, "retro-bench-cuda-runs.jsonl"), encoding="utf-8") as f:
+        runs = [json.loads(l) for l in f if l.strip()]
+    return man, [r for r in runs if r["batch"] in GPU_BATCHES]
+
+
+def _write_gpu(name, man, runs):
+    d = os.path.join(OUT, name)
+    if os.path.isdir(d):
+        shutil.rmtree(d)
+    os.makedirs(d)
+    dump(man, os.path.join(d, "manifest.json"), compact=True)
+    dump(runs, os.path.join(d, "runs.jsonl"), lines=True)
+
+
+def _as_flashinfer(r):
+    """An edited copy of an own-kernel full record standing for the library kernel: step and attention
+    (the whole step of full attention) divided by FLASHINFER_EDIT; the cost model's terms unchanged."""
+    import copy
+    import hashlib
+    r = copy.deepcopy(r)
+    for m in ("gpu_step_us", "gpu_attend_us"):
+        r["metrics"][m] = {k: (v / FLASHINFER_EDIT if k != "count" else v) for k, v in r["metrics"][m].items()}
+        r["per_layer"][m] = {k: v / FLASHINFER_EDIT for k, v in r["per_layer"][m].items()}
+    for ph in ("attend", "step"):
+        row = r["cuda"]["phases"][ph]
+        row["measured_us"] /= FLASHINFER_EDIT
+        row["measured_over_model"] = row["measured_us"] / row["model_us"] if row["model_us"] else None
+    r["run_id"] = "full-" + hashlib.sha256((r["run_id"] + ":flashinfer").encode()).hexdigest()[:12]
+    return r
+
+
+def gpu(src):
+    man, runs = _gpu_source(src)
+    _write_gpu("gpu-run", man, runs)
+    # the same run as configs/gpu/wave-vs-full.json now writes it: full's kernel a sweep axis
+    import copy
+    man = copy.deepcopy(man)
+    for cfg in (man["config"], man["config_source"]):
+        cfg["cuda"]["batch"] = list(GPU_BATCHES)
+        cfg["cuda"]["full_kernel"] = ["flashinfer", "own"]
+    resolved = []  # lib/bench/config.cpp: for each method point, system point, batch, kernel
+    for c in man["config"]["runs"]:
+        if c["batch"] not in GPU_BATCHES:
+            continue
+        for k in (("flashinfer", "own") if c["method"] == "full" else (None,)):
+            resolved.append(dict(c, kernel=k) if k else dict(c))
+    man["config"]["runs"] = resolved
+    out = []
+    for t, tr in enumerate(man["traces"]):
+        tr["runs"] = []
+        for j, c in enumerate(resolved):
+            src_r = next(r for r in runs if r["trace"] == tr["path"] and r["method"] == c["method"]
+                         and r["batch"] == c["batch"])
+            r = copy.deepcopy(src_r) if c.get("kernel") != "flashinfer" else _as_flashinfer(src_r)
+            if c.get("kernel"):
+                r["cuda"]["kernel"] = c["kernel"]
+                r["label"] = r["label"].replace(f"@cuda(batch={c['batch']})",
+                                                f"@cuda(batch={c['batch']},kernel={c['kernel']})")
+            r["index"] = t * len(resolved) + j
+            tr["runs"].append({"label": r["label"], "run_id": r["run_id"]})
+            out.append(r)
+    _write_gpu("gpu-run-kernels", man, out)
+
+
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else "/tmp/plotres")
+    if len(sys.argv) > 2 and sys.argv[1] == "--gpu":
+        gpu(sys.argv[2])
+    else:
+        main(sys.argv[1] if len(sys.argv) > 1 else "/tmp/plotres")

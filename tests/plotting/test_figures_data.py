@@ -12,7 +12,8 @@ from retroplot import figures as F
 from retroplot import results as R
 
 ALL = ("quickstart", "wave-zones", "wave-estimation", "wave-segments", "wave-updates", "wave-cache", "throughput",
-       "baselines2", "trace-figures")
+       "baselines2", "trace-figures", "gpu-run", "gpu-run-kernels")
+GPU_FIGURES = {"gpu_step_time", "gpu_phases", "gpu_speedup"}
 
 
 def load(name, extra=()):
@@ -54,6 +55,8 @@ class RegistryTest(unittest.TestCase):
             "throughput": {"throughput", "accuracy_budget", "head_heatmap"},
             "baselines2": {"recall_scanned", "build_time", "accuracy_budget", "head_heatmap"},
             "trace-figures": {"ood_recall"},
+            "gpu-run": GPU_FIGURES,
+            "gpu-run-kernels": GPU_FIGURES,
         }
         for name in ALL:
             res = load(name)
@@ -607,6 +610,151 @@ class ClosedLoopDirectoryTest(U.TempDirMixin, unittest.TestCase):
         # an open-loop directory has no closed-loop section
         self.assertFalse(report.is_closed_loop(load("quickstart")))
         self.assertNotIn('id="closed-loop"', report.make_report(load("quickstart"), []))
+
+
+def gpu_records(name):
+    """The fixture's records by (method, full's kernel as the record says it, context, batch), read here
+    without the plotting package."""
+    out = {}
+    for r in U.runs_by_id(name).values():
+        kernel = r["cuda"].get("kernel", "own") if r["method"] == "full" else None
+        out[(r["method"], kernel, r["prompt_len"], r["batch"])] = r
+    return out
+
+
+class GpuFiguresTest(U.TempDirMixin, unittest.TestCase):
+    """Backend "cuda" records (fixtures/gpu-run: the H200 run of configs/gpu/wave-vs-full.json before full had a
+    kernel choice, batch 1/8/64; fixtures/gpu-run-kernels: the same with full's kernel "own" and edited
+    "flashinfer" copies): step time, phases vs. the cost model, speed-up."""
+
+    def test_step_time_is_the_records_gpu_step_us(self):
+        for name, labels in (("gpu-run", ["Full attention (own kernel)", "RetroInfer (wave)"]),
+                             ("gpu-run-kernels", ["Full attention (FlashInfer)", "Full attention (own kernel)",
+                                                  "RetroInfer (wave)"])):
+            s = data("gpu_step_time", load(name))
+            recs = gpu_records(name)
+            self.assertEqual(s["contexts"], [32768, 131072], name)
+            self.assertEqual(s["device"], "NVIDIA H200")
+            self.assertEqual(s["hardware"], "h100-sxm-pcie5")
+            self.assertEqual([x["label"] for x in s["series"]], labels, name)
+            n = 0
+            for x in s["series"]:
+                for N in s["contexts"]:
+                    pts = x["by_context"][str(N)]
+                    self.assertEqual([p["batch"] for p in pts], [1, 8, 64])
+                    for p in pts:
+                        r = recs[(x["method"], x["kernel"], N, p["batch"])]
+                        self.assertEqual(p["run_id"], r["run_id"])
+                        self.assertEqual(p["step_us"], r["metrics"]["gpu_step_us"]["mean"])
+                        self.assertEqual(p["model_step_us"], r["metrics"]["model_step_us"]["mean"])
+                        n += 1
+            self.assertEqual(n, len(recs))  # every record drawn once
+        # a point checked by hand: wave at 128K, batch 8 measured 1668.88 us per layer step on the H200
+        s = data("gpu_step_time", load("gpu-run"))
+        wave = next(x for x in s["series"] if x["method"] == "wave")
+        self.assertEqual(wave["by_context"]["131072"][1]["step_us"], 1668.88)
+
+    def test_kernels(self):
+        # old records have no cuda.kernel: their full runs are the own kernel; new ones say it
+        s = data("gpu_step_time", load("gpu-run"))
+        self.assertEqual([(x["method"], x["kernel"]) for x in s["series"]], [("full", "own"), ("wave", None)])
+        s = data("gpu_step_time", load("gpu-run-kernels"))
+        self.assertEqual([(x["method"], x["kernel"], x["variant"]) for x in s["series"]],
+                         [("full", "flashinfer", 0), ("full", "own", 1), ("wave", None, 0)])
+        self.assertIsNone(R.cuda_kernel(next(iter(U.runs_by_id("quickstart").values()))))
+        # without cuda.kernel the label's '@cuda(...,kernel=K)' says it
+        r = dict(next(r for r in U.runs_by_id("gpu-run-kernels").values() if r["cuda"].get("kernel") == "flashinfer"))
+        r["cuda"] = {k: v for k, v in r["cuda"].items() if k != "kernel"}
+        self.assertEqual(R.cuda_kernel(r), "flashinfer")
+        self.assertTrue(r["label"].endswith("@cuda(batch=%d,kernel=flashinfer)" % r["batch"]))
+
+    def test_speedup_is_full_over_wave(self):
+        for name, kernels in (("gpu-run", ["own"]), ("gpu-run-kernels", ["flashinfer", "own"])):
+            s = data("gpu_speedup", load(name))
+            recs = gpu_records(name)
+            self.assertEqual(s["baseline_kernel"], kernels[0], name)  # the library kernel when present
+            self.assertEqual([x["kernel"] for x in s["series"]], kernels, name)
+            self.assertEqual([x["primary"] for x in s["series"]], [True] + [False] * (len(kernels) - 1))
+            for x in s["series"]:
+                for N in (32768, 131072):
+                    pts = x["by_context"][str(N)]
+                    self.assertEqual([p["batch"] for p in pts], [1, 8, 64])
+                    for p in pts:
+                        full = recs[("full", x["kernel"], N, p["batch"])]["metrics"]["gpu_step_us"]["mean"]
+                        wave = recs[("wave", None, N, p["batch"])]["metrics"]["gpu_step_us"]["mean"]
+                        self.assertAlmostEqual(p["speedup"], full / wave, places=12)
+                        self.assertEqual((p["full_us"], p["wave_us"]), (full, wave))
+        # the H200 numbers (docs: summary-table.md): wave 0.67x the own kernel at 32K batch 1, 2.77x at 128K batch 64
+        own = data("gpu_speedup", load("gpu-run"))["series"][0]["by_context"]
+        self.assertAlmostEqual(own["32768"][0]["speedup"], 0.671, places=3)
+        self.assertAlmostEqual(own["131072"][-1]["speedup"], 2.765, places=3)
+
+    def test_phases_measured_and_modeled(self):
+        for name in ("gpu-run", "gpu-run-kernels"):
+            s = data("gpu_phases", load(name))
+            recs = gpu_records(name)
+            self.assertEqual(s["phases"], ["select", "estimate", "gather", "attend", "other"])
+            self.assertEqual(len(s["rows"]), 2 if name == "gpu-run" else 3)
+            for row in s["rows"]:
+                for N in s["contexts"]:
+                    for p in row["by_context"][str(N)]:
+                        r = recs[(row["method"], row["kernel"], N, p["batch"])]
+                        m = {k: v["mean"] for k, v in r["metrics"].items()}
+                        meas = p["measured"]
+                        for ph in ("select", "estimate", "gather", "attend"):
+                            self.assertEqual(meas[ph], m[f"gpu_{ph}_us"])
+                        # the stacked bar is the measured step: its rest is what the phases leave out
+                        self.assertEqual(p["step_us"], m["gpu_step_us"])
+                        self.assertGreaterEqual(meas["other"], 0)
+                        self.assertAlmostEqual(sum(meas.values()), m["gpu_step_us"], places=6)
+                        self.assertEqual(p["host_us"], m["gpu_host_us"])
+                        # the model's bar: its terms as the record's cuda summary matches them
+                        ph = r["cuda"]["phases"]
+                        mod = p["model"]
+                        self.assertAlmostEqual(mod["select"], ph["select"]["model_us"], places=6)
+                        self.assertAlmostEqual(mod["gather"], ph["gather"]["model_us"], places=6)
+                        self.assertAlmostEqual(mod["attend"], ph["attend"]["model_us"], places=6)
+                        self.assertEqual(mod["estimate"], 0.0)  # the model's select covers rank + estimate
+                        self.assertAlmostEqual(p["model_step_us"], ph["step"]["model_us"], places=6)
+                        self.assertAlmostEqual(sum(mod.values()), max(p["model_step_us"], sum(
+                            mod[k] for k in ("select", "gather", "attend"))), places=6)
+                        # the summary's measured select is rank + estimate (each rounded to 6 digits in the fixture)
+                        self.assertLess(abs(meas["select"] + meas["estimate"] - ph["select"]["measured_us"]),
+                                        1e-5 * max(1.0, ph["select"]["measured_us"]))
+                        if row["method"] == "full":  # full attention's step is its attention
+                            self.assertEqual(meas["select"] + meas["estimate"] + meas["gather"], 0)
+                            self.assertAlmostEqual(meas["other"], 0, places=6)
+        # wave at 32K batch 1 on the H200: 94.9 us ranking, 138 us estimation, 21 us gather, 22 us attention,
+        # 32.6 us more on the step's critical path; the model (H100 profile) predicted 32.6 us in all
+        w = next(x for x in data("gpu_phases", load("gpu-run"))["rows"] if x["method"] == "wave")
+        p = w["by_context"]["32768"][0]
+        self.assertEqual(p["batch"], 1)
+        self.assertAlmostEqual(p["measured"]["other"], 308.692 - (94.852 + 138.048 + 21.048 + 22.144), places=6)
+        self.assertAlmostEqual(p["model_step_us"], 32.5927, places=4)
+
+    def test_not_for_cpu_results(self):
+        for name in ALL:
+            if name.startswith("gpu-run"):
+                continue
+            for fig in GPU_FIGURES:
+                self.assertIsNone(data(fig, load(name)), (name, fig))
+
+    def test_speedup_needs_both_methods(self):
+        # a cuda run of wave alone: step time and phases, no speed-up
+        with open(os.path.join(U.fixture("gpu-run"), "runs.jsonl")) as f, \
+                open(os.path.join(self.tmp, "runs.jsonl"), "w") as g:
+            for line in f:
+                if json.loads(line)["method"] == "wave":
+                    g.write(line)
+        res = R.load(self.tmp)
+        self.assertIsNotNone(data("gpu_step_time", res))
+        self.assertIsNotNone(data("gpu_phases", res))
+        self.assertIsNone(data("gpu_speedup", res))
+
+    def test_system_point_from_a_cuda_label(self):
+        # without the manifest the system point comes from the label, which ends in '@cuda(batch=B)'
+        r = next(iter(U.runs_by_id("gpu-run").values()))
+        self.assertEqual(R.Results._system_point(r, []), r["system"])
 
 
 class CentroidRankTest(U.TempDirMixin, unittest.TestCase):

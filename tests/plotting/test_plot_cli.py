@@ -65,7 +65,7 @@ class PlotCommandTest(U.TempDirMixin, unittest.TestCase):
 
     def test_writes_png_and_pdf_for_applicable_figures(self):
         for name in ("quickstart", "wave-zones", "wave-estimation", "wave-segments", "wave-updates", "wave-cache",
-                     "throughput", "baselines2", "trace-figures", "centroid-rank"):
+                     "throughput", "baselines2", "trace-figures", "centroid-rank", "gpu-run", "gpu-run-kernels"):
             d = U.copy_fixture(name, self.tmp)
             r = self.plot(d)
             self.assertEqual(r.returncode, 0, r.stderr)
@@ -91,6 +91,26 @@ class PlotCommandTest(U.TempDirMixin, unittest.TestCase):
             self.assertEqual([m["name"] for m in idx["made"]], want)
             self.assertEqual(len(idx["made"]) + len(idx["skipped"]), len(F.FIGURES))
             self.assertEqual(glob.glob(os.path.join(figs, "*.tmp-*")) + glob.glob(os.path.join(figs, ".*")), [])
+
+    def test_gpu_run_figures(self):
+        # a "backend": "cuda" run gets exactly the three GPU figures; a CPU run none of them
+        gpu = ["gpu_step_time", "gpu_phases", "gpu_speedup"]
+        for name in ("gpu-run", "gpu-run-kernels"):
+            d = U.copy_fixture(name, self.tmp)
+            r = self.plot(d, "--format", "png")
+            self.assertEqual(r.returncode, 0, r.stderr)
+            with open(os.path.join(d, "figures", "index.json")) as f:
+                self.assertEqual([m["name"] for m in json.load(f)["made"]], gpu)
+            with open(os.path.join(d, "figures", "gpu_speedup.json")) as f:
+                s = json.load(f)["series"]
+            self.assertEqual([x["kernel"] for x in s["series"]],
+                             ["own"] if name == "gpu-run" else ["flashinfer", "own"])
+        d = U.copy_fixture("quickstart", self.tmp)
+        r = self.plot(d, "--format", "png", "--only", ",".join(gpu))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        for n in gpu:
+            self.assertIn(f"skip {n}: needs records of a \"backend\": \"cuda\" run", r.stderr)
+            self.assertFalse(os.path.exists(os.path.join(d, "figures", f"{n}.png")))
 
     def test_out_format_inspect_only(self):
         d = U.copy_fixture("quickstart", self.tmp)
@@ -240,12 +260,19 @@ class ReportCommandTest(U.TempDirMixin, unittest.TestCase):
 
     def test_every_fixture_and_out(self):
         for name in ("wave-zones", "wave-estimation", "wave-segments", "wave-updates", "wave-cache", "throughput",
-                     "baselines2"):
+                     "baselines2", "gpu-run", "gpu-run-kernels"):
             out = os.path.join(self.tmp, f"{name}.html")
             html, _ = self.report(name, "--out", out)
             dom = summarize(html)
             self.assertEqual(len([i for i in dom.imgs if i.get("class") == "fig"]), len(applicable(name)))
             self.assertEqual(dom.tables["runs-table"], len(U.runs_by_id(name)))
+            if name.startswith("gpu-run"):  # the GPU figures, and the runs told apart by batch and kernel
+                for n in ("gpu_step_time", "gpu_phases", "gpu_speedup"):
+                    self.assertIn(f"fig-{n}", dom.ids)
+                self.assertIn("GPU step µs", html)
+                self.assertIn("batch=64", html)
+                self.assertEqual("kernel=flashinfer" in html, name == "gpu-run-kernels")
+                self.assertIn("kernel=own", html)
         # a directory with only trace-level JSON (no runs, no manifest) still reports
         html, _ = self.report("trace-figures")
         dom = summarize(html)

@@ -9,6 +9,7 @@
 #include <set>
 
 #include "bench/config.hpp"
+#include "bench/measured_hardware.hpp"
 #include "bench/runner.hpp"
 #include "core/error.hpp"
 #include "methods/params.hpp"
@@ -47,6 +48,10 @@ class UnusableBackend final : public GpuBackend {
     std::string device_name() const override { return ""; }
     void check_shape(int, int) const override {}
     std::string library_unsupported(int, int) const override { return ""; }
+    MeasuredDevice measure() const override {
+        ADD_FAILURE() << "measure called on an unusable backend";
+        return {};
+    }
     void run_layer(const GpuLayerJob&, const std::function<void(const GpuStep&)>&) const override {
         ADD_FAILURE() << "run_layer called on an unusable backend";
     }
@@ -189,6 +194,53 @@ TEST(BackendConfig, BatchIsASweepAxis) {
     ASSERT_EQ(c2.runs.size(), 9u);
     EXPECT_EQ(c2.runs[1].label(), "full(offloaded=false)@cuda(batch=1,kernel=own)");
     EXPECT_EQ(c2.resolved()["runs"][1]["kernel"], "own");
+}
+
+// The cuda backend's cost model is calibrated by its device unless the config names a profile; the CPU
+// backend has no device: "measured" is refused there by name.
+TEST(BackendConfig, CudaDefaultsToMeasuredHardware) {
+    EXPECT_EQ(parse_config(cuda_config(), "").hardware, "measured");
+    json j = cuda_config();
+    j["hardware"] = "h200";
+    EXPECT_EQ(parse_config(j, "").hardware, "h200");
+    j = cuda_config();
+    j.erase("backend"), j.erase("cuda");
+    EXPECT_EQ(parse_config(j, "").hardware, "a100-80gb-pcie4");
+    j["hardware"] = "measured";
+    EXPECT_TRUE(has(error_of(j), "hardware \"measured\" calibrates the cost model by the GPU a run is on: it needs "
+                                 "\"backend\": \"cuda\"")) << error_of(j);
+}
+
+// measured_spec: the measured fields replace the base profile's (efficiencies 1: achieved rates), the rest
+// stay; a measurement that is not positive is refused naming it.
+TEST(MeasuredHardware, MeasuredFieldsReplaceTheBaseProfiles) {
+    const HardwareProfile base = load_hardware_profile("h100-sxm-pcie5");
+    MeasuredDevice m{"NVIDIA H100 80GB HBM3", 2.9e12, 55e9, 52e9, 8.5, 80.0 * (1ull << 30)};
+    EXPECT_EQ(base_profile_for(m.device), "h100-sxm-pcie5");
+    EXPECT_EQ(base_profile_for("NVIDIA H200"), "h200");
+    const HardwareSpec s = measured_spec(base, m);
+    EXPECT_EQ(s.name, "measured:NVIDIA H100 80GB HBM3");
+    EXPECT_DOUBLE_EQ(s.hbm_B_per_us(), 2.9e12 / 1e6);
+    EXPECT_DOUBLE_EQ(s.h2d_B_per_us(), 55e9 / 1e6);
+    EXPECT_DOUBLE_EQ(s.d2h_B_per_us(), 52e9 / 1e6);
+    EXPECT_DOUBLE_EQ(s.pcie_latency_us, 8.5);
+    EXPECT_DOUBLE_EQ(s.gpu_memory_GiB, 80.0);
+    EXPECT_DOUBLE_EQ(s.gpu_tflops, base.gpu_tflops);  // not measured: the base profile's
+    EXPECT_DOUBLE_EQ(s.cpu_cores, base.cpu_cores);
+    m.h2d_bytes_per_s = 0;
+    try {
+        measured_spec(base, m);
+        ADD_FAILURE() << "a zero measurement was accepted";
+    } catch (const ParamError& e) {
+        EXPECT_TRUE(has(e.what(), "pinned host-to-device bytes/s = 0")) << e.what();
+    }
+    // the profile the runner records: every measured field's source says it was measured
+    m.h2d_bytes_per_s = 55e9;
+    const HardwareProfile p = measured_profile(m);
+    for (const std::string& f : measured_fields())
+        EXPECT_TRUE(has(p.sources[f].get<std::string>(), "NVIDIA H100 80GB HBM3")) << f << ": " << p.sources[f];
+    EXPECT_EQ(p.sources["gpu_tflops"], base.sources["gpu_tflops"]);
+    EXPECT_NO_THROW(HardwareProfile::from_json(p.to_json(), "round trip"));
 }
 
 TEST(BackendConfig, ErrorsNameTheKeyAndTheChoices) {

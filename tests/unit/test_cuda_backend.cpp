@@ -29,6 +29,7 @@
 #include "run/cuda_backend.hpp"
 #include "run/host_pool.hpp"
 #include "run/wave_vs_full.hpp"
+#include "system/hardware.hpp"
 #include "system/head_system.hpp"
 #include "trace/synth.hpp"
 
@@ -356,6 +357,40 @@ BACKEND_TEST(RunMatchesTheCpuBackend) {
     EXPECT_NE(table.find("model step us"), std::string::npos) << table;
 }
 
+// With no "hardware" key a cuda run measures its device and models it ("measured"): the manifest holds
+// the measured profile, and full attention's modeled attend time scales with its HBM rate exactly as
+// against a named profile.
+BACKEND_TEST(MeasuredHardwareCalibratesTheModel) {
+    REQUIRE_DEVICE();
+    ScratchDir dir;
+    json j = json::parse(R"({"name": "named", "backend": "cuda", "kv_heads": [0], "hardware": "h100-sxm-pcie5",
+        "methods": [{"name": "full"}]})");
+    j["traces"] = json::array({{{"path", dir.path + "/t.h5"},
+                                {"synth", {{"preset", "smollm2"}, {"prompt_len", 256}, {"decode_steps", 2}}}}});
+    RunnerOptions opt;
+    opt.results_root = dir.path + "/results";
+    const auto backend = gpu_run::make_cuda_backend();
+    opt.gpu = backend.get();
+    const auto named = run_config(parse_config(j, "named.json"), opt);
+    j.erase("hardware");
+    j["name"] = "measured";
+    const RunConfig cfg = parse_config(j, "measured.json");
+    EXPECT_EQ(cfg.hardware, "measured");
+    const auto measured = run_config(cfg, opt);
+    const json manifest = json::parse(read_file(measured.dir + "/manifest.json"));
+    ASSERT_TRUE(manifest.contains("hardware"));
+    const HardwareProfile hw = HardwareProfile::from_json(manifest["hardware"], "manifest");
+    EXPECT_EQ(hw.name, "measured:" + backend->device_name());
+    EXPECT_EQ(manifest["hardware_profile"], "measured");
+    EXPECT_DOUBLE_EQ(hw.hbm_efficiency, 1.0);
+    const HardwareProfile h100 = load_hardware_profile("h100-sxm-pcie5");
+    ASSERT_EQ(named.records.size(), 1u);
+    ASSERT_EQ(measured.records.size(), 1u);
+    const auto attend = [](const json& r) { return r["cuda"]["phases"]["attend"]["model_us"].get<double>(); };
+    EXPECT_NEAR(attend(measured.records[0]) / attend(named.records[0]), h100.hbm_B_per_us() / hw.hbm_B_per_us(),
+                1e-6 * h100.hbm_B_per_us() / hw.hbm_B_per_us());
+}
+
 // "full_kernel": "flashinfer" on a shape the library kernel lacks is refused before any work, naming the
 // shape's reason; "own" runs it.
 BACKEND_TEST(FullLibraryRefusesAnUnsupportedShapeBeforeAnyWork) {
@@ -368,6 +403,7 @@ BACKEND_TEST(FullLibraryRefusesAnUnsupportedShapeBeforeAnyWork) {
         std::string library_unsupported(int d, int) const override {
             return "test double: no library kernel for head_dim " + std::to_string(d);
         }
+        MeasuredDevice measure() const override { return real->measure(); }
         void run_layer(const GpuLayerJob& job, const std::function<void(const GpuStep&)>& fn) const override {
             EXPECT_EQ(job.full_kernel, FullKernel::own);
             real->run_layer(job, fn);
@@ -402,6 +438,7 @@ BACKEND_TEST(RunSkipsABatchThatDoesNotFit) {
         std::string device_name() const override { return "small " + real->device_name(); }
         void check_shape(int d, int g) const override { real->check_shape(d, g); }
         std::string library_unsupported(int d, int g) const override { return real->library_unsupported(d, g); }
+        MeasuredDevice measure() const override { return real->measure(); }
         void run_layer(const GpuLayerJob& job, const std::function<void(const GpuStep&)>& fn) const override {
             if (job.batch > 2) throw GpuMemoryError("test: batch " + std::to_string(job.batch) + " does not fit");
             real->run_layer(job, fn);

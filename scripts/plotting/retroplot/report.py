@@ -77,6 +77,7 @@ RUN_COLUMNS = [  # (header, metric, stat, scale)
     ("h2d KiB/step", "h2d_bytes", "mean", 1 / 1024), ("GPU MiB", "gpu_bytes", "mean", 1 / 2 ** 20),
     ("select µs p50", "select_us", "p50", 1), ("attend µs p50", "attend_us", "p50", 1),
     ("build ms", "build_ms", "mean", 1),
+    ("GPU step µs", "gpu_step_us", "mean", 1), ("model step µs", "model_step_us", "mean", 1),  # backend "cuda"
 ]
 
 

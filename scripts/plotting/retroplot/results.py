@@ -125,7 +125,8 @@ class Results:
         if j < 0:
             return {}
         body = label[j + len("@system("):]
-        body = body[:-1] if body.endswith(")") else body
+        end = body.find(")@")  # a later suffix, e.g. '@cuda(batch=8)' of backend "cuda" runs
+        body = body[:end] if end >= 0 else (body[:-1] if body.endswith(")") else body)
         out = {}
         for kv in body.split(","):
             k, _, v = kv.partition("=")
@@ -240,6 +241,10 @@ class Results:
         parts = [f"{k}={fmt_value(p.get(k))}" for k in self.varying_params(run.get("method"))]
         sy = run.get("system", {})
         parts += [f"{k}={fmt_value(sy.get(k))}" for k in self.varying_system(run.get("method"))]
+        if is_cuda_run(run):  # backend "cuda": the batch, and full attention's kernel
+            parts.append(f"batch={cuda_batch(run)}")
+            if cuda_kernel(run):
+                parts.append(f"kernel={cuda_kernel(run)}")
         if len(self.traces()) > 1:
             parts.append(os.path.basename(run.get("trace", "")))
         s = " ".join(parts)
@@ -302,6 +307,38 @@ def metric(run, name, stat="mean"):
         return None
     v = float(v)
     return v if math.isfinite(v) else None
+
+
+def is_cuda_run(run):
+    """A record of `"backend": "cuda"` (docs/cuda.md): measured on a GPU, with a `cuda` summary."""
+    return run.get("backend") == "cuda" or isinstance(run.get("cuda"), dict)
+
+
+def cuda_batch(run):
+    """The batch a backend "cuda" record decoded together (the record's `batch`, else `cuda.batch`)."""
+    b = run.get("batch")
+    if b is None and isinstance(run.get("cuda"), dict):
+        b = run["cuda"].get("batch")
+    return int(b) if isinstance(b, (int, float)) else None
+
+
+def cuda_kernel(run):
+    """Full attention's kernel in a backend "cuda" record: `cuda.kernel` ("flashinfer" | "own"), else the
+    label's '@cuda(...,kernel=K)'; records made before the kernel was a choice have neither and ran the
+    project's own kernel ("own"). None for other methods and for CPU records."""
+    if not is_cuda_run(run) or run.get("method") != "full":
+        return None
+    k = (run.get("cuda") or {}).get("kernel")
+    if isinstance(k, str) and k:
+        return k
+    label = run.get("label", "")
+    j = label.find("@cuda(")
+    if j >= 0:
+        for kv in label[j + len("@cuda("):].rstrip(")").split(","):
+            key, _, v = kv.partition("=")
+            if key == "kernel" and v:
+                return v
+    return "own"
 
 
 def fmt_value(v):

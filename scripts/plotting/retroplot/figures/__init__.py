@@ -7,11 +7,12 @@
     scale        cost growth with the context: build and per-step time vs. tokens (log-log)
     heads        per (layer, query head) heatmaps: output error, attention sparsity
     system       GPU block cache, modeled throughput vs. batch
+    gpu          what a "backend": "cuda" run measured: step time, its phases vs. the cost model, speed-up
     closed_loop  offline vs. online: open-loop metrics against closed-loop fidelity and accuracy
 
 Importing the package registers every figure; `FIGURES` (name -> Figure) is in registry.ORDER.
 """
-from . import accuracy, build_cost, closed_loop, heads, ood, scale, system, wave_sweeps  # noqa: F401  (register the figures)
+from . import accuracy, build_cost, closed_loop, gpu, heads, ood, scale, system, wave_sweeps  # noqa: F401  (register the figures)
 from .common import pareto_front  # noqa: F401  (public: tests)
 from .registry import FIGURES, Figure, drawer, figure, figure_size, finish, render  # noqa: F401
 

@@ -1,7 +1,7 @@
 """The figure registry: every figure of `retro-bench plot` and `report`, in the order they are shown.
 
 Each figure is one data function and one draw function, defined together in its family's module
-(accuracy, ood, wave_sweeps, build_cost, heads, system) and registered there:
+(accuracy, ood, wave_sweeps, build_cost, heads, system, gpu, ...) and registered there:
 
     @figure("name", title=..., needs=..., size=(w, h))
     def name(res):            # Results -> JSON-able series dict, or None when the results lack the data
@@ -24,8 +24,8 @@ from .. import style
 
 ORDER = (
     "accuracy_budget", "ood_recall", "zone_sweeps", "estimation", "segments", "updates", "head_heatmap",
-    "sparsity_heatmap", "recall_scanned", "build_time", "scale", "cache", "throughput", "centroid_rank",
-    "offline_online",
+    "sparsity_heatmap", "recall_scanned", "build_time", "scale", "cache", "throughput", "gpu_step_time",
+    "gpu_phases", "gpu_speedup", "centroid_rank", "offline_online",
 )
 
 

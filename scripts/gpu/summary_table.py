@@ -1,0 +1,86 @@
+"""One table of a GPU run: PyTorch SDPA (best backend), the library full attention (FlashInfer), the own
+kernel and wave per (context, batch), with HBM fractions, wave's phases and measured / model.
+
+    python3 scripts/gpu/summary_table.py GPU_REPORT.json [GPU_REPORT.json ...] [--sdpa SDPA.json]
+                                         [--peak-GBps 3350]
+
+GPU_REPORT.json: retro_gpu_check's report with "wave_run" rows (several: their rows are joined);
+SDPA.json: scripts/gpu/sdpa_baseline.py's output. HBM % = K+V bytes / time / the peak given (default:
+none, then the fraction of the measured D2D ceiling the report carries). Prints Markdown.
+"""
+import argparse
+import json
+import sys
+
+
+def load_rows(paths):
+    rows = []
+    for p in paths:
+        with open(p) as f:
+            rows += json.load(f).get("wave_run", [])
+    return rows
+
+
+def best_sdpa(path):
+    if not path:
+        return {}
+    with open(path) as f:
+        data = json.load(f)
+    best = {}
+    for r in data.get("rows", []):
+        if r.get("status") != "ok":
+            continue
+        key = (r["context"], r["batch"])
+        if key not in best or r["us"] < best[key]["us"]:
+            best[key] = r
+    return best
+
+
+def frac(bytes_, us, peak_Bps, fallback):
+    if peak_Bps and bytes_ and us:
+        return f"{100 * bytes_ / (us * 1e-6) / peak_Bps:.0f}%"
+    return f"{100 * fallback:.0f}% of D2D" if fallback else "-"
+
+
+def ctx_name(n):
+    return f"{n // 1024}K" if n % 1024 == 0 else str(n)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser()
+    ap.add_argument("reports", nargs="+")
+    ap.add_argument("--sdpa")
+    ap.add_argument("--peak-GBps", type=float, default=0.0)
+    a = ap.parse_args(argv)
+    rows = load_rows(a.reports)
+    sdpa = best_sdpa(a.sdpa)
+    peak = a.peak_GBps * 1e9
+    by = {}
+    for r in rows:
+        if r.get("status") == "ok":
+            by[(r["method"], r["context"], r["batch"])] = r
+    points = sorted({(r["context"], r["batch"]) for r in rows} | set(sdpa))
+    print("| context | batch | torch SDPA (best) | full (FlashInfer) | full (own kernel) | wave | wave vs full |"
+          " wave phases rank / estimate / gather / attend / host (us) | wave measured / model |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for n, b in points:
+        cells = [ctx_name(n), str(b)]
+        s = sdpa.get((n, b))
+        cells.append(f"{s['us']:.1f} us ({s['backend']}, {frac(s['kv_bytes'], s['us'], peak, s.get('hbm_frac', 0))})"
+                     if s else "-")
+        for m in ("full", "full-own"):
+            r = by.get((m, n, b))
+            cells.append(f"{r['step_us']:.1f} us ({frac(r.get('kv_bytes'), r['step_us'], peak, r.get('hbm_frac'))})"
+                         if r else "-")
+        w = by.get(("wave", n, b))
+        cells.append(f"{w['step_us']:.1f} us" if w else "-")
+        cells.append(f"{w['speedup_vs_full']:.2f}x" if w and w.get("speedup_vs_full") else "-")
+        cells.append(" / ".join(f"{w[k]:.0f}" for k in ("select_us", "estimate_us", "gather_us", "attend_us", "host_us"))
+                     if w else "-")
+        cells.append(f"{w['measured_over_model']:.2f}" if w and w.get("measured_over_model") else "-")
+        print("| " + " | ".join(cells) + " |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
