@@ -151,6 +151,7 @@ std::string run_id_for(const PreparedTrace& t, const MethodRun& r, const RunConf
     if (!r.system.is_null()) key["system"] = r.system;  // only configs with a "system" key
     if (r.batch > 0)  // backend "cuda" only: CPU run ids are unchanged
         key["cuda"] = {{"batch", r.batch}, {"kmeans", cfg.cuda.kmeans}, {"kv_heads", t.kv_heads}};
+    if (!r.kernel.empty()) key["cuda"]["kernel"] = r.kernel;  // full's kernels are separate runs
     return r.method + "-" + short_hash(key.dump());
 }
 

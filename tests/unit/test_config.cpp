@@ -194,6 +194,9 @@ TEST(BackendConfig, BatchIsASweepAxis) {
     ASSERT_EQ(c2.runs.size(), 9u);
     EXPECT_EQ(c2.runs[1].label(), "full(offloaded=false)@cuda(batch=1,kernel=own)");
     EXPECT_EQ(c2.resolved()["runs"][1]["kernel"], "own");
+    std::set<std::string> ids2;
+    for (const auto& r : c2.runs) ids2.insert(run_id_for(t, r, c2));
+    EXPECT_EQ(ids2.size(), c2.runs.size());  // the two kernels' runs are kept apart
 }
 
 // The cuda backend's cost model is calibrated by its device unless the config names a profile; the CPU
