@@ -1,12 +1,25 @@
 #include "run/host_pool.hpp"
 
 #include <algorithm>
+#include <chrono>
 
 namespace retro::gpu_run {
 
-HostPool::HostPool(int threads) {
-    if (threads <= 0) threads = (int)std::max(1u, std::thread::hardware_concurrency());
-    for (int i = 1; i < threads; ++i) workers_.emplace_back([this] { work(); });
+namespace {
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
+}  // namespace
+
+HostPool::HostPool(int threads, int spin_us, bool serial_if_one) : spin_us_(std::max(0, spin_us)) {
+    // one core is left to the caller, which waits for the workers: a spinning caller on a full machine
+    // would keep a worker off its core for a scheduler tick (milliseconds)
+    if (threads <= 0) threads = (int)std::max(1u, std::thread::hardware_concurrency() - 1);
+    serial_ = threads == 1 && serial_if_one;
+    if (serial_) return;
+    for (int w = 0; w < threads; ++w) workers_.emplace_back([this, w] { work(w); });
 }
 
 HostPool::~HostPool() {
@@ -18,46 +31,69 @@ HostPool::~HostPool() {
     for (auto& t : workers_) t.join();
 }
 
-// Takes items until none is left (mu_ held on entry and exit).
-void HostPool::drain() {
-    while (next_ < n_) {
-        const int i = next_++;
-        const auto* fn = fn_;
-        mu_.unlock();
-        try {
-            (*fn)(i);
-        } catch (...) {
-            std::lock_guard<std::mutex> lk(mu_);
-            if (!error_) error_ = std::current_exception();
+void HostPool::work(int w) {
+    using Clock = std::chrono::steady_clock;
+    long seen = 0;
+    for (;;) {
+        // spin for spin_us, then sleep until the generation moves
+        const auto t0 = Clock::now();
+        int polls = 0;
+        while (generation_.load(std::memory_order_acquire) == seen && !stop_.load(std::memory_order_acquire)) {
+            cpu_relax();
+            if (++polls % 64 == 0 && Clock::now() - t0 > std::chrono::microseconds(spin_us_)) {
+                std::unique_lock<std::mutex> lk(mu_);
+                wake_.wait(lk, [&] { return stop_.load() || generation_.load() != seen; });
+            }
         }
-        mu_.lock();
+        if (stop_.load()) return;
+        const long g = generation_.load(std::memory_order_acquire);
+        const bool has_work = (g & 1) == 0;  // odd generations are wake() calls: spin again, no work
+        seen = g;
+        if (!has_work) continue;
+        const int n = n_, T = (int)workers_.size();
+        const auto* fn = fn_;
+        for (int i = w; i < n; i += T) {
+            try {
+                (*fn)(i);
+            } catch (...) {
+                std::lock_guard<std::mutex> lk(mu_);
+                if (!error_) error_ = std::current_exception();
+            }
+        }
+        pending_.fetch_sub(1, std::memory_order_acq_rel);
     }
 }
 
-void HostPool::work() {
-    std::unique_lock<std::mutex> lk(mu_);
-    long seen = generation_;
-    for (;;) {
-        wake_.wait(lk, [&] { return stop_ || generation_ != seen; });
-        if (stop_) return;
-        seen = generation_;
-        ++busy_;
-        drain();
-        if (--busy_ == 0) done_.notify_all();
+void HostPool::wake() {
+    if (serial_) return;
+    // an odd generation: workers leave their sleep and spin; pending_ stays 0 (no work)
+    {
+        std::lock_guard<std::mutex> lk(mu_);
+        long g = generation_.load();
+        generation_.store(g | 1, std::memory_order_release);  // even -> odd; odd stays odd (already woken)
+        if (g & 1) generation_.store(g + 2, std::memory_order_release);  // a second wake: move on anyway
     }
+    wake_.notify_all();
 }
 
 void HostPool::for_each(int n, const std::function<void(int)>& fn) {
-    if (n <= kSerialItems || workers_.empty()) {  // waking the workers costs more than a few items
+    if (n <= 0) return;
+    if (serial_) {  // one worker: the caller does the work itself, no hand-over
         for (int i = 0; i < n; ++i) fn(i);
         return;
     }
-    std::unique_lock<std::mutex> lk(mu_);
-    fn_ = &fn, n_ = n, next_ = 0, error_ = nullptr;
-    ++generation_;
+    {
+        std::lock_guard<std::mutex> lk(mu_);
+        fn_ = &fn, n_ = n, error_ = nullptr;
+        pending_.store((int)workers_.size(), std::memory_order_release);
+        const long g = generation_.load();
+        generation_.store((g | 1) + 1, std::memory_order_release);  // the next even generation: work
+    }
     wake_.notify_all();
-    drain();
-    done_.wait(lk, [&] { return busy_ == 0; });
+    for (int polls = 0; pending_.load(std::memory_order_acquire) > 0; ++polls) {
+        if (polls < 256) cpu_relax();
+        else std::this_thread::yield();  // let a worker that shares this core finish
+    }
     fn_ = nullptr;
     if (error_) std::rethrow_exception(error_);
 }

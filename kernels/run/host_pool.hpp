@@ -2,7 +2,17 @@
 // A small persistent pool of host threads for the wave path's per-(sequence, head) host work (the cache
 // lookups and updates of RetroInfer's CPU buffer manager run on many cores; the cost model divides the
 // lookup time by the profile's cpu_cores). std::thread only: the RETRO_GPU_ONLY build has no OpenMP.
+//
+// Why it spins and why items stay on their thread: on the H100 (2026-11-27) the lookups of one step took
+// 247 us at batch 1 on the caller's thread and 489 us at batch 8 over 16 woken threads, where the same
+// lookups with warm caches take ~5 us: a sleeping worker takes tens of microseconds to wake, and a
+// (sequence, head) whose data moved to another core every step found its caches cold. So (1) workers
+// spin on the generation counter for a while before sleeping, and wake() lets the caller start them
+// spinning before the work is known (while the GPU ranks); (2) item i always runs on the same worker
+// (i mod threads), so each (sequence, head)'s cache map and copy lists stay in one core's caches.
+#include <atomic>
 #include <condition_variable>
+#include <exception>
 #include <functional>
 #include <mutex>
 #include <thread>
@@ -12,30 +22,34 @@ namespace retro::gpu_run {
 
 class HostPool {
   public:
-    /// threads <= 0: std::thread::hardware_concurrency() (at least 1). The caller's thread works too.
-    explicit HostPool(int threads = 0);
+    /// threads <= 0: hardware_concurrency() - 1 workers (at least 1; the caller keeps a core). spin_us:
+    /// how long an idle worker polls for work before it sleeps.
+    /// serial_if_one: with one worker (a 2-core machine) for_each runs on the caller instead.
+    explicit HostPool(int threads = 0, int spin_us = 2000, bool serial_if_one = true);
     ~HostPool();
     HostPool(const HostPool&) = delete;
     HostPool& operator=(const HostPool&) = delete;
 
-    /// Calls fn(i) for every i in [0, n), spread over the threads; returns when all are done. The first
-    /// exception thrown by fn is rethrown here. Up to kSerialItems items run on the caller's thread alone:
-    /// at batch 1 (8 KV heads) waking 15 workers took longer than the lookups themselves.
+    /// Calls fn(i) for every i in [0, n): item i on worker i mod threads() (the same worker every call);
+    /// returns when all are done. The first exception thrown by fn is rethrown here.
     void for_each(int n, const std::function<void(int)>& fn);
-    static constexpr int kSerialItems = 8;
-    int threads() const { return (int)workers_.size() + 1; }
+    /// Makes sleeping workers spin (for spin_us) so that a for_each soon after starts at once.
+    void wake();
+    int threads() const { return serial_ ? 1 : (int)workers_.size(); }
 
   private:
-    void work();
-    void drain();
+    void work(int w);
 
     std::vector<std::thread> workers_;
-    std::mutex mu_;
-    std::condition_variable wake_, done_;
+    const int spin_us_;
+    bool serial_ = false;
+    std::atomic<long> generation_{0};  ///< bumped by for_each (work) and wake (no work)
+    std::atomic<int> pending_{0};      ///< workers still on the current for_each
+    std::atomic<bool> stop_{false};
     const std::function<void(int)>* fn_ = nullptr;
-    int n_ = 0, next_ = 0, busy_ = 0;
-    long generation_ = 0;
-    bool stop_ = false;
+    int n_ = 0;
+    std::mutex mu_;  ///< guards error_ and the sleep/wake handshake
+    std::condition_variable wake_;
     std::exception_ptr error_;
 };
 

@@ -320,6 +320,7 @@ class WaveLayer {
     }
 
     void step(int t, bool first) {
+        pool_.wake();  // the lookup workers spin from now on: the ranked ids arrive in ~100 us
         const int n = s_.prompt + t + 1;
         sync_steady(n);
         const int S = steady_;

@@ -16,6 +16,8 @@
 #include <filesystem>
 #include <map>
 #include <set>
+#include <chrono>
+#include <thread>
 
 #include "bench/config.hpp"
 #include "bench/runner.hpp"
@@ -479,6 +481,28 @@ BACKEND_TEST(HostPoolRunsEveryItemOnce) {
     int n = 0;
     pool.for_each(0, [&](int) { ++n; });
     EXPECT_EQ(n, 0);
+    // item i runs on worker i mod threads, the same worker every call (its caches stay warm), and a
+    // wake() between calls changes nothing
+    std::vector<std::thread::id> first(20), again(20);
+    pool.for_each(20, [&](int i) { first[(size_t)i] = std::this_thread::get_id(); });
+    pool.wake();
+    pool.wake();
+    pool.for_each(20, [&](int i) { again[(size_t)i] = std::this_thread::get_id(); });
+    EXPECT_EQ(first, again);
+    for (int i = 0; i + 3 < 20; ++i) EXPECT_EQ(first[(size_t)i], first[(size_t)i + 3]) << i;
+    EXPECT_NE(first[0], first[1]);
+    EXPECT_NE(first[0], std::this_thread::get_id());
+    // a pool whose workers went to sleep (no spinning) still wakes for work
+    gpu_run::HostPool sleepy(2, 0);
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    std::atomic<int> count{0};
+    sleepy.for_each(7, [&](int) { ++count; });
+    EXPECT_EQ(count.load(), 7);
+    // one worker: the caller runs the items itself
+    gpu_run::HostPool one(1);
+    std::set<std::thread::id> ran;
+    one.for_each(4, [&](int) { ran.insert(std::this_thread::get_id()); });
+    EXPECT_EQ(ran, std::set<std::thread::id>{std::this_thread::get_id()});
 }
 
 // The driver reads a profile as scripts/hardware-values.py writes it: the same numbers as the JSON file.
