@@ -62,6 +62,97 @@ __global__ void cluster_scores_kernel(ClusterScoreShape s, float scale, const fl
     }
 }
 
+// The same scores, bandwidth-minded (d = 32 * PER, PER in {1, 2, 4, 8}; G >= group in {1, 2, 4, 8}): lane
+// l holds dims [l*PER, l*PER + PER) of the g queries (registers) and of each centroid (one 2*PER-byte
+// load), a warp scores kClustersPerWarp clusters with their loads issued before any math, and the g
+// dot products are reduced with interleaved shuffles. The first version (above: 2-byte loads, one
+// cluster per warp, the centroid re-read per head) took most of the ranking's 107-335 us on the H100.
+// grid (ceil(M / (8 * kClustersPerWarp)), B*Hkv), block 256.
+constexpr int kClustersPerWarp = 4;
+
+template <int PER>
+__device__ inline void load_halves(const uint16_t* p, float* out) {
+    if constexpr (PER == 8) {
+        const uint4 v = *reinterpret_cast<const uint4*>(p);
+        const __half2* h = reinterpret_cast<const __half2*>(&v);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const float2 f = __half22float2(h[i]);
+            out[2 * i] = f.x, out[2 * i + 1] = f.y;
+        }
+    } else if constexpr (PER == 4) {
+        const uint2 v = *reinterpret_cast<const uint2*>(p);
+        const __half2* h = reinterpret_cast<const __half2*>(&v);
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+            const float2 f = __half22float2(h[i]);
+            out[2 * i] = f.x, out[2 * i + 1] = f.y;
+        }
+    } else if constexpr (PER == 2) {
+        const float2 f = __half22float2(*reinterpret_cast<const __half2*>(p));
+        out[0] = f.x, out[1] = f.y;
+    } else {
+        out[0] = h2f(p[0]);
+    }
+}
+
+template <int PER, int G>
+__global__ void cluster_scores_vec_kernel(ClusterScoreShape s, float scale, const float* q, const uint16_t* cent,
+                                          const uint8_t* valid, float* scores) {
+    const int bk = blockIdx.y, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int M = s.clusters, g = s.group, d = PER * 32;
+    const int b = bk / s.kv_heads, kvh = bk % s.kv_heads;
+    const float* qb = q + ((size_t)b * s.kv_heads * g + (size_t)kvh * g) * d + lane * PER;
+    float qr[G][PER];
+#pragma unroll
+    for (int h = 0; h < G; ++h)
+#pragma unroll
+        for (int i = 0; i < PER; ++i) qr[h][i] = h < g ? qb[(size_t)h * d + i] : 0.0f;
+    const int j0 = (blockIdx.x * 8 + warp) * kClustersPerWarp;
+    float c[kClustersPerWarp][PER];
+#pragma unroll
+    for (int k = 0; k < kClustersPerWarp; ++k) {
+        const int j = j0 + k;
+        if (j < M) load_halves<PER>(cent + ((size_t)bk * M + j) * d + lane * PER, c[k]);
+        else
+#pragma unroll
+            for (int i = 0; i < PER; ++i) c[k][i] = 0.0f;
+    }
+#pragma unroll
+    for (int k = 0; k < kClustersPerWarp; ++k) {
+        const int j = j0 + k;
+        if (j >= M) break;  // warp-uniform
+        float dots[G];
+#pragma unroll
+        for (int h = 0; h < G; ++h) {
+            float acc = 0;
+#pragma unroll
+            for (int i = 0; i < PER; ++i) acc += qr[h][i] * c[k][i];
+            dots[h] = acc;
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1)
+#pragma unroll
+            for (int h = 0; h < G; ++h) dots[h] += __shfl_xor_sync(0xffffffffu, dots[h], o);
+        const bool ok = valid == nullptr || valid[(size_t)bk * M + j] != 0;
+        float mine = 0;  // lane h writes head h's score (constant indices: dots stays in registers)
+#pragma unroll
+        for (int h = 0; h < G; ++h)
+            if (h == lane) mine = dots[h];
+        if (lane < g) scores[((size_t)bk * g + lane) * M + j] = ok ? scale * mine : -INFINITY;
+    }
+}
+
+template <int PER>
+void launch_scores_vec(const ClusterScoreShape& s, float scale, const float* q, const uint16_t* cent,
+                       const uint8_t* valid, float* scores, cudaStream_t stream) {
+    const dim3 grid((s.clusters + 8 * kClustersPerWarp - 1) / (8 * kClustersPerWarp), s.batch * s.kv_heads);
+    if (s.group == 1) cluster_scores_vec_kernel<PER, 1><<<grid, 256, 0, stream>>>(s, scale, q, cent, valid, scores);
+    else if (s.group == 2) cluster_scores_vec_kernel<PER, 2><<<grid, 256, 0, stream>>>(s, scale, q, cent, valid, scores);
+    else if (s.group <= 4) cluster_scores_vec_kernel<PER, 4><<<grid, 256, 0, stream>>>(s, scale, q, cent, valid, scores);
+    else cluster_scores_vec_kernel<PER, 8><<<grid, 256, 0, stream>>>(s, scale, q, cent, valid, scores);
+}
+
 // Block reduction helpers over 256 threads.
 __device__ float block_max(float v, float* sh) {
     for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
@@ -242,8 +333,15 @@ void cluster_rank(const ClusterScoreShape& s, const float* q, const uint16_t* ce
     if (work_bytes < total) throw ParamError("cuda cluster_rank: workspace too small");
     const int n_seg = s.batch * s.kv_heads;
     const float scale = default_scale(s.scale, s.d);
-    cluster_scores_kernel<<<dim3((s.clusters + 3) / 4, n_seg), 128, 0, st(stream)>>>(s, scale, q, cent, valid,
-                                                                                      w.scores);
+    switch (s.d) {  // the vectorized scores where d = 32 * {1, 2, 4, 8}, else the first version
+        case 32: launch_scores_vec<1>(s, scale, q, cent, valid, w.scores, st(stream)); break;
+        case 64: launch_scores_vec<2>(s, scale, q, cent, valid, w.scores, st(stream)); break;
+        case 128: launch_scores_vec<4>(s, scale, q, cent, valid, w.scores, st(stream)); break;
+        case 256: launch_scores_vec<8>(s, scale, q, cent, valid, w.scores, st(stream)); break;
+        default:
+            cluster_scores_kernel<<<dim3((s.clusters + 3) / 4, n_seg), 128, 0, st(stream)>>>(s, scale, q, cent, valid,
+                                                                                              w.scores);
+    }
     check_launch("cluster_scores");
     if (s.clusters <= kRankThreads * 16) {  // one block per (b, kv head): softmax sum and sort fused
         if (s.clusters <= kRankThreads * 4) launch_sort_block<4>(s, w.scores, agg, ranked, st(stream));
@@ -271,6 +369,34 @@ void cluster_rank(const ClusterScoreShape& s, const float* q, const uint16_t* ce
 namespace {
 
 constexpr int kEstChunk = 64;  // estimation clusters per block (16 per warp)
+constexpr int kEstWarps = 4;
+
+// After each of the block's kEstWarps warps wrote its online-softmax state (per query head h < g: m, l
+// and acc over the d dims) to shared memory: the states merged by LSE and written as chunk `chunk`'s
+// partial state, work[qh, chunk] = (m, l, acc[d]) (decode_combine_kernel's format).
+__device__ void write_chunk_state(const ClusterScoreShape& s, int bk, int chunk, int chunks,
+                                  const float (*sh_m)[kMaxGroup], const float (*sh_l)[kMaxGroup],
+                                  const float (*sh_acc)[kMaxGroup][256], float* work) {
+    const int b = bk / s.kv_heads, kvh = bk % s.kv_heads, g = s.group, d = s.d;
+    for (int idx = threadIdx.x; idx < g * d; idx += blockDim.x) {
+        const int h = idx / d, e = idx % d;
+        float M_ = -INFINITY;
+        for (int w = 0; w < kEstWarps; ++w)
+            if (sh_l[w][h] > 0) M_ = fmaxf(M_, sh_m[w][h]);
+        float L = 0, A = 0;
+        if (M_ != -INFINITY)
+            for (int w = 0; w < kEstWarps; ++w)
+                if (sh_l[w][h] > 0) {
+                    const float f = __expf(sh_m[w][h] - M_);
+                    L += sh_l[w][h] * f;
+                    A += sh_acc[w][h][e] * f;
+                }
+        const size_t qh = (size_t)b * s.kv_heads * g + (size_t)kvh * g + h;
+        float* wp = work + (qh * chunks + chunk) * (size_t)(d + 2);
+        if (e == 0) wp[0] = M_, wp[1] = L;
+        wp[2 + e] = A;
+    }
+}
 
 // grid (chunks, B*Hkv), block 128 (4 warps): block (c, bk) takes the ids [c*64, c*64 + 64) of its
 // (b, kv head) and writes one partial state per query head, in decode_combine_kernel's format:
@@ -280,7 +406,7 @@ constexpr int kEstChunk = 64;  // estimation clusters per block (16 per warp)
 __global__ void estimate_partial_kernel(ClusterScoreShape s, float scale, int E, int chunks, const int32_t* ids,
                                         const float* q, const uint16_t* cent, const uint16_t* vsum,
                                         const int32_t* sizes, float* work) {
-    constexpr int W = 4, PER = 8;  // d <= 256 = 32 * 8
+    constexpr int W = kEstWarps, PER = 8;  // d <= 256 = 32 * 8
     __shared__ float sh_m[W][kMaxGroup], sh_l[W][kMaxGroup];
     __shared__ float sh_acc[W][kMaxGroup][256];
     const int chunk = blockIdx.x, bk = blockIdx.y, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -345,24 +471,98 @@ __global__ void estimate_partial_kernel(ClusterScoreShape s, float scale, int E,
             if (i < per) sh_acc[warp][h][lane + 32 * i] = acc[h][i];
     }
     __syncthreads();
-    for (int idx = threadIdx.x; idx < g * d; idx += blockDim.x) {
-        const int h = idx / d, e = idx % d;
-        float M_ = -INFINITY;
-        for (int w = 0; w < W; ++w)
-            if (sh_l[w][h] > 0) M_ = fmaxf(M_, sh_m[w][h]);
-        float L = 0, A = 0;
-        if (M_ != -INFINITY)
-            for (int w = 0; w < W; ++w)
-                if (sh_l[w][h] > 0) {
-                    const float f = __expf(sh_m[w][h] - M_);
-                    L += sh_l[w][h] * f;
-                    A += sh_acc[w][h][e] * f;
-                }
-        const size_t qh = (size_t)b * s.kv_heads * g + (size_t)kvh * g + h;
-        float* wp = work + (qh * chunks + chunk) * (size_t)(d + 2);
-        if (e == 0) wp[0] = M_, wp[1] = L;
-        wp[2 + e] = A;
+    write_chunk_state(s, bk, chunk, chunks, sh_m, sh_l, sh_acc, work);
+}
+
+// The estimation with 8/16-byte loads (d = 32 * PER, PER in {2, 4, 8}; G >= group in {1, 2, 4, 8}):
+// lane l holds dims [l*PER, l*PER + PER) of the queries, each centroid and value sum, a warp loads two
+// clusters before computing either, and the state is sized for the group (the first version above
+// keeps 8 heads x 256 dims: 191 registers, 2 blocks per SM). Same grid and output.
+template <int PER, int G>
+__global__ void estimate_partial_vec_kernel(ClusterScoreShape s, float scale, int E, int chunks, const int32_t* ids,
+                                            const float* q, const uint16_t* cent, const uint16_t* vsum,
+                                            const int32_t* sizes, float* work) {
+    constexpr int W = kEstWarps, U = 2;
+    __shared__ float sh_m[W][kMaxGroup], sh_l[W][kMaxGroup];
+    __shared__ float sh_acc[W][kMaxGroup][256];
+    const int chunk = blockIdx.x, bk = blockIdx.y, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int b = bk / s.kv_heads, kvh = bk % s.kv_heads, g = s.group, d = PER * 32, M = s.clusters;
+    const int t_end = min(E, (chunk + 1) * kEstChunk);
+    const float* qb = q + ((size_t)b * s.kv_heads * g + (size_t)kvh * g) * d + lane * PER;
+    float qr[G][PER], acc[G][PER], m[G], l[G];
+#pragma unroll
+    for (int h = 0; h < G; ++h) {
+        m[h] = -INFINITY, l[h] = 0;
+#pragma unroll
+        for (int i = 0; i < PER; ++i) acc[h][i] = 0, qr[h][i] = h < g ? qb[(size_t)h * d + i] : 0.0f;
     }
+    for (int t0 = chunk * kEstChunk + warp * U; t0 < t_end; t0 += W * U) {
+        float cv[U][PER], vv[U][PER], n[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {  // both clusters' loads in flight before the math
+            const int t = t0 + u;
+            n[u] = 0;
+            if (t < t_end) {
+                const int c = ids[(size_t)bk * E + t];
+                const size_t base = ((size_t)bk * M + c) * d + lane * PER;
+                n[u] = (float)sizes[(size_t)bk * M + c];
+                load_halves<PER>(cent + base, cv[u]);
+                load_halves<PER>(vsum + base, vv[u]);
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            if (!(n[u] > 0)) continue;  // warp-uniform: past the chunk, or an empty cluster
+            float dots[G];
+#pragma unroll
+            for (int h = 0; h < G; ++h) {
+                float a = 0;
+#pragma unroll
+                for (int i = 0; i < PER; ++i) a += qr[h][i] * cv[u][i];
+                dots[h] = a;
+            }
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1)
+#pragma unroll
+                for (int h = 0; h < G; ++h) dots[h] += __shfl_xor_sync(0xffffffffu, dots[h], o);
+#pragma unroll
+            for (int h = 0; h < G; ++h) {
+                if (h >= g) break;
+                const float sc = scale * dots[h];
+                const float mn = fmaxf(m[h], sc);
+                const float corr = __expf(m[h] - mn), p = __expf(sc - mn);
+                l[h] = l[h] * corr + n[u] * p;
+#pragma unroll
+                for (int i = 0; i < PER; ++i) acc[h][i] = acc[h][i] * corr + p * vv[u][i];
+                m[h] = mn;
+            }
+        }
+    }
+#pragma unroll
+    for (int h = 0; h < G; ++h) {
+        if (h >= g) break;
+        if (lane == 0) sh_m[warp][h] = m[h], sh_l[warp][h] = l[h];
+#pragma unroll
+        for (int i = 0; i < PER; ++i) sh_acc[warp][h][lane * PER + i] = acc[h][i];
+    }
+    __syncthreads();
+    write_chunk_state(s, bk, chunk, chunks, sh_m, sh_l, sh_acc, work);
+}
+
+template <int PER>
+void launch_estimate_vec(const ClusterScoreShape& s, float scale, int E, int chunks, const int32_t* ids, const float* q,
+                         const uint16_t* cent, const uint16_t* vsum, const int32_t* sizes, float* work,
+                         cudaStream_t stream) {
+    const dim3 grid(chunks, s.batch * s.kv_heads);
+    const int T = kEstWarps * 32;
+    if (s.group == 1)
+        estimate_partial_vec_kernel<PER, 1><<<grid, T, 0, stream>>>(s, scale, E, chunks, ids, q, cent, vsum, sizes, work);
+    else if (s.group == 2)
+        estimate_partial_vec_kernel<PER, 2><<<grid, T, 0, stream>>>(s, scale, E, chunks, ids, q, cent, vsum, sizes, work);
+    else if (s.group <= 4)
+        estimate_partial_vec_kernel<PER, 4><<<grid, T, 0, stream>>>(s, scale, E, chunks, ids, q, cent, vsum, sizes, work);
+    else
+        estimate_partial_vec_kernel<PER, 8><<<grid, T, 0, stream>>>(s, scale, E, chunks, ids, q, cent, vsum, sizes, work);
 }
 
 int estimate_chunks(int E) { return std::max(1, (E + kEstChunk - 1) / kEstChunk); }
@@ -381,8 +581,15 @@ void estimate_attention(const ClusterScoreShape& s, int E, const int32_t* ids, c
     if (E < 0) throw ParamError("cuda estimate_attention: E < 0");
     const int chunks = estimate_chunks(E);
     if (E > 0) {
-        estimate_partial_kernel<<<dim3(chunks, s.batch * s.kv_heads), 128, 0, st(stream)>>>(
-            s, default_scale(s.scale, s.d), E, chunks, ids, q, cent, vsum, sizes, work);
+        const float scale = default_scale(s.scale, s.d);
+        switch (s.d) {  // 8/16-byte loads where d = 32 * {2, 4, 8}, else the first version
+            case 64: launch_estimate_vec<2>(s, scale, E, chunks, ids, q, cent, vsum, sizes, work, st(stream)); break;
+            case 128: launch_estimate_vec<4>(s, scale, E, chunks, ids, q, cent, vsum, sizes, work, st(stream)); break;
+            case 256: launch_estimate_vec<8>(s, scale, E, chunks, ids, q, cent, vsum, sizes, work, st(stream)); break;
+            default:
+                estimate_partial_kernel<<<dim3(chunks, s.batch * s.kv_heads), kEstWarps * 32, 0, st(stream)>>>(
+                    s, scale, E, chunks, ids, q, cent, vsum, sizes, work);
+        }
         check_launch("estimate_partial");
     }
     // the chunks' states merged as decode splits are: chunks "splits" of one token each

@@ -86,7 +86,12 @@ float scale_of(int d) { return 1.0f / std::sqrt((float)d); }
 void check_cluster_rank(Checker& c) {
     struct Case { int B, Hkv, g, M, d; float valid_frac, qsigma; };
     const Case cases[] = {{1, 1, 4, 64, 128, 1.0f, 1.0f}, {2, 2, 4, 1000, 128, 0.9f, 2.0f},
-                          {1, 2, 8, 4096, 64, 0.95f, 1.0f}, {3, 1, 1, 333, 256, 0.5f, 3.0f}};
+                          {1, 2, 8, 4096, 64, 0.95f, 1.0f}, {3, 1, 1, 333, 256, 0.5f, 3.0f},
+                          // each path of the ranking: the block sort at 8 and 16 keys per thread (8188 is
+                          // the 128K prompt's cluster count), the global segmented sort past 16K clusters,
+                          // the first scores kernel (d = 96) and groups below their register tile (3, 6)
+                          {1, 2, 3, 8188, 128, 0.98f, 1.0f}, {2, 1, 6, 12000, 96, 0.9f, 1.0f},
+                          {1, 1, 2, 20000, 32, 1.0f, 1.0f}};
     std::mt19937 rng(12345);
     for (const Case& k : cases) {
         ClusterScoreShape s{k.B, k.Hkv, k.g, k.M, k.d, 0.0f};
@@ -160,7 +165,10 @@ void check_cluster_rank(Checker& c) {
 void check_estimate(Checker& c) {
     struct Case { int B, Hkv, g, M, E, d; };
     const Case cases[] = {{1, 1, 4, 256, 0, 128}, {1, 1, 4, 256, 1, 128},   {1, 1, 4, 256, 50, 128},
-                          {3, 2, 4, 2048, 500, 128}, {1, 1, 8, 512, 100, 256}, {2, 2, 2, 300, 77, 64}};
+                          {3, 2, 4, 2048, 500, 128}, {1, 1, 8, 512, 100, 256}, {2, 2, 2, 300, 77, 64},
+                          // the 128K prompt's zone (1,900 of 8,188 clusters), a group below its register
+                          // tile (6 of 8), and d = 96 (the first kernel: no vector loads)
+                          {1, 2, 4, 8188, 1900, 128}, {1, 2, 6, 1000, 300, 128}, {1, 1, 3, 400, 130, 96}};
     std::mt19937 rng(777);
     for (const Case& k : cases) {
         ClusterScoreShape s{k.B, k.Hkv, k.g, k.M, k.d, 0.0f};
