@@ -323,6 +323,34 @@ void check_copy_segments(Checker& c) {
 // decode_attention vs partial_attention_ids + merge
 // ---------------------------------------------------------------------------------------------------
 
+// The reference of decode_attention and LibraryDecode: per (b, kv head) and query head, attention over the
+// first lens[bk] tokens of K, V: [B*Hkv, cap, d] (partial_attention_ids), merged with the extra (out, lse)
+// partial when xo/xl are given (as m = lse, l = 1, acc = out). rout: [B, Hkv*g, d], rlse: [B, Hkv*g].
+void reference_decode(const std::vector<float>& q, const Half& K, const Half& V, const std::vector<int32_t>& lens,
+                      int B, int Hkv, int g, int cap, int d, const std::vector<float>* xo,
+                      const std::vector<float>* xl, std::vector<float>& rout, std::vector<float>& rlse) {
+    const int Hq = Hkv * g;
+    rout.assign((size_t)B * Hq * d, 0.0f), rlse.assign((size_t)B * Hq, 0.0f);
+    for (int bk = 0; bk < B * Hkv; ++bk) {
+        const int b = bk / Hkv, kvh = bk % Hkv;
+        std::vector<int32_t> ids((size_t)lens[(size_t)bk]);
+        std::iota(ids.begin(), ids.end(), 0);
+        for (int h = 0; h < g; ++h) {
+            const size_t qh = (size_t)b * Hq + (size_t)kvh * g + h;
+            PartialAttention p = partial_attention_ids(q.data() + qh * d, K.f.data() + (size_t)bk * cap * d,
+                                                       V.f.data() + (size_t)bk * cap * d, ids, d, scale_of(d));
+            if (xl && std::isfinite((*xl)[qh])) {
+                PartialAttention e(d);
+                e.m = (*xl)[qh], e.l = 1.0;
+                for (int j = 0; j < d; ++j) e.acc[(size_t)j] = (*xo)[qh * d + j];
+                merge(p, e);
+            }
+            p.output(rout.data() + qh * d);
+            rlse[qh] = (float)p.lse();
+        }
+    }
+}
+
 void check_decode(Checker& c) {
     struct Case { int B, Hkv, g, cap, split, d; bool lens, extra; float qsigma; };
     const Case cases[] = {{1, 1, 1, 1, 512, 128, false, false, 1.0f},    {2, 2, 4, 1000, 128, 128, true, false, 2.0f},
@@ -358,26 +386,9 @@ void check_decode(Checker& c) {
         synchronize();
         const auto out = download(dout), lse = download(dlse);
 
-        std::vector<float> rout(out.size()), rlse(lse.size());
-        for (int bk = 0; bk < nbk; ++bk) {
-            const int b = bk / k.Hkv, kvh = bk % k.Hkv;
-            std::vector<int32_t> ids((size_t)lens[(size_t)bk]);
-            std::iota(ids.begin(), ids.end(), 0);
-            for (int h = 0; h < k.g; ++h) {
-                const size_t qh = (size_t)b * Hq + (size_t)kvh * k.g + h;
-                PartialAttention p = partial_attention_ids(q.data() + qh * k.d, K.f.data() + (size_t)bk * k.cap * k.d,
-                                                           V.f.data() + (size_t)bk * k.cap * k.d, ids, k.d,
-                                                           scale_of(k.d));
-                if (k.extra && std::isfinite(xl[qh])) {
-                    PartialAttention e(k.d);  // (out, lse) as a partial: m = lse, l = 1, acc = out
-                    e.m = xl[qh], e.l = 1.0;
-                    for (int j = 0; j < k.d; ++j) e.acc[(size_t)j] = xo[qh * k.d + j];
-                    merge(p, e);
-                }
-                p.output(rout.data() + qh * k.d);
-                rlse[qh] = (float)p.lse();
-            }
-        }
+        std::vector<float> rout, rlse;
+        reference_decode(q, K, V, lens, k.B, k.Hkv, k.g, k.cap, k.d, k.extra ? &xo : nullptr, k.extra ? &xl : nullptr,
+                         rout, rlse);
         const std::string tag = fmt("B=%g Hkv=%g g=%g cap=%g d=%g", k.B, k.Hkv, k.g, k.cap, k.d) +
                                 fmt(" split=%g lens=%g extra=%g", k.split, k.lens, k.extra);
         c.expect_close(tag + " out", out.data(), rout.data(), out.size(), kTolAttention);
@@ -425,20 +436,8 @@ void check_library_decode(Checker& c) {
             lib.run(dq.get(), dk.get(), dv.get(), dout.get(), dlse.get());
             synchronize();
             const auto out = download(dout), lse = download(dlse);
-            std::vector<float> rout(out.size()), rlse(lse.size());
-            for (int bk = 0; bk < nbk; ++bk) {
-                const int b = bk / k.Hkv, kvh = bk % k.Hkv;
-                std::vector<int32_t> ids((size_t)lens[(size_t)bk]);
-                std::iota(ids.begin(), ids.end(), 0);
-                for (int h = 0; h < k.g; ++h) {
-                    const size_t qh = (size_t)b * Hq + (size_t)kvh * k.g + h;
-                    PartialAttention p = partial_attention_ids(q.data() + qh * k.d, K.f.data() + (size_t)bk * k.cap * k.d,
-                                                               V.f.data() + (size_t)bk * k.cap * k.d, ids, k.d,
-                                                               scale_of(k.d));
-                    p.output(rout.data() + qh * k.d);
-                    rlse[qh] = (float)p.lse();
-                }
-            }
+            std::vector<float> rout, rlse;
+            reference_decode(q, K, V, lens, k.B, k.Hkv, k.g, k.cap, k.d, nullptr, nullptr, rout, rlse);
             const std::string tag = fmt("B=%g Hkv=%g g=%g cap=%g d=%g", k.B, k.Hkv, k.g, k.cap, k.d) +
                                     fmt(" plan %g", round);
             c.expect_close(tag + " out", out.data(), rout.data(), out.size(), 2e-3);
