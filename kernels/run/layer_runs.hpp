@@ -13,4 +13,8 @@ using StepFn = std::function<void(const GpuStep&)>;
 void run_full_layer(const GpuLayerJob& job, const StepFn& on_step);
 void run_wave_layer(const GpuLayerJob& job, const StepFn& on_step);
 
+/// The wave indexes of job's heads over the prompt, as run_wave_layer builds them (job.wave, its k-means
+/// on the GPU or the CPU): to pass as job.wave_heads to several runs of the layer (batch points).
+BuiltWaveHeads build_wave_heads(const GpuLayerJob& job);
+
 }  // namespace retro::gpu_run

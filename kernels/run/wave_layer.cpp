@@ -77,16 +77,17 @@ class WaveLayer {
     size_t bh_rows(int rows) const { return (size_t)s_.bh() * rows * s_.d; }
 
     void build_heads() {
-        const auto t0 = Clock::now();
-        KMeansFn km;
-        if (job_.kmeans_on_gpu)
-            km = [](const float* x, int n, int d, const KMeansParams& p) { return cuda::segmented_kmeans_gpu(x, n, d, p); };
-        for (int h = 0; h < s_.H; ++h) {
-            const HeadSlice& hs = *job_.heads[(size_t)h];
-            heads_.emplace_back(job_.wave, hs.layer, hs.kv_head, km);
-            heads_.back().build(kv_of(h, s_.prompt));
+        if (job_.wave_heads) {  // built once for the layer: a copy (the run appends decode tokens to it)
+            if ((int)job_.wave_heads->heads.size() != s_.H)
+                throw ParamError("cuda backend: job.wave_heads has " + std::to_string(job_.wave_heads->heads.size()) +
+                                 " heads for a job of " + std::to_string(s_.H));
+            heads_ = job_.wave_heads->heads;
+            build_ms_ = job_.wave_heads->build_ms;
+        } else {
+            BuiltWaveHeads b = build_wave_heads(job_);
+            heads_ = std::move(b.heads);
+            build_ms_ = b.build_ms;
         }
-        build_ms_ = ms_since(t0);
         allocating("wave at batch " + std::to_string(s_.B) + ": pinned KV store", [&] {
             store_k_ = cuda::PinnedBuffer<uint16_t>(bh_rows(s_.tokens));
             store_v_ = cuda::PinnedBuffer<uint16_t>(store_k_.size());
@@ -470,6 +471,22 @@ class WaveLayer {
 };
 
 }  // namespace
+
+BuiltWaveHeads build_wave_heads(const GpuLayerJob& job) {
+    const LayerShape s = check_job(job);
+    const auto t0 = Clock::now();
+    KMeansFn km;
+    if (job.kmeans_on_gpu)
+        km = [](const float* x, int n, int d, const KMeansParams& p) { return cuda::segmented_kmeans_gpu(x, n, d, p); };
+    BuiltWaveHeads out;
+    for (int h = 0; h < s.H; ++h) {
+        const HeadSlice& hs = *job.heads[(size_t)h];
+        out.heads.emplace_back(job.wave, hs.layer, hs.kv_head, km);
+        out.heads.back().build({hs.keys.data(), hs.values.data(), s.prompt, s.d});
+    }
+    out.build_ms = ms_since(t0);
+    return out;
+}
 
 void run_wave_layer(const GpuLayerJob& job, const StepFn& on_step) {
     WaveLayer w(job, on_step);

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <memory>
 #include <numeric>
 #include <sstream>
 
@@ -10,10 +11,22 @@
 #include "gpu/prediction.hpp"
 #include "gpu/replicas.hpp"
 #include "metrics/evaluator.hpp"
+#include "run/layer_runs.hpp"
 
 namespace retro::gpu_run {
 
 namespace {
+
+/// The layer's wave indexes over the prompt, as run_point's wave job would build them.
+BuiltWaveHeads build_index(const WaveRunOptions& o, const std::vector<HeadSlice>& heads) {
+    GpuLayerJob job;
+    job.method = GpuMethod::wave;
+    for (const HeadSlice& h : heads) job.heads.push_back(&h);
+    job.steps = {0};
+    job.wave = o.wave;
+    job.kmeans_on_gpu = o.kmeans_on_gpu;
+    return gpu_run::build_wave_heads(job);
+}
 
 std::string method_label(GpuMethod m, FullKernel fk) {
     return m == GpuMethod::wave ? "wave" : fk == FullKernel::library ? "full" : "full-own";
@@ -21,7 +34,7 @@ std::string method_label(GpuMethod m, FullKernel fk) {
 
 /// Runs one (method, context, batch) and averages its steps; evaluates accuracy at batch 1.
 WaveRunRow run_point(const GpuBackend& gpu, const WaveRunOptions& o, GpuMethod m, FullKernel fk,
-                     const std::vector<HeadSlice>& heads, int batch) {
+                     const std::vector<HeadSlice>& heads, int batch, const BuiltWaveHeads* built) {
     const HeadSlice& h0 = heads[0];
     GpuLayerJob job;
     job.method = m;
@@ -35,6 +48,7 @@ WaveRunRow run_point(const GpuBackend& gpu, const WaveRunOptions& o, GpuMethod m
     job.block_tokens = cache_block_tokens(o.block_bytes, h0.head_dim, 2.0);
     job.cache.capacity_slots = cache_capacity_slots(o.cache, 0, h0.prompt_len, h0.head_dim, 2.0, job.block_tokens);
     job.warmup = o.warmup;
+    job.wave_heads = built;
 
     WaveRunRow row;
     row.method = method_label(m, fk);
@@ -114,6 +128,9 @@ std::vector<WaveRunRow> run_wave_vs_full(const GpuBackend& gpu, const WaveRunOpt
         if (o.full_own || kinds.empty()) kinds.push_back({GpuMethod::full, FullKernel::own});
         kinds.push_back({GpuMethod::wave, FullKernel::library});
         std::vector<double> base_us(o.batches.size(), 0.0);
+        // the wave indexes over the prompt, built once for every batch point (in the GPU-only build the
+        // k-means's final pass runs on one CPU core without BLAS: minutes per point at 128K)
+        std::unique_ptr<BuiltWaveHeads> built;
         for (size_t k = 0; k < kinds.size(); ++k) {
             const auto [m, fk] = kinds[k];
             bool fits = true;
@@ -122,7 +139,11 @@ std::vector<WaveRunRow> run_wave_vs_full(const GpuBackend& gpu, const WaveRunOpt
                 if (progress) progress(method_label(m, fk) + " N=" + std::to_string(N) + " B=" + std::to_string(B));
                 WaveRunRow row;
                 try {
-                    row = run_point(gpu, o, m, fk, heads, B);
+                    if (m == GpuMethod::wave && !built) {
+                        if (progress) progress("wave indexes, context " + std::to_string(N));
+                        built = std::make_unique<BuiltWaveHeads>(build_index(o, heads));
+                    }
+                    row = run_point(gpu, o, m, fk, heads, B, built.get());
                 } catch (const GpuMemoryError& e) {
                     row.method = method_label(m, fk);
                     row.context = N, row.batch = B, row.status = std::string("does not fit: ") + e.what();

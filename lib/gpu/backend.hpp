@@ -25,6 +25,13 @@ enum class GpuMethod { full, wave };
 /// (decode_attention: the readable reference, reported beside it).
 enum class FullKernel { library, own };
 
+/// The wave indexes of a layer's KV heads built over the prompt ([H], in the job's head order), to be
+/// shared by several runs of the same layer (the batch points): the index does not depend on the batch.
+struct BuiltWaveHeads {
+    std::vector<WaveHead> heads;
+    double build_ms = 0;  ///< wall time of building them (reported as each run's index_build_ms)
+};
+
 /// One layer of one trace on the GPU.
 struct GpuLayerJob {
     GpuMethod method = GpuMethod::full;
@@ -38,6 +45,9 @@ struct GpuLayerJob {
     CacheParams cache;                    ///< wave: GPU block cache per (sequence, KV head); 0 slots = none
     int block_tokens = 8;                 ///< wave: cache block in tokens (cache_block_tokens)
     int warmup = 1;                       ///< untimed runs of the first selected step's kernels
+    /// wave: the heads' indexes built already (gpu_run::build_wave_heads for this job's heads, params and
+    /// k-means), copied by the run instead of built again; nullptr = the run builds them.
+    const BuiltWaveHeads* wave_heads = nullptr;
 };
 
 /// Phase times of one layer step for the whole batch, microseconds, from CUDA events on the method's

@@ -30,6 +30,7 @@
 #include "methods/wave.hpp"
 #include "run/cuda_backend.hpp"
 #include "run/host_pool.hpp"
+#include "run/layer_runs.hpp"
 #include "run/wave_vs_full.hpp"
 #include "system/hardware.hpp"
 #include "system/head_system.hpp"
@@ -267,6 +268,54 @@ BACKEND_TEST(WaveMatchesTheCpuWaveMethod) {
                 "tie swap (largest aggregate gap %.1e); worst output rel L2 %.2e, LSE %.2e; %d head-steps with "
                 "cache hits\n",
                 same, reported * H, order_ties, ties, worst_gap, worst_out, worst_lse, steps_with_hits);
+}
+
+// Indexes built once for the layer (build_wave_heads, as the driver shares them across batch points) give
+// the same steps as a run that builds its own: outputs, selections and index build time carried over.
+BACKEND_TEST(PrebuiltWaveHeadsGiveTheSameSteps) {
+    REQUIRE_DEVICE();
+    const int H = 2, prompt = 1500, steps = 4;
+    const auto heads = layer_heads(H, prompt, steps);
+    GpuLayerJob job;
+    job.method = GpuMethod::wave;
+    for (const HeadSlice& h : heads) job.heads.push_back(&h);
+    job.steps = {0, 1, 3};
+    job.batch = 2;
+    job.wave.segment = 512, job.wave.update_segment = 2;  // index updates during the steps too
+    job.block_tokens = 8;
+    job.cache.capacity_slots = 256;
+    struct Seen {
+        std::vector<float> out;
+        std::vector<std::vector<int32_t>> ids;
+        double h2d = 0;
+    };
+    const auto run = [&](const GpuLayerJob& j) {
+        std::vector<Seen> seen;
+        gpu_run::make_cuda_backend()->run_layer(j, [&](const GpuStep& st) {
+            Seen s;
+            s.out.assign(st.out, st.out + (size_t)j.batch * H * kG * kD);
+            for (const Selection& sel : st.selections) s.ids.emplace_back(sel.exact_for(0).begin(), sel.exact_for(0).end());
+            s.h2d = st.batch_h2d_bytes;
+            seen.push_back(std::move(s));
+        });
+        return seen;
+    };
+    const auto own = run(job);
+    const BuiltWaveHeads built = gpu_run::build_wave_heads(job);
+    ASSERT_EQ(built.heads.size(), (size_t)H);
+    job.wave_heads = &built;
+    const auto shared = run(job);
+    const auto again = run(job);  // the built heads are copied, not changed, by a run
+    ASSERT_EQ(own.size(), 3u);
+    ASSERT_EQ(shared.size(), own.size());
+    for (size_t i = 0; i < own.size(); ++i) {
+        EXPECT_EQ(own[i].ids, shared[i].ids) << "step " << i;
+        EXPECT_EQ(own[i].h2d, shared[i].h2d) << "step " << i;
+        EXPECT_EQ(shared[i].ids, again[i].ids) << "step " << i;
+        double worst = 0;
+        for (size_t k = 0; k < own[i].out.size(); ++k) worst = std::max(worst, (double)std::abs(own[i].out[k] - shared[i].out[k]));
+        EXPECT_LT(worst, 1e-5) << "step " << i;
+    }
 }
 
 // Full attention on the GPU path equals exact attention (fp16 KV), GPU-resident and offloaded, with the
