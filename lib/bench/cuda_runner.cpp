@@ -66,6 +66,9 @@ void run_cuda_layer(const RunConfig& cfg, const PreparedTrace& tr, const TraceRe
     std::vector<const HeadSlice*> ptrs;
     for (const HeadSlice& s : slices) ptrs.push_back(&s);
 
+    // wave indexes per distinct wave parameters, shared by the batch points (the index does not depend on
+    // the batch); built on the first run that needs them
+    std::map<std::string, BuiltWaveHeads> built;
     for (size_t r : job.runs) {
         if (skipped.count(r)) continue;
         const MethodRun& mr = cfg.runs[r];
@@ -98,6 +101,12 @@ void run_cuda_layer(const RunConfig& cfg, const PreparedTrace& tr, const TraceRe
         gj.block_tokens = heads[0].sys->block_tokens();
         gj.warmup = cfg.cuda.warmup;
         gj.full_kernel = mr.kernel == "own" ? FullKernel::own : FullKernel::library;
+        if (wave) {
+            const std::string key = mr.params.dump();
+            auto it = built.find(key);
+            if (it == built.end()) it = built.emplace(key, gpu.build_wave(gj)).first;
+            gj.wave_heads = &it->second;
+        }
         const Overlap overlap = gpu_overlap(gj.method, gj.offloaded);
         double build_ms = 0;
         std::vector<float> qbuf((size_t)g * d);

@@ -108,6 +108,9 @@ class GpuBackend {
     virtual std::string library_unsupported(int head_dim, int group) const = 0;
     /// The device's ceilings, measured now (about a second): "hardware": "measured" (gpu/measured.hpp).
     virtual MeasuredDevice measure() const = 0;
+    /// The wave indexes of job's heads over the prompt, as run_layer would build them: to pass as
+    /// job.wave_heads to the layer's other runs with the same wave parameters (the batch points).
+    virtual BuiltWaveHeads build_wave(const GpuLayerJob& job) const = 0;
     /// Runs the job, calling on_step after every selected step. Throws GpuMemoryError when the batch
     /// does not fit (before any step), ParamError on a bad job, Error on a device failure.
     virtual void run_layer(const GpuLayerJob& job, const std::function<void(const GpuStep&)>& on_step) const = 0;

@@ -455,6 +455,7 @@ BACKEND_TEST(FullLibraryRefusesAnUnsupportedShapeBeforeAnyWork) {
             return "test double: no library kernel for head_dim " + std::to_string(d);
         }
         MeasuredDevice measure() const override { return real->measure(); }
+        BuiltWaveHeads build_wave(const GpuLayerJob& j) const override { return real->build_wave(j); }
         void run_layer(const GpuLayerJob& job, const std::function<void(const GpuStep&)>& fn) const override {
             EXPECT_EQ(job.full_kernel, FullKernel::own);
             real->run_layer(job, fn);
@@ -490,6 +491,7 @@ BACKEND_TEST(RunSkipsABatchThatDoesNotFit) {
         void check_shape(int d, int g) const override { real->check_shape(d, g); }
         std::string library_unsupported(int d, int g) const override { return real->library_unsupported(d, g); }
         MeasuredDevice measure() const override { return real->measure(); }
+        BuiltWaveHeads build_wave(const GpuLayerJob& j) const override { return real->build_wave(j); }
         void run_layer(const GpuLayerJob& job, const std::function<void(const GpuStep&)>& fn) const override {
             if (job.batch > 2) throw GpuMemoryError("test: batch " + std::to_string(job.batch) + " does not fit");
             real->run_layer(job, fn);
