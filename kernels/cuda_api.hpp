@@ -268,6 +268,8 @@ class LibraryDecode {
     /// Plans the split of each (b, kv head)'s h_lens[bk] visible tokens (1..capacity; h_lens: [B*Hkv]
     /// host memory) and uploads the page table on `stream`. Host work (FlashInfer's planner): call it
     /// before the timed region, once per step (a serving engine plans once per step for all layers).
+    /// The previous plan's uploads must have completed (this rewrites the pinned tables they copy from):
+    /// synchronize the stream between steps, as the layer runs do.
     void plan(const int32_t* h_lens, void* stream = nullptr);
     /// The attention for the last plan's lengths.
     void run(const float* d_q, const uint16_t* d_k, const uint16_t* d_v, float* d_out, float* d_lse,
