@@ -86,7 +86,7 @@ if [[ " $* " != *" --checks-only "* ]] && python3 -c "import torch; assert torch
   PYTHONWARNINGS=ignore python3 "$ROOT/scripts/gpu/sdpa_baseline.py" "$OUT/sdpa.json" > "$OUT/sdpa.log" 2>&1 ||
     echo "gpu-check: sdpa_baseline failed (see $OUT/sdpa.log)" >&2
 fi
-if [[ -f "$OUT/gpu-report.json" ]] && command -v python3 >/dev/null 2>&1; then
+if [[ -f "$OUT/gpu-report.json" && " $* " != *" --checks-only "* ]] && command -v python3 >/dev/null 2>&1; then
   SDPA=(); [[ -f "$OUT/sdpa.json" ]] && SDPA=(--sdpa "$OUT/sdpa.json")
   python3 "$ROOT/scripts/gpu/summary_table.py" "$OUT/gpu-report.json" "${SDPA[@]}" > "$OUT/summary.md" 2>/dev/null &&
     cat "$OUT/summary.md"
