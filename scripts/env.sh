@@ -10,12 +10,15 @@ export RETRO_ROOT RETRO_BUILD RETRO_PYTHON
 # (a clone, a git worktree) reuses the first one's objects.
 export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$RETRO_ROOT}"
 
-# Configure (first time) and build with Ninja; ccache is used when present.
+# Configure (first time) and build with Ninja; ccache is used when present. Arguments: the targets to
+# build (default: all; the quickstart builds only retro-bench, the test command everything).
 retro_build() {
   if [[ ! -f "$RETRO_BUILD/build.ninja" ]]; then
     cmake -S "$RETRO_ROOT" -B "$RETRO_BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release >&2
   fi
-  cmake --build "$RETRO_BUILD" -j "$(nproc)" >&2
+  local targets=()
+  (($# > 0)) && targets=(--target "$@")
+  cmake --build "$RETRO_BUILD" -j "$(nproc)" "${targets[@]}" >&2
 }
 
 # The sanitizer build (scripts/test.sh, docs/testing.md): ASan + UBSan, no CUDA, no benchmarks, no Python

@@ -5,7 +5,7 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 bash "$RETRO_ROOT/scripts/setup.sh"
-retro_build
+retro_build retro-bench  # the main job's program only: the tests, benchmarks and Python module are the test command's
 cd "$RETRO_ROOT"
 args=("$@")
 if [[ ${#args[@]} -eq 0 && -d results/quickstart ]]; then args=(--resume); fi
