@@ -96,6 +96,24 @@ __device__ inline void load_halves(const uint16_t* p, float* out) {
     }
 }
 
+// dots[h] = q_h . x over the warp (every lane gets the sums) for the G query heads whose dims
+// [lane*PER, lane*PER + PER) this lane holds in qr, x likewise: the g butterflies interleaved, so g
+// shuffles are in flight instead of g dependent chains.
+template <int G, int PER>
+__device__ inline void group_dots(const float (&qr)[G][PER], const float (&x)[PER], float (&dots)[G]) {
+#pragma unroll
+    for (int h = 0; h < G; ++h) {
+        float a = 0;
+#pragma unroll
+        for (int i = 0; i < PER; ++i) a += qr[h][i] * x[i];
+        dots[h] = a;
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+#pragma unroll
+        for (int h = 0; h < G; ++h) dots[h] += __shfl_xor_sync(0xffffffffu, dots[h], o);
+}
+
 template <int PER, int G>
 __global__ void cluster_scores_vec_kernel(ClusterScoreShape s, float scale, const float* q, const uint16_t* cent,
                                           const uint8_t* valid, float* scores) {
@@ -123,17 +141,7 @@ __global__ void cluster_scores_vec_kernel(ClusterScoreShape s, float scale, cons
         const int j = j0 + k;
         if (j >= M) break;  // warp-uniform
         float dots[G];
-#pragma unroll
-        for (int h = 0; h < G; ++h) {
-            float acc = 0;
-#pragma unroll
-            for (int i = 0; i < PER; ++i) acc += qr[h][i] * c[k][i];
-            dots[h] = acc;
-        }
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1)
-#pragma unroll
-            for (int h = 0; h < G; ++h) dots[h] += __shfl_xor_sync(0xffffffffu, dots[h], o);
+        group_dots(qr, c[k], dots);
         const bool ok = valid == nullptr || valid[(size_t)bk * M + j] != 0;
         float mine = 0;  // lane h writes head h's score (constant indices: dots stays in registers)
 #pragma unroll
@@ -514,17 +522,7 @@ __global__ void estimate_partial_vec_kernel(ClusterScoreShape s, float scale, in
         for (int u = 0; u < U; ++u) {
             if (!(n[u] > 0)) continue;  // warp-uniform: past the chunk, or an empty cluster
             float dots[G];
-#pragma unroll
-            for (int h = 0; h < G; ++h) {
-                float a = 0;
-#pragma unroll
-                for (int i = 0; i < PER; ++i) a += qr[h][i] * cv[u][i];
-                dots[h] = a;
-            }
-#pragma unroll
-            for (int o = 16; o > 0; o >>= 1)
-#pragma unroll
-                for (int h = 0; h < G; ++h) dots[h] += __shfl_xor_sync(0xffffffffu, dots[h], o);
+            group_dots(qr, cv[u], dots);
 #pragma unroll
             for (int h = 0; h < G; ++h) {
                 if (h >= g) break;

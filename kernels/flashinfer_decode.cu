@@ -101,17 +101,13 @@ struct LibraryDecode::Impl {
     int32_t *indptr = nullptr, *last = nullptr, *indices = nullptr;
 };
 
-LibraryDecode::LibraryDecode(const DecodeShape& s, int page_tokens) : impl_(new Impl) {
+LibraryDecode::LibraryDecode(const DecodeShape& s, int page_tokens) : impl_(nullptr) {
     const std::string why = library_decode_unsupported(s.d, s.group);
-    if (!why.empty()) {
-        delete impl_;
-        throw ParamError("library decode: " + why);
-    }
-    if (page_tokens < 1 || s.capacity < 1 || s.capacity % page_tokens != 0 || s.batch < 1 || s.kv_heads < 1) {
-        delete impl_;
+    if (!why.empty()) throw ParamError("library decode: " + why);
+    if (page_tokens < 1 || s.capacity < 1 || s.capacity % page_tokens != 0 || s.batch < 1 || s.kv_heads < 1)
         throw ParamError("library decode: capacity " + std::to_string(s.capacity) +
                          " must be a positive multiple of the page size " + std::to_string(page_tokens));
-    }
+    impl_ = new Impl;
     Impl& m = *impl_;
     m.s = s, m.P = page_tokens;
     m.requests = s.batch * s.kv_heads;

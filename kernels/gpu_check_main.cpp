@@ -20,6 +20,7 @@
 #include <ctime>
 #include <exception>
 #include <filesystem>
+#include <optional>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -145,12 +146,13 @@ int main(int argc, char** argv) {
     js << "\n  ],\n  \"checks_passed\": " << passed << ",\n  \"checks_failed\": " << failed << ",\n";
     txt << "\nchecks: " << passed << " passed, " << failed << " failed\n";
 
-    double hbm_bytes_per_s = 0;  // the measured D2D ceiling: the wave run's HBM fractions
+    // measured once: the benchmarks' ceilings, the wave run's HBM fractions and --measured's model
+    std::optional<DeviceCeilings> ceilings;
     if (have && !checks_only && !wave_only) {
         try {
             std::fprintf(stderr, "measuring ceilings...\n");
-            const DeviceCeilings c = measure_ceilings(quick);
-            hbm_bytes_per_s = c.d2d_bytes_per_s;
+            ceilings = measure_ceilings(quick);
+            const DeviceCeilings& c = *ceilings;
             js << "  \"d2d_bytes_per_s\": " << num(c.d2d_bytes_per_s) << ",\n  \"h2d_pinned_bytes_per_s\": "
                << num(c.h2d_pinned_bytes_per_s) << ",\n  \"fp32_flop_per_s\": " << num(c.fp32_flop_per_s) << ",\n";
             txt << "\nD2D copy bandwidth (read+write): " << c.d2d_bytes_per_s / 1e9 << " GB/s\n"
@@ -189,16 +191,13 @@ int main(int argc, char** argv) {
     }
     if (have && !checks_only) {  // the wave decode step vs full attention through the backend's run path
         try {
-            if (hbm_bytes_per_s == 0) try {  // --wave-only: the D2D ceiling alone, for the HBM fractions
-                    hbm_bytes_per_s = measure_ceilings(true).d2d_bytes_per_s;
-                } catch (const std::exception&) {  // the CPU emulation has none: no fractions
-                }
+            if (!ceilings) ceilings = measure_ceilings(true);  // --wave-only
             gpu_run::WaveRunOptions wo;
-            wo.hbm_bytes_per_s = hbm_bytes_per_s;
+            wo.hbm_bytes_per_s = ceilings->d2d_bytes_per_s;
             HardwareSpec hw;
             if (!hardware.empty()) hw = gpu_run::read_hardware_values(hardware), wo.hw = &hw;
             if (measured) {
-                const DeviceCeilings c = measure_ceilings(true);
+                const DeviceCeilings& c = *ceilings;
                 hw = measured_spec(hw, {device_name(), c.d2d_bytes_per_s, c.h2d_pinned_bytes_per_s,
                                         c.d2h_pinned_bytes_per_s, c.transfer_latency_us, c.memory_bytes});
                 wo.hw = &hw;

@@ -11,21 +11,20 @@
 #include "gpu/prediction.hpp"
 #include "gpu/replicas.hpp"
 #include "metrics/evaluator.hpp"
-#include "run/layer_runs.hpp"
 
 namespace retro::gpu_run {
 
 namespace {
 
 /// The layer's wave indexes over the prompt, as run_point's wave job would build them.
-BuiltWaveHeads build_index(const WaveRunOptions& o, const std::vector<HeadSlice>& heads) {
+BuiltWaveHeads build_index(const GpuBackend& gpu, const WaveRunOptions& o, const std::vector<HeadSlice>& heads) {
     GpuLayerJob job;
     job.method = GpuMethod::wave;
     for (const HeadSlice& h : heads) job.heads.push_back(&h);
     job.steps = {0};
     job.wave = o.wave;
     job.kmeans_on_gpu = o.kmeans_on_gpu;
-    return gpu_run::build_wave_heads(job);
+    return gpu.build_wave(job);
 }
 
 std::string method_label(GpuMethod m, FullKernel fk) {
@@ -107,10 +106,28 @@ std::string num(double v) {
     return b;
 }
 
-}  // namespace
+std::string row_header() {
+    char line[400];
+    std::snprintf(line, sizeof line, "%-8s %7s %5s %10s %6s %10s %9s %9s %9s %9s %9s %11s %8s %9s %8s\n", "", "N", "B",
+                  "step_us", "HBM%", "model_us", "rank", "estimate", "gather", "attend", "host", "PCIe MB", "speedup",
+                  "out_err", "recall");
+    return line;
+}
 
-namespace {
-std::string row_line(const WaveRunRow& r);  // below, with the table
+std::string row_line(const WaveRunRow& r) {
+    if (r.status != "ok") return r.method + " N=" + std::to_string(r.context) + " B=" + std::to_string(r.batch) + ": " +
+                                 r.status + "\n";
+    char line[400], hbm[16] = "-";
+    if (r.hbm_frac > 0) std::snprintf(hbm, sizeof hbm, "%.0f", 100 * r.hbm_frac);
+    std::snprintf(line, sizeof line, "%-8s %7d %5d %10.1f %6s %10s %9.1f %9.1f %9.1f %9.1f %9.1f %11.2f %8s %9s %8s\n",
+                  r.method.c_str(), r.context, r.batch, r.measured.step_us, hbm,
+                  r.modeled ? num(r.model_step_us).c_str() : "-", r.measured.select_us, r.measured.estimate_us,
+                  r.measured.gather_us, r.measured.attend_us, r.measured.host_us, r.h2d_bytes / 1e6,
+                  r.speedup > 0 ? num(r.speedup).c_str() : "-", r.out_err >= 0 ? num(r.out_err).c_str() : "-",
+                  r.recall >= 0 ? num(r.recall).c_str() : "-");
+    return line;
+}
+
 }  // namespace
 
 std::vector<WaveRunRow> run_wave_vs_full(const GpuBackend& gpu, const WaveRunOptions& o,
@@ -141,7 +158,7 @@ std::vector<WaveRunRow> run_wave_vs_full(const GpuBackend& gpu, const WaveRunOpt
                 try {
                     if (m == GpuMethod::wave && !built) {
                         if (progress) progress("wave indexes, context " + std::to_string(N));
-                        built = std::make_unique<BuiltWaveHeads>(build_index(o, heads));
+                        built = std::make_unique<BuiltWaveHeads>(build_index(gpu, o, heads));
                     }
                     row = run_point(gpu, o, m, fk, heads, B, built.get());
                 } catch (const GpuMemoryError& e) {
@@ -188,32 +205,6 @@ std::string wave_run_json(const std::vector<WaveRunRow>& rows) {
     js << "\n  ]";
     return js.str();
 }
-
-namespace {
-
-std::string row_header() {
-    char line[400];
-    std::snprintf(line, sizeof line, "%-8s %7s %5s %10s %6s %10s %9s %9s %9s %9s %9s %11s %8s %9s %8s\n", "", "N", "B",
-                  "step_us", "HBM%", "model_us", "rank", "estimate", "gather", "attend", "host", "PCIe MB", "speedup",
-                  "out_err", "recall");
-    return line;
-}
-
-std::string row_line(const WaveRunRow& r) {
-    if (r.status != "ok") return r.method + " N=" + std::to_string(r.context) + " B=" + std::to_string(r.batch) + ": " +
-                                 r.status + "\n";
-    char line[400], hbm[16] = "-";
-    if (r.hbm_frac > 0) std::snprintf(hbm, sizeof hbm, "%.0f", 100 * r.hbm_frac);
-    std::snprintf(line, sizeof line, "%-8s %7d %5d %10.1f %6s %10s %9.1f %9.1f %9.1f %9.1f %9.1f %11.2f %8s %9s %8s\n",
-                  r.method.c_str(), r.context, r.batch, r.measured.step_us, hbm,
-                  r.modeled ? num(r.model_step_us).c_str() : "-", r.measured.select_us, r.measured.estimate_us,
-                  r.measured.gather_us, r.measured.attend_us, r.measured.host_us, r.h2d_bytes / 1e6,
-                  r.speedup > 0 ? num(r.speedup).c_str() : "-", r.out_err >= 0 ? num(r.out_err).c_str() : "-",
-                  r.recall >= 0 ? num(r.recall).c_str() : "-");
-    return line;
-}
-
-}  // namespace
 
 std::string wave_run_text(const std::vector<WaveRunRow>& rows) {
     std::string t = row_header();

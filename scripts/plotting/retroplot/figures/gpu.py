@@ -64,6 +64,14 @@ def _hardware(res, runs):
     return ", ".join(names) if names else None
 
 
+def _points(series):
+    """(point, its record) for every point of every series and context."""
+    for s in series:
+        for pts in s["by_context"].values():
+            for p in pts:
+                yield p, p["_run"]
+
+
 def gpu_series(res):
     """Backend "cuda" records with a measured step, one series per (method, full's kernel, parameters,
     system point), ordered full (FlashInfer, own), then the other methods; each with its records by
@@ -141,12 +149,9 @@ def gpu_step_time(res):
     if got is None:
         return None
     series, contexts, devices, runs = got
-    for s in series:
-        for pts in s["by_context"].values():
-            for p in pts:
-                r = p["_run"]
-                p["step_us"] = step_us(r)
-                p["model_step_us"] = metric(r, "model_step_us")
+    for p, r in _points(series):
+        p["step_us"] = step_us(r)
+        p["model_step_us"] = metric(r, "model_step_us")
     _variants(series)
     return {"device": ", ".join(devices) or None, "hardware": _hardware(res, runs), "contexts": contexts,
             "series": _strip(series)}
@@ -164,34 +169,31 @@ def gpu_phases(res):
     if got is None:
         return None
     series, contexts, devices, runs = got
-    for s in series:
-        for pts in s["by_context"].values():
-            for p in pts:
-                r = p["_run"]
-                step = step_us(r)
-                meas = OrderedDict()
-                for name, met, _ in PHASES:
-                    v = metric(r, met)
-                    if v is None and name != "estimate":  # the summary's select includes the estimation
-                        v = _summary(r, name, "measured_us")
-                    meas[name] = v or 0.0
-                meas["other"] = max(0.0, step - sum(meas.values()))
-                p["step_us"] = step
-                p["host_us"] = metric(r, "gpu_host_us")
-                p["measured"] = meas
-                model = OrderedDict()
-                for name, met in MODEL:
-                    v = metric(r, met)
-                    model[name] = v if v is not None else _summary(r, MODEL_SUMMARY[name], "model_us")
-                mstep = metric(r, "model_step_us")
-                if mstep is None:
-                    mstep = _summary(r, "step", "model_us")
-                if mstep is None or any(v is None for v in model.values()):
-                    p["model"], p["model_step_us"] = None, mstep
-                else:
-                    model = OrderedDict((n, model.get(n, 0.0)) for n in PHASE_NAMES)
-                    model["other"] = max(0.0, mstep - sum(model.values()))
-                    p["model"], p["model_step_us"] = model, mstep
+    for p, r in _points(series):
+        step = step_us(r)
+        meas = OrderedDict()
+        for name, met, _ in PHASES:
+            v = metric(r, met)
+            if v is None and name != "estimate":  # the summary's select includes the estimation
+                v = _summary(r, name, "measured_us")
+            meas[name] = v or 0.0
+        meas["other"] = max(0.0, step - sum(meas.values()))
+        p["step_us"] = step
+        p["host_us"] = metric(r, "gpu_host_us")
+        p["measured"] = meas
+        model = OrderedDict()
+        for name, met in MODEL:
+            v = metric(r, met)
+            model[name] = v if v is not None else _summary(r, MODEL_SUMMARY[name], "model_us")
+        mstep = metric(r, "model_step_us")
+        if mstep is None:
+            mstep = _summary(r, "step", "model_us")
+        if mstep is None or any(v is None for v in model.values()):
+            p["model"], p["model_step_us"] = None, mstep
+        else:
+            model = OrderedDict((n, model.get(n, 0.0)) for n in PHASE_NAMES)
+            model["other"] = max(0.0, mstep - sum(model.values()))
+            p["model"], p["model_step_us"] = model, mstep
     return {"device": ", ".join(devices) or None, "hardware": _hardware(res, runs), "contexts": contexts,
             "phases": PHASE_NAMES, "rows": _strip(series)}
 
