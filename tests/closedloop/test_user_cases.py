@@ -1,0 +1,178 @@
+"""Bring your own cases (issue 27 #7): a closed-loop config's "cases": "FILE.jsonl" (scripts/closedloop/
+user_cases.py, docs/closed-loop.md).
+
+- an accepted file on the tiny random Llama (no tokenizer: token-id prompts): a fidelity line (prompt ids
+  + continuation ids) and two task lines ("contains" and "exact" scoring, their own max_new_tokens) after
+  a blank line; the cases keep their line numbers, the reference generates max_new_tokens per task, the
+  exhaustive oracle equals it (same tokens, KL < 1e-6) and sinks-only diverges on the fidelity line;
+- refusals, each by FILE:LINE with exit 2 before any model work (no results directory, the model never
+  loaded): malformed JSON, an empty answer, no answers, a prompt beyond the model's context (4096), a
+  text prompt for a model without a tokenizer, an unknown key, no prompt, two prompt kinds, an unknown
+  scoring, max_new_tokens 0, a token id outside the vocabulary, a missing file;
+- the scoring on hand-made generations (contains, exact cut at the end-of-turn token).
+
+The config runs through scripts/closedloop/closed_loop.py with the runs retro-bench would pass
+(--runs-json): retro-bench's own key check (apps/retro-bench/closed_loop_config.cpp) does not list
+"cases" yet. Needs the dump venv and the binding (else exit 77). ~20 s."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+from closedloop_env import BIN, ROOT, VENV  # noqa: E402 (exits 77 when a prerequisite is missing)
+
+sys.path.insert(0, os.path.join(ROOT, "scripts", "closedloop"))
+import user_cases  # noqa: E402
+
+VPY = os.path.join(VENV, "bin", "python")
+SCRIPT = os.path.join(ROOT, "scripts", "closedloop", "closed_loop.py")
+TMP = tempfile.mkdtemp(prefix="retro-user-cases-")
+RUNS = [{"method": "oracle_topk", "params": {"k": 100000}, "label": "oracle all"},
+        {"method": "streaming", "params": {"sink": 4, "window": 1}, "label": "sinks only"}]
+
+
+def ids(n, seed):
+    import random
+    r = random.Random(seed)
+    return [r.randrange(3, 512) for _ in range(n)]
+
+
+def run_cases(name, lines):
+    """Writes the cases file and a config naming it; runs the closed loop. Returns (result, results dir)."""
+    d = os.path.join(TMP, name)
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, "cases.jsonl"), "w") as f:
+        for line in lines:
+            f.write((line if isinstance(line, str) else json.dumps(line)) + "\n")
+    cfg = {"name": name, "experiment": "closed-loop", "model": "tiny-random-llama", "prefill_queries": 16,
+           "threads": 1, "cases": "cases.jsonl"}
+    path = os.path.join(d, "config.json")
+    with open(path, "w") as f:
+        json.dump(cfg, f)
+    env = dict(os.environ, PYTHONPATH=os.path.join(os.path.dirname(BIN), "python"))
+    r = subprocess.run([VPY, "-B", SCRIPT, path, "--runs-json", json.dumps(RUNS), "--results",
+                        os.path.join(d, "results"), "--retro-bin", BIN], capture_output=True, text=True, env=env)
+    return r, os.path.join(d, "results", name)
+
+
+class Accepted(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        t0 = time.time()
+        cls.r, cls.dir = run_cases("accepted", [
+            {"id": "fid", "prompt_ids": ids(300, 1), "continuation_ids": ids(9, 2), "greedy_tokens": 4},
+            "",
+            {"id": "contains", "prompt_ids": ids(200, 3), "answers": ["never-generated"], "max_new_tokens": 5},
+            {"prompt_ids": ids(120, 4), "answer": "17", "scoring": "exact", "max_new_tokens": 3},
+        ])
+        print(f"\n[time] tiny cases file: {time.time() - t0:.1f} s", file=sys.stderr)
+        if cls.r.returncode != 0:
+            raise AssertionError(f"closed loop failed ({cls.r.returncode}):\n{cls.r.stderr[-4000:]}")
+        with open(os.path.join(cls.dir, "manifest.json")) as f:
+            cls.cases = json.load(f)["cases"]
+        with open(os.path.join(cls.dir, "runs.jsonl")) as f:
+            cls.recs = {x["method"]: x for x in map(json.loads, f)}
+
+    def part(self, run_id, i):
+        with open(os.path.join(self.dir, "parts", run_id, self.cases[i]["id"] + ".json")) as f:
+            return json.load(f)
+
+    def test_cases_keep_their_lines(self):
+        self.assertEqual([c["kind"] for c in self.cases], ["fidelity", "task", "task"])
+        self.assertEqual([c["prompt_len"] for c in self.cases], [300, 200, 120])
+        for c, n in zip(self.cases, (1, 3, 4)):
+            self.assertIn(f"cases.jsonl:{n} ", c["desc"])
+
+    def test_reference_generates_max_new_tokens(self):
+        self.assertEqual(len(self.part("reference", 0)["tokens"]), 4)  # greedy_tokens of the fidelity line
+        t1, t2 = self.part("reference", 1), self.part("reference", 2)
+        self.assertEqual((len(t1["tokens"]), len(t2["tokens"])), (5, 3))
+        self.assertEqual((t1["scoring"], t2["scoring"]), ("contains", "exact"))
+        self.assertFalse(t1["correct"])  # "never-generated" cannot occur in space-separated token ids
+        self.assertEqual(len(self.part("reference", 0)["nll"]), 8)  # 9 continuation ids: 8 scored positions
+
+    def test_exhaustive_equals_full_and_sinks_diverge(self):
+        o, s = self.recs["oracle_topk"], self.recs["streaming"]
+        for i in range(3):
+            self.assertEqual(self.part(o["run_id"], i)["tokens"], self.part("reference", i)["tokens"])
+        self.assertLess(max(self.part(o["run_id"], 0)["kl"]), 1e-6)
+        self.assertGreater(s["fidelity"]["kl_mean"], 1e-3)
+        self.assertEqual(o["task"]["cases"], 3)  # the fidelity line's greedy tokens and the two tasks
+
+
+class Refused(unittest.TestCase):
+    GOOD = {"prompt_ids": [5, 6, 7], "answers": ["1"], "max_new_tokens": 2}
+
+    def refused(self, lines, line_no, msg):
+        t0 = time.time()
+        r, d = run_cases(f"bad{len(os.listdir(TMP))}", lines)
+        self.assertEqual(r.returncode, 2, r.stderr[-2000:])
+        self.assertIn(f"cases.jsonl:{line_no}: " if line_no else "cases", r.stderr)
+        self.assertIn(msg, r.stderr)
+        self.assertNotIn("loaded in", r.stderr)  # no model work
+        self.assertFalse(os.path.exists(d), "a results directory was created")
+        return time.time() - t0
+
+    def test_malformed_json(self):
+        self.refused([self.GOOD, '{"prompt_ids": [1, 2], "answers": ["x"'], 2, "not valid JSON")
+
+    def test_empty_answer(self):
+        self.refused([dict(self.GOOD, answers=["ok", "  "])], 1, "empty answer")
+
+    def test_no_answers(self):
+        self.refused([self.GOOD, self.GOOD, {"prompt_ids": [1, 2]}], 3, "needs \"answers\"")
+        self.refused([dict(self.GOOD, answers=[])], 1, "non-empty list of strings")
+
+    def test_beyond_context(self):
+        self.refused([self.GOOD, dict(self.GOOD, prompt_ids=[5] * 4090, max_new_tokens=8)], 2,
+                     "4090 tokens + 9 decoded = 4099, beyond the model's context (4096 tokens)")
+
+    def test_text_without_tokenizer(self):
+        self.refused([{"prompt": "hello", "answers": ["x"]}], 1, "needs a tokenizer")
+
+    def test_bad_keys_and_values(self):
+        self.refused([dict(self.GOOD, temperature=0.7)], 1, "unknown key 'temperature'")
+        self.refused([{"answers": ["x"]}], 1, "exactly one of")
+        self.refused([dict(self.GOOD, prompt="x")], 1, "exactly one of")
+        self.refused([dict(self.GOOD, scoring="fuzzy")], 1, "unknown scoring 'fuzzy'")
+        self.refused([dict(self.GOOD, max_new_tokens=0)], 1, "max_new_tokens")
+        self.refused([dict(self.GOOD, prompt_ids=[5, 600])], 1, "token id 600 outside the vocabulary")
+        self.refused(["[1, 2]"], 1, "expected a JSON object")
+        self.refused([{"prompt_ids": [1, 2, 3], "continuation_ids": [4]}], 1, "at least 2 token ids")
+
+    def test_missing_file(self):
+        d = os.path.join(TMP, "missing")
+        os.makedirs(d)
+        cfg = os.path.join(d, "c.json")
+        with open(cfg, "w") as f:
+            json.dump({"name": "m", "experiment": "closed-loop", "model": "tiny-random-llama", "cases": "nope.jsonl"}, f)
+        env = dict(os.environ, PYTHONPATH=os.path.join(os.path.dirname(BIN), "python"))
+        r = subprocess.run([VPY, "-B", SCRIPT, cfg, "--runs-json", "[]", "--results", os.path.join(d, "results")],
+                           capture_output=True, text=True, env=env)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("cases file not found: " + os.path.join(d, "nope.jsonl"), r.stderr)
+
+
+class Scoring(unittest.TestCase):
+    def test_contains_and_exact(self):
+        dec = lambda t: "".join({1: " The", 2: " answer", 3: " 42", 4: ".", 9: "<eot>", 5: " more"}[x] for x in t)  # noqa: E731
+        contains = {"answers": ["42", "forty-two"], "scoring": "contains"}
+        self.assertTrue(user_cases.score(contains, [1, 2, 3, 4], dec))
+        self.assertFalse(user_cases.score(contains, [1, 2, 4], dec))
+        exact = {"answers": ["42"], "scoring": "exact", "stop_ids": [9]}
+        self.assertTrue(user_cases.score(exact, [3, 9, 5, 5], dec))      # cut at the end of turn, stripped
+        self.assertFalse(user_cases.score(exact, [3, 5, 9], dec))        # " 42 more"
+        self.assertFalse(user_cases.score(exact, [1, 3, 9], dec))
+        self.assertTrue(user_cases.score({"answer": "42"}, [2, 3], dec))  # the builtin NIAH cases: contains
+
+
+if __name__ == "__main__":
+    try:
+        unittest.main(verbosity=2)
+    finally:
+        shutil.rmtree(TMP, ignore_errors=True)
