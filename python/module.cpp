@@ -1,6 +1,7 @@
 // The retro_bench Python module: the C++ core (method registry, trace reader, methods, the evaluator's
 // attention of a selection) with NumPy arrays in and out. docs/python.md documents the API.
 #include "bindings.hpp"
+#include "py_methods.hpp"
 
 PYBIND11_MODULE(retro_bench, m) {
     m.doc() = "retro-bench: sparse KV-cache attention methods and traces (docs/python.md)";
@@ -11,4 +12,6 @@ PYBIND11_MODULE(retro_bench, m) {
     retro::pyb::bind_attention(m);
     retro::pyb::bind_head_method(m);
     retro::pyb::bind_threads(m);
+    // "py:FILE:Class" methods run in this interpreter (HeadMethod, the closed loop): nothing to start
+    retro::pym::install_python_methods({});
 }

@@ -10,6 +10,9 @@
 #include "hdf5_watchdog.hpp"
 #include "core/host.hpp"
 #include "core/error.hpp"
+#ifdef RETRO_HAVE_PYTHON_METHODS
+#include "start_interpreter.hpp"
+#endif
 
 namespace retro::cli {
 
@@ -32,6 +35,9 @@ int main(int argc, char** argv) {
                  "and report recall, attention-output error, PCIe traffic and latency"};
     app.require_subcommand(1);
     app.set_version_flag("--version", std::string(RETRO_VERSION) + " (" + retro::git_revision() + ")");
+#ifdef RETRO_HAVE_PYTHON_METHODS
+    retro::pym::install_embedded_python_methods();  // "py:FILE:Class" methods; Python starts on first use
+#endif
     auto& reg = command_registry();
     std::sort(reg.begin(), reg.end(), [](auto& a, auto& b) { return a.order < b.order; });
     std::vector<std::pair<CLI::App*, std::function<int()>>> runners;

@@ -5,6 +5,7 @@
 #include "core/fs.hpp"
 #include "core/hash.hpp"
 #include "core/host.hpp"
+#include "methods/params.hpp"
 #include "system/head_system.hpp"
 #include "trace/trace.hpp"
 
@@ -109,6 +110,7 @@ std::vector<json> write_run_summaries(const SweepSummaryInput& in) {
                         {"revision", in.revision}};
             const json agg = aggregate_parts(parts, in.reg);
             if (!mr.system.is_null()) rec["system"] = mr.system;  // the run's system-model point
+            if (const json& src = find_method(mr.method).source; !src.is_null()) rec["method_source"] = src;
             if (mr.batch > 0) {
                 rec["backend"] = "cuda";
                 rec["batch"] = mr.batch;

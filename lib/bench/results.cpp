@@ -67,6 +67,7 @@ json HeadPart::to_json() const {
     for (const auto& [k, v] : kv_metrics) kv[k] = vec(v);
     j["kv_metrics"] = kv;
     if (!origin.is_null()) j["origin"] = origin;
+    if (!method_source.is_null()) j["method_source"] = method_source;
     return j;
 }
 
@@ -87,6 +88,7 @@ HeadPart HeadPart::from_json(const json& j) {
         for (auto it = j.at("kv_metrics").begin(); it != j.at("kv_metrics").end(); ++it)
             p.kv_metrics[it.key()] = unvec(*it);
         if (j.contains("origin")) p.origin = j.at("origin");
+        if (j.contains("method_source")) p.method_source = j.at("method_source");
         return p;
     } catch (const json::exception& e) {
         throw Error(std::string("malformed result part: ") + e.what());

@@ -33,6 +33,9 @@ struct HeadPart {
     /// Where the part was made: {"revision", "config_hash", "host", "shard", "written_at"} (null in parts
     /// written before it was recorded). `retro-bench merge` refuses parts of another revision or config.
     nlohmann::json origin;
+    /// The method's source identity (MethodInfo::source: a Python method's file and SHA-256); null for
+    /// compiled methods, whose parts do not carry the key.
+    nlohmann::json method_source;
 
     nlohmann::json to_json() const;
     static HeadPart from_json(const nlohmann::json& j);  ///< throws Error on malformed input

@@ -1,6 +1,7 @@
 #include "bench/runner.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <exception>
@@ -145,14 +146,28 @@ std::vector<PreparedTrace> prepare_traces(const RunConfig& cfg, bool generate_mi
     return out;
 }
 
+namespace {
+// The readable start of a run id, which names a directory (parts/<run_id>/): a compiled method's name
+// as it is; a Python method "py:dir/file.py:Class" as "py-Class" (its file is in the hashed key).
+std::string run_id_stem(const std::string& method) {
+    std::string s = method.rfind("py:", 0) == 0 ? "py-" + method.substr(method.rfind(':') + 1) : method;
+    for (char& c : s)
+        if (!std::isalnum((unsigned char)c) && c != '.' && c != '_' && c != '-') c = '_';
+    return s;
+}
+}  // namespace
+
 std::string run_id_for(const PreparedTrace& t, const MethodRun& r, const RunConfig& cfg) {
     json key = {{"trace", t.trace_id}, {"method", r.method}, {"params", r.params},
                 {"recall_k", cfg.recall_k}, {"steps", t.steps}, {"kv_dtype", cfg.kv_dtype}};
+    // a Python method's source hash: an edited file is a different method (never mixed by --resume)
+    const json& source = find_method(r.method).source;
+    if (!source.is_null()) key["method_source"] = source;
     if (!r.system.is_null()) key["system"] = r.system;  // only configs with a "system" key
     if (r.batch > 0)  // backend "cuda" only: CPU run ids are unchanged
         key["cuda"] = {{"batch", r.batch}, {"kmeans", cfg.cuda.kmeans}, {"kv_heads", t.kv_heads}};
     if (!r.kernel.empty()) key["cuda"]["kernel"] = r.kernel;  // full's kernels are separate runs
-    return r.method + "-" + short_hash(key.dump());
+    return run_id_stem(r.method) + "-" + short_hash(key.dump());
 }
 
 namespace {
@@ -209,6 +224,7 @@ void run_head(const RunConfig& cfg, const PreparedTrace& tr, const TraceReader& 
         const double build_ms = I.part.build_ms;
         I.part = new_head_part(run_ids[r], slice, tr.steps, tr.fingerprint, reg);
         I.part.build_ms = build_ms;
+        I.part.method_source = find_method(mr.method).source;
         inst.push_back(std::move(I));
     }
 

@@ -2,6 +2,7 @@
 // Method parameters as data: each method declares its parameters (type, default, range or choices,
 // description, source) so configs can be validated before any work starts and list-methods can show
 // them. Values travel as JSON objects holding every parameter (defaults filled in).
+#include <deque>
 #include <functional>
 #include <limits>
 #include <memory>
@@ -42,20 +43,35 @@ struct MethodInfo {
     /// Optional estimate of the bytes one instance keeps per (layer, KV head) beyond the head's slice
     /// (index, codes, graphs) for the memory check before work; absent = one float32 copy of the keys.
     std::function<double(const nlohmann::json& params, const TraceInfo& trace)> index_bytes;
+    /// What identifies the code of a method defined outside this binary (a Python method:
+    /// {"file", "sha256"} of its source file, python/methods/). It enters the run id and is recorded in
+    /// the part files and run records, so an edited file is a different method and --resume never mixes
+    /// the two. Null for compiled methods (their run ids are unchanged).
+    nlohmann::json source;
 };
 
 /// Every registered method, in display order: the built-in list of lib/methods/registry.cpp, then any
-/// added by register_method.
-const std::vector<MethodInfo>& method_registry();
+/// added by register_method (a deque: references stay valid when a method is registered later).
+const std::deque<MethodInfo>& method_registry();
 
 /// Adds a method defined outside the library (a test, an experiment's own code) to the registry, so
 /// configs, `run_config` and find_method see it like a built-in one; its check gets the shared budget
-/// check. Register before parsing configs or starting runs: references from method_registry() and
-/// find_method() may not survive a later registration. Throws ConfigError when `m` has no name or no
+/// check. Register before parsing configs or starting runs (registration is not thread-safe against
+/// concurrent lookups). Throws ConfigError when `m` has no name or no
 /// make function, or when a method of that name is already registered.
 void register_method(MethodInfo m);
 
-/// The method named `name`; throws ConfigError listing the known methods.
+/// Registers a method the registry does not hold yet from its name alone ("py:FILE.py:Class":
+/// python/methods/py_resolver.hpp) and returns true, or returns false when `name` is not its kind.
+/// Throws ConfigError for a name of its kind that cannot be loaded (missing file, bad declarations).
+using MethodResolver = std::function<bool(const std::string& name)>;
+
+/// Installs the resolver find_method asks about unknown names (one per process; an empty function
+/// removes it). Programs that can run Python methods install one before parsing configs.
+void set_method_resolver(MethodResolver r);
+
+/// The method named `name`; throws ConfigError listing the known methods. An unknown name goes to the
+/// resolver first, when one is installed (registration happens then: call it before starting runs).
 const MethodInfo& find_method(const std::string& name);
 
 /// Fills defaults into `given` (an object of parameter -> value) and checks names, types, ranges and

@@ -52,9 +52,9 @@ MethodInfo with_budget_check(MethodInfo m) {
 
 // The one list of the methods shipped with the harness, in display order (list-methods, docs). A new
 // method adds one line here and its declaration in builtin_methods.hpp (docs/adding-a-method.md).
-std::vector<MethodInfo>& registry_storage() {
-    static std::vector<MethodInfo> r = [] {
-        std::vector<MethodInfo> v;
+std::deque<MethodInfo>& registry_storage() {
+    static std::deque<MethodInfo> r = [] {
+        std::deque<MethodInfo> v;
         for (auto info : {full_method_info, oracle_topk_method_info, streaming_method_info, wave_method_info,
                           retrieval_attention_method_info, ctkvr_method_info, magicpig_method_info,
                           faiss_flat_method_info, faiss_ivf_method_info, faiss_hnsw_method_info, pq_method_info,
@@ -66,7 +66,7 @@ std::vector<MethodInfo>& registry_storage() {
 }
 }  // namespace
 
-const std::vector<MethodInfo>& method_registry() { return registry_storage(); }
+const std::deque<MethodInfo>& method_registry() { return registry_storage(); }
 
 void register_method(MethodInfo m) {
     if (m.name.empty()) throw ConfigError("register_method: the method has no name");
@@ -77,9 +77,24 @@ void register_method(MethodInfo m) {
     registry_storage().push_back(with_budget_check(std::move(m)));
 }
 
-const MethodInfo& find_method(const std::string& name) {
+namespace {
+MethodResolver& resolver_storage() {
+    static MethodResolver r;
+    return r;
+}
+const MethodInfo* registered(const std::string& name) {
     for (const auto& m : method_registry())
-        if (m.name == name) return m;
+        if (m.name == name) return &m;
+    return nullptr;
+}
+}  // namespace
+
+void set_method_resolver(MethodResolver r) { resolver_storage() = std::move(r); }
+
+const MethodInfo& find_method(const std::string& name) {
+    if (const MethodInfo* m = registered(name)) return *m;
+    if (resolver_storage() && resolver_storage()(name))
+        if (const MethodInfo* m = registered(name)) return *m;
     std::string known;
     for (const auto& m : method_registry()) known += (known.empty() ? "" : ", ") + m.name;
     throw ConfigError("unknown method '" + name + "' (known: " + known + ")");
