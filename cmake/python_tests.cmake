@@ -1,9 +1,14 @@
 # Tests of the Python binding (tests/python/, python/, docs/python.md), label `python`: unittest files
 # run by the interpreter the module was built for (Debian's /usr/bin/python3) with PYTHONPATH at the
 # module. Added only when the module is built (pybind11 found). Included from tests/CMakeLists.txt.
+# python.py_methods also needs retro-bench with Python methods (libpython; python/CMakeLists.txt).
 if(RETRO_HAVE_PYTHON_MODULE)
   set(_retro_py_tests ${CMAKE_SOURCE_DIR}/tests/python)
-  foreach(_t binding_vs_run exhaustive api venv_import)
+  set(_retro_py_test_names binding_vs_run exhaustive api venv_import)
+  if(RETRO_HAVE_PYTHON_METHODS)
+    list(APPEND _retro_py_test_names py_methods)
+  endif()
+  foreach(_t ${_retro_py_test_names})
     add_test(NAME python.${_t}
              COMMAND ${RETRO_PYTHON_MODULE_PYTHON} -B ${_retro_py_tests}/test_${_t}.py
              WORKING_DIRECTORY ${_retro_py_tests})

@@ -14,7 +14,7 @@ std::string kept_reference(const py::handle& obj, const std::string& what) {
     // A NumPy view of the array (a slice, np.asarray) references it as its base, so this also catches
     // kept slices.
     if (obj.ref_count() <= 1) return "";
-    return "it kept a reference to " + what +
+    return "kept a reference to " + what +
            " after the call returned (the arrays are read-only views of the harness's buffers, valid only "
            "during the call): keep a copy instead, e.g. np.array(" + what + ")";
 }
