@@ -40,13 +40,15 @@ void bind_registry(py::module_& m) {
                 py::list ps;
                 for (const ParamSpec& s : info.params) ps.append(param_dict(s));
                 d["params"] = ps;
+                if (!info.source.is_null()) d["source"] = from_json(info.source);  // a Python method's file, sha256
                 out.append(d);
             }
             return out;
         },
         "Every registered method in display order: list of dicts {name, description, paper, params: [{name, "
         "type ('int'|'number'|'bool'|'string'), default, min, max (None = unbounded), choices, description, "
-        "source}]}, as `retro-bench list-methods`.");
+        "source}]}, as `retro-bench list-methods`; a loaded Python method (\"py:FILE:Class\") also has "
+        "source: {file, sha256}.");
     m.def(
         "resolve_params",
         [](const std::string& method, const py::object& params) {

@@ -67,7 +67,11 @@ def run_id(run, cfg):
     key = {"method": run["method"], "params": run["params"], "model": cfg["model"],
            "dense_layers": cfg.get("dense_layers", 0), "storage": cfg.get("storage", "f16"),
            "prefill_queries": cfg.get("prefill_queries", 64), "seed": cfg.get("seed", 0)}
-    return run["method"] + "-" + hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:10]
+    stem = run["method"]
+    if run.get("method_source"):  # a Python method: its file's hash keys the run (an edited file is new)
+        key["method_source"] = run["method_source"]
+        stem = "py-" + stem.rsplit(":", 1)[1]  # "py:dir/file.py:Class" names no directory
+    return stem + "-" + hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:10]
 
 
 class Decoder:
@@ -238,6 +242,8 @@ def aggregate(res, runs, cases, lm_name):
             exact_frac=float(np.mean([i["exact_frac"] for i in infos])),
             est_frac=float(np.mean([i["est_frac"] for i in infos])),
             h2d_bytes_per_step=float(np.mean([i["h2d_bytes_per_step"] for i in infos]))))
+        if run.get("method_source"):
+            records[-1]["method_source"] = run["method_source"]
         for p in parts:
             rows.append([run["id"], run["label"], p["case"], p["kind"], p["desc"],
                          f"{np.mean(p['kl']):.6g}" if "kl" in p else "",
@@ -313,7 +319,10 @@ def run(args):
         # core) each worker's OpenMP teams spin against the others' and the model's (wave builds 20x slower)
         rb.set_threads(int(cfg["threads"]))
     for r in runs:  # the same registry the C++ side checked: resolved params round-trip unchanged
-        r["params"] = rb.resolve_params(r["method"], r["params"])
+        r["params"] = rb.resolve_params(r["method"], r["params"])  # loads a "py:FILE:Class" method
+        source = next(m.get("source") for m in rb.methods() if m["name"] == r["method"])
+        if source:
+            r["method_source"] = source
         r["id"] = run_id(r, cfg)
     import model_runner
     ctx = model_runner.model_context(cfg["model"])  # ModelError for a model the loaders cannot read
