@@ -19,20 +19,34 @@ const char* storage_name(DType t) {
     }
 }
 
+/// Takes the GIL. A thread Python does not know (a runner worker) keeps the thread state it gets for the
+/// thread's life (inc_ref): pybind11 otherwise creates and deletes one per call, which cost ~150 us a
+/// select (a 16K-token streaming step: 164 us through the runner vs 8 us of Python; docs/performance.md).
+class Gil {
+  public:
+    Gil() : foreign_(PyGILState_GetThisThreadState() == nullptr) {
+        if (foreign_) acquire_.inc_ref();
+    }
+
+  private:
+    bool foreign_;  // before acquire_: decided before the GIL is taken
+    py::gil_scoped_acquire acquire_;
+};
+
 class PyMethod final : public Method {
   public:
     PyMethod(const PyMethodClass& c, nlohmann::json params) : c_(c), params_(std::move(params)) {}
 
     ~PyMethod() override {
         if (!obj_) return;
-        py::gil_scoped_acquire gil;  // the instance's last reference goes with the GIL held
+        Gil gil;  // the instance's last reference goes with the GIL held
         obj_ = py::object();
     }
 
     /// build(ctx, keys [prompt_len, d], values [prompt_len, d], prefill_queries [group, n_prefill, d] | None)
     void build(const MethodContext& ctx, const KVView& prompt) override {
         ctx_ = ctx;
-        py::gil_scoped_acquire gil;
+        Gil gil;
         call("__init__", -1, [&] { obj_ = c_.cls(pyb::from_json(params_)); });
         const HeadSlice* s = ctx.slice;
         const py::object keys = readonly_view(prompt.keys, {prompt.n, prompt.d});
@@ -50,7 +64,7 @@ class PyMethod final : public Method {
     /// append(kv, pos): kv.keys, kv.values [pos + 1, d]
     void append(const KVView& kv, int pos) override {
         if (!c_.has_append) return;  // no GIL for a method without append
-        py::gil_scoped_acquire gil;
+        Gil gil;
         const int step = pos - ctx_.prompt_len;
         KvArgs a = kv_args(kv);
         call("append", step, [&] { obj_.attr("append")(a.ns, pos); });
@@ -60,7 +74,7 @@ class PyMethod final : public Method {
     /// select(queries [group, d], step, kv) -> ids or dict (python/methods/py_selection.hpp)
     void select(const float* queries, int step, const KVView& kv, Selection& out) override {
         step_ = step;
-        py::gil_scoped_acquire gil;
+        Gil gil;
         const py::object q = readonly_view(queries, {ctx_.group, kv.d});
         KvArgs a = kv_args(kv);
         py::object r;
@@ -80,7 +94,7 @@ class PyMethod final : public Method {
     /// footprint() -> {"gpu_bytes", "cpu_bytes"} (either may be left out: 0)
     Footprint footprint() const override {
         if (!c_.has_footprint || !obj_) return {};
-        py::gil_scoped_acquire gil;
+        Gil gil;
         Footprint f;
         call("footprint", step_, [&] {
             const py::object r = obj_.attr("footprint")();
