@@ -402,7 +402,8 @@ void check_decode(Checker& c) {
 
 // The same reference as check_decode, per (b, kv head) over its first lens tokens; planned twice per case
 // (the second plan moves every length by one token, crossing a page boundary in some requests only, so
-// both the page-table upload and its reuse are exercised). Its output is fp16 (FlashInfer's): 2e-3.
+// both the page-table upload and its reuse are exercised), then run a third time with a second state
+// merged by LSE (wave's estimation zone; one of its rows empty). Its output is fp16 (FlashInfer's): 2e-3.
 void check_library_decode(Checker& c) {
     struct Case { int B, Hkv, g, cap, d; float qsigma; };
     const Case cases[] = {{1, 1, 1, 16, 128, 1.0f},  {2, 2, 4, 1008, 128, 2.0f}, {1, 2, 8, 5008, 64, 1.0f},
@@ -427,19 +428,26 @@ void check_library_decode(Checker& c) {
         std::uniform_int_distribution<int> ld(1, std::max(1, k.cap - 1));
         for (auto& l : lens) l = ld(rng);
         lens[0] = k.cap - 1;  // the last page: one token short of full, then full
-        for (int round = 0; round < 2; ++round) {
+        const auto xo = random_float((size_t)k.B * Hq * k.d, rng);
+        auto xl = random_float((size_t)k.B * Hq, rng, 2.0f);
+        xl[1 % xl.size()] = -INFINITY;  // an empty estimation partial
+        auto dxo = upload(xo), dxl = upload(xl);
+        for (int round = 0; round < 3; ++round) {
             if (round == 1)
                 for (auto& l : lens) l = std::min(k.cap, l + 1);
+            const bool extra = round == 2;
             DeviceBuffer<float> dout((size_t)k.B * Hq * k.d), dlse((size_t)k.B * Hq);
             poison(dout), poison(dlse);
             lib.plan(lens.data());
-            lib.run(dq.get(), dk.get(), dv.get(), dout.get(), dlse.get());
+            lib.run(dq.get(), dk.get(), dv.get(), dout.get(), dlse.get(), nullptr, extra ? dxo.get() : nullptr,
+                    extra ? dxl.get() : nullptr);
             synchronize();
             const auto out = download(dout), lse = download(dlse);
             std::vector<float> rout, rlse;
-            reference_decode(q, K, V, lens, k.B, k.Hkv, k.g, k.cap, k.d, nullptr, nullptr, rout, rlse);
+            reference_decode(q, K, V, lens, k.B, k.Hkv, k.g, k.cap, k.d, extra ? &xo : nullptr, extra ? &xl : nullptr,
+                             rout, rlse);
             const std::string tag = fmt("B=%g Hkv=%g g=%g cap=%g d=%g", k.B, k.Hkv, k.g, k.cap, k.d) +
-                                    fmt(" plan %g", round);
+                                    (extra ? std::string(" plan 1 + extra state") : fmt(" plan %g", round));
             c.expect_close(tag + " out", out.data(), rout.data(), out.size(), 2e-3);
             c.expect_close(tag + " lse", lse.data(), rlse.data(), lse.size(), kTolLse);
         }

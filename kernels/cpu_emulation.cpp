@@ -180,11 +180,22 @@ void LibraryDecode::plan(const int32_t* lens, void*) {
         if (lens[i] < 1 || lens[i] > impl_->s.capacity) throw ParamError("library decode: length out of range");
     impl_->lens.assign(lens, lens + n);
 }
-void LibraryDecode::run(const float* q, const uint16_t* K, const uint16_t* V, float* out, float* lse, void* st) {
+void LibraryDecode::run(const float* q, const uint16_t* K, const uint16_t* V, float* out, float* lse, void* st,
+                        const float* xo, const float* xl) {
     if (impl_->lens.empty()) throw Error("library decode: run() before plan()");
-    decode_attention(impl_->s, q, K, V, impl_->lens.data(), nullptr, nullptr, out, lse, nullptr, st);
-    const size_t n = (size_t)impl_->s.batch * impl_->s.kv_heads * impl_->s.group * impl_->s.d;
-    for (size_t i = 0; i < n; ++i) out[i] = half_to_float(float_to_half(out[i]));
+    const DecodeShape& s = impl_->s;
+    const size_t rows = (size_t)s.batch * s.kv_heads * s.group, d = (size_t)s.d;
+    std::vector<float> l(rows);
+    decode_attention(s, q, K, V, impl_->lens.data(), nullptr, nullptr, out, l.data(), nullptr, st);
+    for (size_t i = 0; i < rows * d; ++i) out[i] = half_to_float(float_to_half(out[i]));  // the fp16 output
+    for (size_t r = 0; r < rows; ++r) {  // the merge with a second state, in float (finish_kernel)
+        if (xo && xl[r] != -INFINITY) {
+            const float m = std::max(l[r], xl[r]), a = std::exp(l[r] - m), b = std::exp(xl[r] - m);
+            for (size_t e = 0; e < d; ++e) out[r * d + e] = (out[r * d + e] * a + xo[r * d + e] * b) / (a + b);
+            l[r] = m + std::log(a + b);
+        }
+        if (lse) lse[r] = l[r];
+    }
 }
 void kmeans_assign(const float* x, int n, int d, const float* c, int k, const int32_t* rb, const int32_t* cb, int S,
                    int radius, int32_t* assign, void*) {

@@ -271,9 +271,11 @@ class LibraryDecode {
     /// The previous plan's uploads must have completed (this rewrites the pinned tables they copy from):
     /// synchronize the stream between steps, as the layer runs do.
     void plan(const int32_t* h_lens, void* stream = nullptr);
-    /// The attention for the last plan's lengths.
+    /// The attention for the last plan's lengths. With d_extra_out/d_extra_lse (a second normalized
+    /// state per query head, [B, Hkv*g, d] and [B, Hkv*g] natural log, -inf = empty: wave's estimation
+    /// zone) the two are merged by their LSEs, as decode_attention's extra does.
     void run(const float* d_q, const uint16_t* d_k, const uint16_t* d_v, float* d_out, float* d_lse,
-             void* stream = nullptr);
+             void* stream = nullptr, const float* d_extra_out = nullptr, const float* d_extra_lse = nullptr);
 
   private:
     struct Impl;

@@ -50,6 +50,25 @@ __global__ void finish_kernel(const half* o16, float* out, int n, float* lse, in
     if (lse && i < n_lse) lse[i] *= 0.69314718055994531f;
 }
 
+// The same widening with a second normalized state merged by LSE (row r = i / d): out = (o e^(l-m) +
+// x e^(xl-m)) / (e^(l-m) + e^(xl-m)), lse = m + ln(e^(l-m) + e^(xl-m)); l = lse2[r] * ln 2 (FlashInfer's
+// base-2 LSE, in its own buffer: threads of one row read it while the row's first thread writes lse).
+__global__ void finish_merge_kernel(const half* o16, const float* lse2, const float* xo, const float* xl, int d,
+                                    float* out, float* lse, int n) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const int r = i / d;
+    const float l = lse2[r] * 0.69314718055994531f, o = __half2float(o16[i]);
+    if (xl[r] == -INFINITY) {
+        out[i] = o;
+        if (lse && i % d == 0) lse[r] = l;
+        return;
+    }
+    const float m = fmaxf(l, xl[r]), a = __expf(l - m), b = __expf(xl[r] - m);
+    out[i] = (o * a + xo[i] * b) / (a + b);
+    if (lse && i % d == 0) lse[r] = m + __logf(a + b);
+}
+
 template <uint32_t D>
 cudaError_t plan_for(int g, void* fbuf, size_t fbytes, void* ibuf, void* hbuf, size_t ibytes,
                      flashinfer::DecodePlanInfo& info, int32_t* indptr_h, uint32_t requests, uint32_t page,
@@ -96,6 +115,7 @@ struct LibraryDecode::Impl {
     DeviceBuffer<int32_t> d_table;
     DeviceBuffer<char> fbuf, ibuf;
     DeviceBuffer<uint16_t> o16;                 // [B*Hkv, g, d] fp16 output before widening
+    DeviceBuffer<float> lse2;                   // [B*Hkv*g] FlashInfer's base-2 LSE when merging
     PinnedBuffer<char> hbuf;
     flashinfer::DecodePlanInfo info;
     int32_t *indptr = nullptr, *last = nullptr, *indices = nullptr;
@@ -116,6 +136,7 @@ LibraryDecode::LibraryDecode(const DecodeShape& s, int page_tokens) : impl_(null
     m.h_table = PinnedBuffer<int32_t>(table);
     m.d_table = DeviceBuffer<int32_t>(table);
     m.o16 = DeviceBuffer<uint16_t>((size_t)m.requests * s.group * s.d);
+    m.lse2 = DeviceBuffer<float>((size_t)m.requests * s.group);
 }
 
 LibraryDecode::~LibraryDecode() { delete impl_; }
@@ -155,7 +176,8 @@ void LibraryDecode::plan(const int32_t* lens, void* stream) {
     m.indptr = m.d_table.get(), m.last = m.indptr + R + 1, m.indices = m.last + R;
 }
 
-void LibraryDecode::run(const float* q, const uint16_t* K, const uint16_t* V, float* out, float* lse, void* stream) {
+void LibraryDecode::run(const float* q, const uint16_t* K, const uint16_t* V, float* out, float* lse, void* stream,
+                        const float* extra_out, const float* extra_lse) {
     Impl& m = *impl_;
     if (m.pages.empty()) throw Error("library decode: run() before plan()");
     const uint32_t d = (uint32_t)m.s.d, g = (uint32_t)m.s.group;
@@ -165,7 +187,8 @@ void LibraryDecode::run(const float* q, const uint16_t* K, const uint16_t* V, fl
         reinterpret_cast<half*>(const_cast<uint16_t*>(K)), reinterpret_cast<half*>(const_cast<uint16_t*>(V)), strides,
         m.indices, m.indptr, m.last);
     half* o16 = reinterpret_cast<half*>(m.o16.get());
-    Params p(const_cast<float*>(q), nullptr, kv, o16, lse, nullptr, g, (int32_t)(g * d), (int32_t)d,
+    const bool merge = extra_out != nullptr && extra_lse != nullptr;
+    Params p(const_cast<float*>(q), nullptr, kv, o16, merge ? m.lse2.get() : lse, nullptr, g, (int32_t)(g * d), (int32_t)d,
              /*window_left=*/-1, /*logits_soft_cap=*/0.0f, m.s.scale != 0 ? m.s.scale : 1.0f / std::sqrt((float)d),
              /*rope_scale=*/1.0f, /*rope_theta=*/1e4f);
     const auto& info = m.info;
@@ -192,7 +215,11 @@ void LibraryDecode::run(const float* q, const uint16_t* K, const uint16_t* V, fl
     ok(e, "batch decode");
     ok(cudaGetLastError(), "batch decode launch");
     const int n_lse = m.requests * (int)g, n = n_lse * (int)d;
-    finish_kernel<<<(n + 255) / 256, 256, 0, st(stream)>>>(o16, out, n, lse, n_lse);
+    if (merge)
+        finish_merge_kernel<<<(n + 255) / 256, 256, 0, st(stream)>>>(o16, m.lse2.get(), extra_out, extra_lse, (int)d,
+                                                                     out, lse, n);
+    else
+        finish_kernel<<<(n + 255) / 256, 256, 0, st(stream)>>>(o16, out, n, lse, n_lse);
     ok(cudaGetLastError(), "output conversion");
 }
 

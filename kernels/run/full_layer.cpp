@@ -23,7 +23,7 @@ void run_full_layer(const GpuLayerJob& job, const StepFn& on_step) {
         const std::string why = cuda::library_decode_unsupported(s.d, s.g);
         if (!why.empty()) throw ParamError("full attention (library kernel): " + why);
     }
-    constexpr int kPage = 16;  // tokens per page of the library's page table (the KV is read in place)
+    constexpr int kPage = kLibraryPage;
     const size_t d = (size_t)s.d, N = (size_t)(s.tokens + kPage - 1) / kPage * kPage, per_bh = N * d;
     const size_t kv_bytes = 2 * (size_t)s.bh() * per_bh * sizeof(uint16_t);
     DecodeShape ds;

@@ -76,6 +76,11 @@ void HostPool::wake() {
     wake_.notify_all();
 }
 
+void HostPool::for_each(int n, bool parallel, const std::function<void(int)>& fn) {
+    if (parallel) return for_each(n, fn);
+    for (int i = 0; i < n; ++i) fn(i);
+}
+
 void HostPool::for_each(int n, const std::function<void(int)>& fn) {
     if (n <= 0) return;
     if (serial_) {  // one worker: the caller does the work itself, no hand-over

@@ -9,6 +9,10 @@
 
 namespace retro::gpu_run {
 
+/// Tokens per page of the library decode's page table (full's KV and wave's execution buffers are read in
+/// place as pages: their rows per (b, KV head) are whole pages).
+constexpr int kLibraryPage = 16;
+
 struct LayerShape {
     int H = 0;        ///< KV heads in the job
     int g = 1;        ///< query heads per KV head

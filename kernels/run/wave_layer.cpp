@@ -4,16 +4,21 @@
 //            method's own code; k-means by segmented_kmeans or segmented_kmeans_gpu) and shared by the
 //            replicas; its meta index goes to the GPU per (replica, head) as cent, vsum: [B*H, M, d]
 //            fp16, sizes: [B*H, M] int32, valid: [B*H, M] uint8; the clustered KV is laid out cluster
-//            after cluster in pinned host memory, store: [B*H, N, d] fp16 (K and V)
+//            after cluster in pinned host memory (or device memory: job.wave_kv_on_gpu), store:
+//            [B*H, N, d] fp16 (K and V)
 //   steady   sink + every token after the index, kept at the front of each execution buffer
 //            x: [B*H, X, d] fp16
 //   a step   cluster_rank -> ranked ids to the host -> (estimate_attention on the GPU || the host's
 //            cache lookup) -> copy_segments (cache hits from the GPU pool, misses zero-copy from pinned
-//            memory, after the steady rows) -> decode_attention merged with the estimation by LSE;
+//            memory, after the steady rows) -> attention over the execution buffer (FlashInfer's decode,
+//            as full's library baseline, where it takes the shape; else decode_attention) merged with
+//            the estimation by LSE;
 //            then the cache admission scatter (off the critical path). One stream, CUDA events.
 #include <algorithm>
 #include <chrono>
+#include <memory>
 #include <string>
+#include <thread>
 
 #include "run/gpu_cache_map.hpp"
 #include "run/host_pool.hpp"
@@ -29,6 +34,14 @@ using cuda::DecodeShape;
 namespace {
 
 using Clock = std::chrono::steady_clock;
+constexpr int kPage = kLibraryPage;
+
+/// Lookup workers: job.host_threads, or min(8, cores - 1) (more only wake more threads for ~1 us items).
+int pool_threads(int requested) {
+    if (requested > 0) return requested;
+    const int hw = (int)std::thread::hardware_concurrency();
+    return std::max(1, std::min(8, hw - 1));
+}
 
 double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
 
@@ -55,7 +68,8 @@ struct Placed {
 class WaveLayer {
   public:
     WaveLayer(const GpuLayerJob& job, const StepFn& on_step)
-        : job_(job), on_step_(on_step), s_(check_job(job)), st_(stream_.get()), q_(job, s_), o_(s_) {}
+        : job_(job), on_step_(on_step), s_(check_job(job)), st_(stream_.get()), q_(job, s_), o_(s_),
+          pool_(pool_threads(job.host_threads)) {}
 
     void run() {
         build_heads();
@@ -88,10 +102,22 @@ class WaveLayer {
             heads_ = std::move(b.heads);
             build_ms_ = b.build_ms;
         }
-        allocating("wave at batch " + std::to_string(s_.B) + ": pinned KV store", [&] {
-            store_k_ = cuda::PinnedBuffer<uint16_t>(bh_rows(s_.tokens));
-            store_v_ = cuda::PinnedBuffer<uint16_t>(store_k_.size());
-        });
+        if (job_.wave_kv_on_gpu) {
+            const size_t need = 2 * bh_rows(s_.tokens) * sizeof(uint16_t);
+            if (need > cuda::device_free_bytes())
+                throw GpuMemoryError("wave at batch " + std::to_string(s_.B) + ": the KV store needs " +
+                                     std::to_string(need >> 20) + " MiB of GPU memory; " +
+                                     std::to_string(cuda::device_free_bytes() >> 20) + " MiB free");
+            allocating("wave at batch " + std::to_string(s_.B) + ": device KV store", [&] {
+                dstore_k_ = cuda::DeviceBuffer<uint16_t>(bh_rows(s_.tokens));
+                dstore_v_ = cuda::DeviceBuffer<uint16_t>(dstore_k_.size());
+            });
+        } else {
+            allocating("wave at batch " + std::to_string(s_.B) + ": pinned KV store", [&] {
+                store_k_ = cuda::PinnedBuffer<uint16_t>(bh_rows(s_.tokens));
+                store_v_ = cuda::PinnedBuffer<uint16_t>(store_k_.size());
+            });
+        }
         stored_.assign((size_t)s_.H, 0);
         bh_segs_.assign((size_t)s_.bh(), {});
         caches_.clear();
@@ -119,7 +145,10 @@ class WaveLayer {
             for (int i = 0; i < R_ && i < (int)sz.size(); ++i) sum += sz[(size_t)i];
             retr = std::max(retr, sum);
         }
-        const int X = heads_[0].steady_tokens(s_.tokens) + retr;
+        const bool library = job_.full_kernel == FullKernel::library &&
+                             cuda::library_decode_unsupported(s_.d, s_.g).empty();
+        int X = heads_[0].steady_tokens(s_.tokens) + retr;
+        if (library) X = (X + kPage - 1) / kPage * kPage;  // whole pages for the library kernel
         ClusterScoreShape cs{s_.B, s_.H, s_.g, M_, s_.d, 0.0f};
         DecodeShape ds;
         ds.batch = s_.B, ds.kv_heads = s_.H, ds.group = s_.g, ds.d = s_.d, ds.capacity = std::max(X, X_);
@@ -157,6 +186,7 @@ class WaveLayer {
             ds_ = ds;
             ds_.capacity = X_;
             dec_work_ = cuda::DeviceBuffer<float>(cuda::decode_workspace_floats(ds_));
+            if (library) lib_ = std::make_unique<cuda::LibraryDecode>(ds_, kPage);
             if (est_out_.size() == 0) {
                 est_out_ = cuda::DeviceBuffer<float>((size_t)s_.B * s_.hq() * d);
                 est_lse_ = cuda::DeviceBuffer<float>((size_t)s_.B * s_.hq());
@@ -165,24 +195,35 @@ class WaveLayer {
         steady_ = 0;  // the index moved: the steady zone is rebuilt at the next step
     }
 
-    /// Appends the rows of every new cluster member (cluster order) to the pinned store of each replica.
+    /// Appends the rows of every new cluster member (cluster order) to the KV store of each replica:
+    /// written in place in pinned memory, or staged there and copied to the device store.
     void fill_store() {
         const size_t d = (size_t)s_.d, N = (size_t)s_.tokens;
+        const bool dev = job_.wave_kv_on_gpu;
         for (int h = 0; h < s_.H; ++h) {
             const auto& mem = heads_[(size_t)h].index().member_array();
             const size_t from = (size_t)stored_[(size_t)h], count = mem.size() - from;
             if (count == 0) continue;
-            uint16_t* k0 = store_k_.get() + ((size_t)h * N + from) * d;
-            uint16_t* v0 = store_v_.get() + ((size_t)h * N + from) * d;
+            const size_t at = ((size_t)h * N + from) * d, rep = (size_t)s_.H * N * d;  // replica stride
+            cuda::PinnedBuffer<uint16_t> sk, sv;
+            if (dev) sk = cuda::PinnedBuffer<uint16_t>(count * d), sv = cuda::PinnedBuffer<uint16_t>(count * d);
+            uint16_t* k0 = dev ? sk.get() : store_k_.get() + at;
+            uint16_t* v0 = dev ? sv.get() : store_v_.get() + at;
             rows_to_half(*job_.heads[(size_t)h], mem.data() + from, count, k0, v0);
-            for (int b = 1; b < s_.B; ++b) {
-                const size_t off = (size_t)b * s_.H * N * d;
-                std::copy(k0, k0 + count * d, k0 + off);
-                std::copy(v0, v0 + count * d, v0 + off);
+            for (int b = dev ? 0 : 1; b < s_.B; ++b) {
+                if (dev) {
+                    cuda::copy_h2d(dstore_k_.get() + at + b * rep, k0, count * d * sizeof(uint16_t));
+                    cuda::copy_h2d(dstore_v_.get() + at + b * rep, v0, count * d * sizeof(uint16_t));
+                } else {
+                    std::copy(k0, k0 + count * d, k0 + b * rep);
+                    std::copy(v0, v0 + count * d, v0 + b * rep);
+                }
             }
             stored_[(size_t)h] = (int)mem.size();
         }
     }
+    uint16_t* store_k() { return job_.wave_kv_on_gpu ? dstore_k_.get() : store_k_.get(); }
+    uint16_t* store_v() { return job_.wave_kv_on_gpu ? dstore_v_.get() : store_v_.get(); }
 
     void upload_index(const ClusterScoreShape& cs) {
         const size_t H = (size_t)s_.H, M = (size_t)M_, d = (size_t)s_.d, bh = (size_t)s_.bh();
@@ -238,7 +279,7 @@ class WaveLayer {
     /// (replica, head)s (host_pool), then the copy lists are concatenated in order.
     void lookup(int S, std::vector<std::vector<Placed>>& misses, std::vector<int64_t>& miss_tokens) {
         const size_t d = (size_t)s_.d, N = (size_t)s_.tokens, bt = (size_t)job_.block_tokens;
-        pool_.for_each(s_.bh(), [&](int bh) {
+        pool_.for_each(s_.bh(), parallel(), [&](int bh) {
             std::vector<CopySegment>& segs = bh_segs_[(size_t)bh];
             segs.clear();
             auto add = [&](const uint16_t* sk, const uint16_t* sv, uint16_t* dk, uint16_t* dv, int64_t tokens) {
@@ -272,7 +313,7 @@ class WaveLayer {
                     }
                 } else {
                     const size_t src = (srow0 + (size_t)ix.offsets()[(size_t)c]) * d;
-                    add(store_k_.get() + src, store_v_.get() + src, dk, dv, sz);
+                    add(store_k() + src, store_v() + src, dk, dv, sz);
                     misses[(size_t)bh].push_back({c, row, sz});
                     miss_tokens[(size_t)bh] += sz;
                 }
@@ -282,6 +323,12 @@ class WaveLayer {
         });
         n_segs_ = gather_lists(h_segs_, max_seg_);
     }
+
+    /// The host work of a step on the pool's workers only when there is enough of it: on the H200
+    /// (2026-11-27) the lookups of one step took 140-835 us at batch 1 through 15 woken workers, where
+    /// the caller alone does ~1,200 lookups in ~10 us. Below kParallelLookups the caller does them.
+    static constexpr int kParallelLookups = 4096;
+    bool parallel() const { return (int64_t)s_.bh() * R_ > kParallelLookups; }
 
     /// Concatenates the per-(replica, head) copy lists into `out`; returns their count, `longest` the
     /// most tokens of one segment.
@@ -299,7 +346,7 @@ class WaveLayer {
     /// into their pool blocks (the copy list; returns its length, `longest` its largest segment).
     int admit(const std::vector<std::vector<Placed>>& misses, int64_t& longest) {
         const size_t d = (size_t)s_.d, bt = (size_t)job_.block_tokens;
-        pool_.for_each(s_.bh(), [&](int bh) {
+        pool_.for_each(s_.bh(), parallel(), [&](int bh) {
             std::vector<CopySegment>& segs = bh_segs_[(size_t)bh];
             segs.clear();
             std::vector<int64_t> admitted;
@@ -321,7 +368,7 @@ class WaveLayer {
     }
 
     void step(int t, bool first) {
-        pool_.wake();  // the lookup workers spin from now on: the ranked ids arrive in ~100 us
+        if (parallel()) pool_.wake();  // the lookup workers spin from now on: the ranked ids arrive in ~100 us
         const int n = s_.prompt + t + 1;
         sync_steady(n);
         const int S = steady_;
@@ -341,13 +388,27 @@ class WaveLayer {
                                      est_out_.get(), est_lse_.get(), est_work_.get(), st_);
         };
         const bool est = ranked && E_ > 0;
+        // the attention over the execution buffer merged with the estimation: FlashInfer's decode (planned
+        // on the host once the lengths are known) where it takes the shape and every buffer holds a
+        // token, else the own kernel
+        bool planned = false;
+        const auto plan = [&] {
+            planned = lib_ && std::all_of(h_lens_.get(), h_lens_.get() + s_.bh(), [](int32_t l) { return l > 0; });
+            if (planned) lib_->plan(h_lens_.get(), st_);
+        };
         const auto attend = [&] {
-            cuda::decode_attention(ds_, q_.device(), xk_.get(), xv_.get(), d_lens_.get(), est ? est_out_.get() : nullptr,
-                                   est ? est_lse_.get() : nullptr, o_.out.get(), o_.lse.get(), dec_work_.get(), st_);
+            if (planned)
+                lib_->run(q_.device(), xk_.get(), xv_.get(), o_.out.get(), o_.lse.get(), st_,
+                          est ? est_out_.get() : nullptr, est ? est_lse_.get() : nullptr);
+            else
+                cuda::decode_attention(ds_, q_.device(), xk_.get(), xv_.get(), d_lens_.get(),
+                                       est ? est_out_.get() : nullptr, est ? est_lse_.get() : nullptr, o_.out.get(),
+                                       o_.lse.get(), dec_work_.get(), st_);
         };
         if (first && job_.warmup > 0) {  // the kernels once over the steady rows; the caches untouched
             std::fill(h_lens_.get(), h_lens_.get() + s_.bh(), S);
             cuda::copy_h2d_async(d_lens_.get(), h_lens_.get(), h_lens_.bytes(), st_);
+            plan();
             for (int w = 0; w < job_.warmup; ++w) rank(), estimate(), attend();
             stream_.synchronize();
         }
@@ -373,6 +434,7 @@ class WaveLayer {
         }
         cuda::copy_h2d_async(d_segs_.get(), h_segs_.get(), (size_t)n_segs_ * sizeof(CopySegment), st_);
         cuda::copy_h2d_async(d_lens_.get(), h_lens_.get(), h_lens_.bytes(), st_);
+        plan();
         const double host_us = ms_since(h0) * 1e3;
         e_gather0_.record(st_);
         cuda::copy_segments(d_segs_.get(), n_segs_, s_.d, max_seg_, st_);
@@ -407,6 +469,7 @@ class WaveLayer {
         r.times.host_us = host_us;
         r.times.admit_us = us_between(e_attend_, e_admit_);
         const double tb = s_.token_bytes(), d = s_.d;
+        const double pcie = job_.wave_kv_on_gpu ? 0.0 : 1.0;  // misses from device memory cross no bus
         const bool ranked = M_ > 0 && R_ + E_ > 0;
         r.selections.resize((size_t)s_.H);
         r.head_h2d_bytes.assign((size_t)s_.H, 0.0);
@@ -424,12 +487,12 @@ class WaveLayer {
             r.footprints.push_back(heads_[(size_t)h].footprint(n, s_.d, 2.0));
             r.work.attend_bytes += h_lens_[(size_t)h] * tb;
             if (ranked) r.work.index_bytes += (double)M_ * d * 2 + (est ? valid_e * 2.0 * d * 2 : 0.0);
-            r.work.h2d_bytes += (double)miss_tokens[(size_t)h] * tb;
+            r.work.h2d_bytes += pcie * (double)miss_tokens[(size_t)h] * tb;
             r.work.d2h_bytes += ranked ? R_ * 4.0 : 0.0;
             r.work.lookups += valid_r;
-            r.head_h2d_bytes[(size_t)h] = (double)miss_tokens[(size_t)h] * tb;
+            r.head_h2d_bytes[(size_t)h] = pcie * (double)miss_tokens[(size_t)h] * tb;
         }
-        for (int64_t m : miss_tokens) r.batch_h2d_bytes += (double)m * tb;
+        for (int64_t m : miss_tokens) r.batch_h2d_bytes += pcie * (double)m * tb;
         r.batch_d2h_bytes = ranked ? (double)s_.bh() * R_ * 4.0 : 0.0;
         on_step_(r);
     }
@@ -450,7 +513,8 @@ class WaveLayer {
     cuda::DeviceBuffer<float> agg_, est_out_, est_lse_, est_work_, dec_work_;
     cuda::DeviceBuffer<char> rank_work_;
     cuda::PinnedBuffer<int32_t> h_ranked_, h_rank0_, h_lens_;  ///< [B*H, R], [H, R+E] (replica 0), [B*H]
-    cuda::PinnedBuffer<uint16_t> store_k_, store_v_;            ///< [B*H, N, d], cluster order
+    cuda::PinnedBuffer<uint16_t> store_k_, store_v_;            ///< [B*H, N, d], cluster order (host KV)
+    cuda::DeviceBuffer<uint16_t> dstore_k_, dstore_v_;          ///< the same on the device (wave_kv_on_gpu)
     std::vector<int> stored_;                                   ///< store rows filled per head
     int X_ = 0, steady_ = 0;  ///< execution-buffer rows per (replica, head); steady rows at its front
     cuda::DeviceBuffer<uint16_t> xk_, xv_, pool_k_, pool_v_;
@@ -465,6 +529,7 @@ class WaveLayer {
     HostPool pool_;
     std::vector<std::vector<CopySegment>> bh_segs_;  ///< per (replica, head): this step's copy list
     DecodeShape ds_;
+    std::unique_ptr<cuda::LibraryDecode> lib_;  ///< the library decode over the execution buffers, or none
     std::vector<int32_t> ids_;
     std::vector<int> order_;
     cuda::Event e_start_, e_ranked_, e_ids_, e_est0_, e_est1_, e_gather0_, e_gather1_, e_attend_, e_admit_;

@@ -27,17 +27,28 @@ BuiltWaveHeads build_index(const GpuBackend& gpu, const WaveRunOptions& o, const
     return gpu.build_wave(job);
 }
 
-std::string method_label(GpuMethod m, FullKernel fk) {
-    return m == GpuMethod::wave ? "wave" : fk == FullKernel::library ? "full" : "full-own";
+/// One row kind: a method, full's kernel, wave's KV placement.
+struct Kind {
+    GpuMethod m;
+    FullKernel fk;
+    bool kv_on_gpu = false;
+};
+
+std::string method_label(const Kind& k) {
+    if (k.m == GpuMethod::wave) return k.kv_on_gpu ? "wave-hbm" : "wave";
+    return k.fk == FullKernel::library ? "full" : "full-own";
 }
 
 /// Runs one (method, context, batch) and averages its steps; evaluates accuracy at batch 1.
-WaveRunRow run_point(const GpuBackend& gpu, const WaveRunOptions& o, GpuMethod m, FullKernel fk,
+WaveRunRow run_point(const GpuBackend& gpu, const WaveRunOptions& o, const Kind& kind,
                      const std::vector<HeadSlice>& heads, int batch, const BuiltWaveHeads* built) {
     const HeadSlice& h0 = heads[0];
+    const GpuMethod m = kind.m;
     GpuLayerJob job;
     job.method = m;
-    job.full_kernel = fk;
+    job.full_kernel = kind.fk;
+    job.wave_kv_on_gpu = kind.kv_on_gpu;
+    job.host_threads = o.host_threads;
     for (const HeadSlice& h : heads) job.heads.push_back(&h);
     job.steps.resize((size_t)h0.num_steps);
     std::iota(job.steps.begin(), job.steps.end(), 0);
@@ -50,7 +61,7 @@ WaveRunRow run_point(const GpuBackend& gpu, const WaveRunOptions& o, GpuMethod m
     job.wave_heads = built;
 
     WaveRunRow row;
-    row.method = method_label(m, fk);
+    row.method = method_label(kind);
     row.context = h0.prompt_len, row.batch = batch, row.modeled = o.hw != nullptr;
     std::vector<Evaluator> ev;
     if (batch == 1)
@@ -139,30 +150,32 @@ std::vector<WaveRunRow> run_wave_vs_full(const GpuBackend& gpu, const WaveRunOpt
         if (progress) progress("synthetic layer, context " + std::to_string(N));
         const std::vector<HeadSlice> heads = synthetic_layer(lp);
         // the baseline (the first full row of each batch) and then the others, each over every batch
-        std::vector<std::pair<GpuMethod, FullKernel>> kinds;
+        std::vector<Kind> kinds;
         if (o.full_library && gpu.library_unsupported(lp.head_dim, lp.group).empty())
             kinds.push_back({GpuMethod::full, FullKernel::library});
         if (o.full_own || kinds.empty()) kinds.push_back({GpuMethod::full, FullKernel::own});
-        kinds.push_back({GpuMethod::wave, FullKernel::library});
+        if (o.wave_host) kinds.push_back({GpuMethod::wave, FullKernel::library, false});
+        if (o.wave_hbm) kinds.push_back({GpuMethod::wave, FullKernel::library, true});
         std::vector<double> base_us(o.batches.size(), 0.0);
         // the wave indexes over the prompt, built once for every batch point (in the GPU-only build the
         // k-means's final pass runs on one CPU core without BLAS: minutes per point at 128K)
         std::unique_ptr<BuiltWaveHeads> built;
         for (size_t k = 0; k < kinds.size(); ++k) {
-            const auto [m, fk] = kinds[k];
+            const Kind& kind = kinds[k];
+            const GpuMethod m = kind.m;
             bool fits = true;
             for (size_t i = 0; i < o.batches.size() && fits; ++i) {
                 const int B = o.batches[i];
-                if (progress) progress(method_label(m, fk) + " N=" + std::to_string(N) + " B=" + std::to_string(B));
+                if (progress) progress(method_label(kind) + " N=" + std::to_string(N) + " B=" + std::to_string(B));
                 WaveRunRow row;
                 try {
                     if (m == GpuMethod::wave && !built) {
                         if (progress) progress("wave indexes, context " + std::to_string(N));
                         built = std::make_unique<BuiltWaveHeads>(build_index(gpu, o, heads));
                     }
-                    row = run_point(gpu, o, m, fk, heads, B, built.get());
+                    row = run_point(gpu, o, kind, heads, B, built.get());
                 } catch (const GpuMemoryError& e) {
-                    row.method = method_label(m, fk);
+                    row.method = method_label(kind);
                     row.context = N, row.batch = B, row.status = std::string("does not fit: ") + e.what();
                     fits = false;
                 }

@@ -30,12 +30,16 @@ struct WaveRunOptions {
     /// Full attention's kernels, each a row: the library baseline (FlashInfer) first when this build has
     /// it for the shape, then the own kernel when full_own. wave's speedup is over the first.
     bool full_library = true, full_own = true;
+    /// wave rows: "wave" with the clustered KV in pinned host memory (misses over PCIe: the paper's
+    /// setting) and "wave-hbm" with it in device memory (the within-GPU-memory setting)
+    bool wave_host = true, wave_hbm = true;
+    int host_threads = 0;  ///< wave's host lookup workers (GpuLayerJob::host_threads)
     double hbm_bytes_per_s = 0;  ///< the measured device-memory ceiling (D2D read+write); 0 = no fractions
 };
 
 /// One (method, context, batch): means over the decode steps.
 struct WaveRunRow {
-    std::string method;  ///< "full" (library kernel) | "full-own" (the own kernel) | "wave"
+    std::string method;  ///< "full" (library kernel) | "full-own" (the own kernel) | "wave" | "wave-hbm"
     int context = 0, batch = 0, steps = 0;
     std::string status = "ok";  ///< or "does not fit: ..." (larger batches of the method are skipped)
     GpuStepTimes measured;

@@ -39,6 +39,10 @@ struct GpuLayerJob {
     std::vector<int> steps;               ///< decode steps evaluated, ascending (the others only append)
     int batch = 1;                        ///< B replicas of the request, each with its own KV copy
     bool offloaded = false;               ///< full: KV in pinned host memory, read over PCIe every step
+    /// wave: the clustered KV in device memory (the within-GPU-memory setting: misses are device copies)
+    /// instead of pinned host memory read over PCIe (the paper's offloaded setting, the default)
+    bool wave_kv_on_gpu = false;
+    int host_threads = 0;  ///< wave: host lookup workers (0: min(8, cores - 1); 1: the caller alone)
     FullKernel full_kernel = FullKernel::library;  ///< full: the library baseline or the own kernel
     WaveParams wave;                      ///< wave: index and zones (gqa must be sum)
     bool kmeans_on_gpu = false;           ///< wave: index blocks clustered by segmented_kmeans_gpu

@@ -4,9 +4,13 @@
 # headers come from PyPI), carried as build-gpu/kernels/retro_gpu_check:
 #   1. every kernel check against its CPU reference (LibraryDecode = FlashInfer's decode included)
 #   2. PyTorch SDPA on the same shapes (scripts/gpu/sdpa_baseline.py), when torch sees the device
+#   2b. when scripts/gpu/carry-tests.sh packed it into build-gpu/: the main build's GTest binary, its
+#      CudaBackend.* tests on the device (the cuda backend's wave and full against the CPU methods)
 #   3. the wave decode step vs full attention per layer (library and own kernel), HBM fractions, the
 #      cost model calibrated by the device (--measured) on the profile named by RETRO_HARDWARE (default
 #      h100-sxm-pcie5) for what is not measured
+#   4. with the time left (RETRO_NCU_CONTEXT, default 131072, batch 8): each wave kernel's duration from
+#      Nsight Compute (one metric, clocks left alone), where ncu can read the counters
 # usage: bash scripts/gpu/lease-run.sh OUTDIR [CONTEXTS] [BATCHES]   (defaults 32768,131072 and 1,8,32)
 set -uo pipefail
 out=${1:?usage: lease-run.sh OUTDIR [CONTEXTS] [BATCHES]}
@@ -20,6 +24,12 @@ nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=c
 t0=$SECONDS
 "$bin" --out "$out/checks" --checks-only > "$out/checks.log" 2>&1
 echo "checks: exit $? ($((SECONDS - t0)) s)"; grep -E "^(passed|failed)|^checks:" "$out/checks/gpu-report.txt"
+if [[ -x $root/build-gpu/retro_unit_tests ]]; then
+  t0=$SECONDS
+  LD_LIBRARY_PATH=$root/build-gpu/lib timeout "${RETRO_TESTS_TIMEOUT:-90}" "$root/build-gpu/retro_unit_tests" \
+    --gtest_filter='CudaBackend.*' > "$out/gtest-cuda.log" 2>&1
+  echo "gtest CudaBackend.*: exit $? ($((SECONDS - t0)) s)"; grep -E "^\[  (PASSED|FAILED|SKIPPED) |tests ran" "$out/gtest-cuda.log"
+fi
 hwfile=$out/hardware.txt
 python3 "$root/scripts/hardware-values.py" "$root/configs/hardware/$hw.json" > "$hwfile" 2>/dev/null ||
   cp "$root/build-gpu/$hw.txt" "$hwfile"
@@ -36,3 +46,12 @@ sed -n '/^wave decode step/,$p' "$out/wave/gpu-report.txt" 2>/dev/null || grep -
 [[ -f "$out/wave/gpu-report.json" ]] &&
   python3 "$root/scripts/gpu/summary_table.py" "$out/wave/gpu-report.json" --sdpa "$out/sdpa.json" |
   tee "$out/summary.md"
+left=$(( ${RETRO_LEASE_BUDGET:-560} - SECONDS ))
+if command -v ncu > /dev/null && (( left > 40 )); then
+  t0=$SECONDS
+  timeout "$left" ncu --clock-control none --metrics gpu__time_duration.sum --csv \
+    -k 'regex:cluster|estimate|decode_combine|copy_segments|decode_split' --launch-skip 20 --launch-count 40 \
+    "$bin" --out "$out/ncu-run" --wave-only --contexts "${RETRO_NCU_CONTEXT:-131072}" --batches 8 \
+    > "$out/ncu.csv" 2> "$out/ncu.log"
+  echo "ncu: exit $? ($((SECONDS - t0)) s)"
+fi

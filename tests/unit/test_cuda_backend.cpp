@@ -271,7 +271,8 @@ BACKEND_TEST(WaveMatchesTheCpuWaveMethod) {
 }
 
 // Indexes built once for the layer (build_wave_heads, as the driver shares them across batch points) give
-// the same steps as a run that builds its own: outputs, selections and index build time carried over.
+// the same steps as a run that builds its own: outputs, selections and index build time carried over; so
+// does a run with the KV in device memory (wave_kv_on_gpu), whose misses cross no bus.
 BACKEND_TEST(PrebuiltWaveHeadsGiveTheSameSteps) {
     REQUIRE_DEVICE();
     const int H = 2, prompt = 1500, steps = 4;
@@ -306,6 +307,23 @@ BACKEND_TEST(PrebuiltWaveHeadsGiveTheSameSteps) {
     job.wave_heads = &built;
     const auto shared = run(job);
     const auto again = run(job);  // the built heads are copied, not changed, by a run
+    // the clustered KV in device memory (the within-GPU-memory setting) and the host work on the caller
+    // alone: the same selections and outputs; misses cross no bus
+    GpuLayerJob on_gpu = job;
+    on_gpu.wave_kv_on_gpu = true;
+    on_gpu.host_threads = 1;
+    const auto hbm = run(on_gpu);
+    ASSERT_EQ(hbm.size(), own.size());
+    double host_h2d = 0;
+    for (size_t i = 0; i < own.size(); ++i) {
+        EXPECT_EQ(own[i].ids, hbm[i].ids) << "step " << i;
+        EXPECT_EQ(hbm[i].h2d, 0.0) << "step " << i;
+        host_h2d += own[i].h2d;
+        double worst = 0;
+        for (size_t k = 0; k < own[i].out.size(); ++k) worst = std::max(worst, (double)std::abs(own[i].out[k] - hbm[i].out[k]));
+        EXPECT_LT(worst, 1e-5) << "step " << i;
+    }
+    EXPECT_GT(host_h2d, 0.0);  // the host-KV run did miss (else the comparison above shows nothing)
     ASSERT_EQ(own.size(), 3u);
     ASSERT_EQ(shared.size(), own.size());
     for (size_t i = 0; i < own.size(); ++i) {
