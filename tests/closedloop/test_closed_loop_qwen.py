@@ -106,7 +106,7 @@ class QwenClosedLoop(unittest.TestCase):
                "fidelity": {"texts": [{"text": "austen:emma", "start": 0.3}], "prompt_tokens": PROMPT,
                             "continuation_tokens": STEPS, "greedy_tokens": STEPS},
                "niah": {"texts": ["mobydick"], "prompt_tokens": [PROMPT], "depths": [0.5], "variants": ["single"],
-                        "max_new_tokens": 6},
+                        "max_new_tokens": 8},  # Qwen: one token per digit: " 468278." is 8
                "methods": [{"name": "oracle_topk", "params": {"k": 100000}},
                            {"name": "streaming", "params": {"sink": 4, "window": 1}}]}
         path = os.path.join(TMP, "qwen.json")
