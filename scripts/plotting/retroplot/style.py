@@ -45,8 +45,10 @@ def method_style(name):
     if n in METHOD_STYLE:
         return dict(METHOD_STYLE[n])
     h = zlib.crc32(n.encode())
+    # a Python method "py:dir/file.py:Class" is shown as "Class (Python)": the path would fill the legend
+    shown = str(name).rsplit(":", 1)[1] + " (Python)" if str(name).startswith("py:") else str(name)
     return {"color": _FALLBACK_COLORS[h % len(_FALLBACK_COLORS)],
-            "marker": _FALLBACK_MARKERS[(h // 7) % len(_FALLBACK_MARKERS)], "name": str(name)}
+            "marker": _FALLBACK_MARKERS[(h // 7) % len(_FALLBACK_MARKERS)], "name": shown}
 
 
 # Metric -> (axis label with unit, scale applied to the stored value, direction)
