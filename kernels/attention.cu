@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include <cub/block/block_radix_sort.cuh>
+#include <cub/block/block_scan.cuh>
 #include <cub/device/device_segmented_radix_sort.cuh>
 
 #include <cmath>
@@ -218,18 +219,16 @@ __global__ void cluster_softmax_sum_kernel(ClusterScoreShape s, const float* sco
 // block and eight 4-bit passes over global memory, was most of the ranking's 198 us at 128K).
 // grid B*Hkv, block 1024, dynamic shared memory: the sort's TempStorage.
 constexpr int kRankThreads = 1024;
+
+// Thread t's ITEMS aggregates a[i] of clusters t*ITEMS + i (softmax over the valid clusters of each of
+// the g heads, summed over the heads in head order: the CPU's order of additions; invalid and padding
+// -inf), written to agg; shared by the sort and the select kernels so both rank bit-identical values.
 template <int ITEMS>
-__global__ void __launch_bounds__(kRankThreads) cluster_sort_block_kernel(ClusterScoreShape s, const float* scores,
-                                                                         float* agg, int32_t* ranked) {
-    using Sort = cub::BlockRadixSort<float, kRankThreads, ITEMS, int32_t>;
-    extern __shared__ __align__(16) unsigned char smem[];
-    typename Sort::TempStorage& tmp = *reinterpret_cast<typename Sort::TempStorage*>(smem);
-    __shared__ float sh[32];
-    const int bk = blockIdx.x, M = s.clusters, g = s.group, t0 = threadIdx.x * ITEMS;
-    float a[ITEMS];
-    int32_t id[ITEMS];
+__device__ void group_aggregates(const ClusterScoreShape& s, int bk, const float* scores, float* agg,
+                                 float (&a)[ITEMS], float* sh) {
+    const int M = s.clusters, g = s.group, t0 = threadIdx.x * ITEMS;
 #pragma unroll
-    for (int i = 0; i < ITEMS; ++i) a[i] = 0.0f, id[i] = t0 + i;
+    for (int i = 0; i < ITEMS; ++i) a[i] = 0.0f;
     for (int h = 0; h < g; ++h) {
         const float* sc = scores + ((size_t)bk * g + h) * M;
         float x[ITEMS], mx = -INFINITY;
@@ -252,10 +251,145 @@ __global__ void __launch_bounds__(kRankThreads) cluster_sort_block_kernel(Cluste
         if (t0 + i >= M || sc0[t0 + i] == -INFINITY) a[i] = -INFINITY;
         if (t0 + i < M) agg[(size_t)bk * M + t0 + i] = a[i];
     }
+}
+
+template <int ITEMS>
+__global__ void __launch_bounds__(kRankThreads) cluster_sort_block_kernel(ClusterScoreShape s, const float* scores,
+                                                                         float* agg, int32_t* ranked) {
+    using Sort = cub::BlockRadixSort<float, kRankThreads, ITEMS, int32_t>;
+    extern __shared__ __align__(16) unsigned char smem[];
+    typename Sort::TempStorage& tmp = *reinterpret_cast<typename Sort::TempStorage*>(smem);
+    __shared__ float sh[32];
+    const int bk = blockIdx.x, M = s.clusters, t0 = threadIdx.x * ITEMS;
+    float a[ITEMS];
+    int32_t id[ITEMS];
+    group_aggregates<ITEMS>(s, bk, scores, agg, a, sh);
+#pragma unroll
+    for (int i = 0; i < ITEMS; ++i) id[i] = t0 + i;
     Sort(tmp).SortDescending(a, id);
 #pragma unroll
     for (int i = 0; i < ITEMS; ++i)
         if (t0 + i < M) ranked[(size_t)bk * M + t0 + i] = id[i];
+}
+
+// ---- the zones without a full sort (cluster_select) ----
+
+// An unsigned key in the order of the float (larger float, larger key); -inf -> 0x007fffff, padding 0.
+__device__ __forceinline__ uint32_t order_key(float a) {
+    const uint32_t f = __float_as_uint(a);
+    return (f & 0x80000000u) ? ~f : (f | 0x80000000u);
+}
+
+using RankScan = cub::BlockScan<int, kRankThreads>;
+
+// Which of the block's items are among its K largest (K >= 1, K <= items) in the order (key descending,
+// id ascending), as a bit mask per thread (bit i = item t*ITEMS + i). MSB-first radix select over 8-bit
+// digits finds the K-th largest key T and how many items equal to T belong (`take`); those are the
+// lowest ids among the equal ones (a block scan over the per-thread counts in id order).
+template <int ITEMS>
+__device__ uint32_t top_k_mask(const uint32_t (&key)[ITEMS], int K, int* hist, int* sh,
+                               typename RankScan::TempStorage& scan) {
+    uint32_t prefix = 0, mask = 0;
+    int k = K;
+    for (int shift = 24; shift >= 0; shift -= 8) {
+        for (int i = threadIdx.x; i < 256; i += blockDim.x) hist[i] = 0;
+        __syncthreads();
+#pragma unroll
+        for (int i = 0; i < ITEMS; ++i)
+            if ((key[i] & mask) == prefix) atomicAdd(&hist[(key[i] >> shift) & 255u], 1);
+        __syncthreads();
+        if (threadIdx.x < 32) {  // digits from 255 down: lane l holds 255 - 8l ... 248 - 8l
+            const int lane = threadIdx.x;
+            int c[8], sum = 0;
+#pragma unroll
+            for (int j = 0; j < 8; ++j) c[j] = hist[255 - (lane * 8 + j)], sum += c[j];
+            int inc = sum;
+#pragma unroll
+            for (int o = 1; o < 32; o <<= 1) {
+                const int y = __shfl_up_sync(0xffffffffu, inc, o);
+                if (lane >= o) inc += y;
+            }
+            const unsigned ball = __ballot_sync(0xffffffffu, inc >= k);
+            if (lane == __ffs(ball) - 1) {
+                int cum = inc - sum;
+                for (int j = 0; j < 8; ++j) {
+                    if (cum + c[j] >= k) {
+                        sh[0] = 255 - (lane * 8 + j), sh[1] = k - cum;
+                        break;
+                    }
+                    cum += c[j];
+                }
+            }
+        }
+        __syncthreads();
+        prefix |= (uint32_t)sh[0] << shift, mask |= 255u << shift, k = sh[1];
+        __syncthreads();
+    }
+    int eq = 0;
+#pragma unroll
+    for (int i = 0; i < ITEMS; ++i) eq += key[i] == prefix;
+    int before = 0;
+    RankScan(scan).ExclusiveSum(eq, before);
+    __syncthreads();
+    uint32_t in = 0;
+#pragma unroll
+    for (int i = 0; i < ITEMS; ++i) {
+        if (key[i] > prefix) in |= 1u << i;
+        else if (key[i] == prefix) {
+            if (before < k) in |= 1u << i;
+            ++before;
+        }
+    }
+    return in;
+}
+
+// The zones of each (b, kv head) without sorting all M clusters (RetroInfer needs the top r in rank
+// order, for the cache's admission order, and the next e as a set): the aggregates as the sort kernel
+// computes them, the top-r and top-(r+e) members by radix select, the estimation members written in id
+// order after r, the retrieval members sorted (r <= 1024: one key per thread) into ranked[0, r). The
+// full block sort of 8192 clusters took 52 us per (b, kv head) block on the H200 (ncu, 128K batch 8).
+// grid B*Hkv, block 1024; M <= 1024 * ITEMS (ITEMS <= 8), r + e <= M, r <= 1024.
+template <int ITEMS>
+__global__ void __launch_bounds__(kRankThreads) cluster_select_block_kernel(ClusterScoreShape s, int r, int e,
+                                                                           const float* scores, float* agg,
+                                                                           int32_t* ranked) {
+    using Sort = cub::BlockRadixSort<uint32_t, kRankThreads, 1, int32_t>;
+    __shared__ union {
+        typename RankScan::TempStorage scan;
+        typename Sort::TempStorage sort;
+    } tmp;
+    __shared__ int hist[256], sh[2];
+    __shared__ float shf[32];
+    __shared__ uint32_t top_key[kRankThreads];
+    __shared__ int32_t top_id[kRankThreads];
+    const int bk = blockIdx.x, M = s.clusters, t0 = threadIdx.x * ITEMS;
+    uint32_t key[ITEMS];
+    {
+        float a[ITEMS];
+        group_aggregates<ITEMS>(s, bk, scores, agg, a, shf);
+#pragma unroll
+        for (int i = 0; i < ITEMS; ++i) key[i] = t0 + i < M ? order_key(a[i]) : 0u;
+    }
+    const uint32_t in_r = r > 0 ? top_k_mask<ITEMS>(key, r, hist, sh, tmp.scan) : 0u;
+    const uint32_t in_z = r + e > 0 ? top_k_mask<ITEMS>(key, r + e, hist, sh, tmp.scan) : 0u;
+    const uint32_t in_e = in_z & ~in_r;
+    // positions: retrieval count in the low 16 bits, estimation count above (r <= 1024, e < 65536)
+    int packed = __popc(in_r) | (__popc(in_e) << 16), off = 0;
+    RankScan(tmp.scan).ExclusiveSum(packed, off);
+    __syncthreads();
+    int pr = off & 0xffff, pe = off >> 16;
+    int32_t* out = ranked + (size_t)bk * M;
+#pragma unroll
+    for (int i = 0; i < ITEMS; ++i) {
+        if (in_r >> i & 1u) top_key[pr] = key[i], top_id[pr] = t0 + i, ++pr;
+        if (in_e >> i & 1u) out[r + pe++] = t0 + i;
+    }
+    __syncthreads();
+    // the retrieval members in rank order: a stable descending sort of r keys entered in id order
+    uint32_t k1[1] = {threadIdx.x < r ? top_key[threadIdx.x] : 0u};
+    int32_t v1[1] = {threadIdx.x < r ? top_id[threadIdx.x] : 0x7fffffff};
+    Sort(tmp.sort).SortDescending(k1, v1);
+    if (threadIdx.x < r) out[threadIdx.x] = v1[0];
 }
 
 template <int ITEMS>
@@ -334,6 +468,46 @@ size_t cluster_rank_workspace(const ClusterScoreShape& s) {
     return total;
 }
 
+namespace {
+// The scores of every (b, kv head, head, cluster) into w.scores: [B*Hkv, g, M].
+void launch_scores(const ClusterScoreShape& s, const float* q, const uint16_t* cent, const uint8_t* valid,
+                   const RankWork& w, cudaStream_t stream) {
+    const int n_seg = s.batch * s.kv_heads;
+    const float scale = default_scale(s.scale, s.d);
+    switch (s.d) {  // the vectorized scores where d = 32 * {1, 2, 4, 8}, else the first version
+        case 32: launch_scores_vec<1>(s, scale, q, cent, valid, w.scores, stream); break;
+        case 64: launch_scores_vec<2>(s, scale, q, cent, valid, w.scores, stream); break;
+        case 128: launch_scores_vec<4>(s, scale, q, cent, valid, w.scores, stream); break;
+        case 256: launch_scores_vec<8>(s, scale, q, cent, valid, w.scores, stream); break;
+        default:
+            cluster_scores_kernel<<<dim3((s.clusters + 3) / 4, n_seg), 128, 0, stream>>>(s, scale, q, cent, valid,
+                                                                                       w.scores);
+    }
+    check_launch("cluster_scores");
+}
+}  // namespace
+
+void cluster_select(const ClusterScoreShape& s, int r, int e, const float* q, const uint16_t* cent,
+                    const uint8_t* valid, float* agg, int32_t* ranked, void* work, size_t work_bytes, void* stream) {
+    check_cluster_shape(s);
+    if (r < 0 || e < 0 || r + e > s.clusters)
+        throw ParamError("cuda cluster_select: zones r=" + std::to_string(r) + " e=" + std::to_string(e) +
+                         " for " + std::to_string(s.clusters) + " clusters");
+    if (s.clusters == 0) return;
+    if (r > kRankThreads || s.clusters > kRankThreads * 8)  // past one block's select: the full ranking
+        return cluster_rank(s, q, cent, valid, agg, ranked, work, work_bytes, stream);
+    size_t total = 0;
+    RankWork w = carve(s, work, &total);
+    if (work_bytes < total) throw ParamError("cuda cluster_select: workspace too small");
+    launch_scores(s, q, cent, valid, w, st(stream));
+    const int n_seg = s.batch * s.kv_heads;
+    if (s.clusters <= kRankThreads * 4)
+        cluster_select_block_kernel<4><<<n_seg, kRankThreads, 0, st(stream)>>>(s, r, e, w.scores, agg, ranked);
+    else
+        cluster_select_block_kernel<8><<<n_seg, kRankThreads, 0, st(stream)>>>(s, r, e, w.scores, agg, ranked);
+    check_launch("cluster_select_block");
+}
+
 void cluster_rank(const ClusterScoreShape& s, const float* q, const uint16_t* cent, const uint8_t* valid,
                   float* agg, int32_t* ranked, void* work, size_t work_bytes, void* stream) {
     check_cluster_shape(s);
@@ -342,17 +516,7 @@ void cluster_rank(const ClusterScoreShape& s, const float* q, const uint16_t* ce
     RankWork w = carve(s, work, &total);
     if (work_bytes < total) throw ParamError("cuda cluster_rank: workspace too small");
     const int n_seg = s.batch * s.kv_heads;
-    const float scale = default_scale(s.scale, s.d);
-    switch (s.d) {  // the vectorized scores where d = 32 * {1, 2, 4, 8}, else the first version
-        case 32: launch_scores_vec<1>(s, scale, q, cent, valid, w.scores, st(stream)); break;
-        case 64: launch_scores_vec<2>(s, scale, q, cent, valid, w.scores, st(stream)); break;
-        case 128: launch_scores_vec<4>(s, scale, q, cent, valid, w.scores, st(stream)); break;
-        case 256: launch_scores_vec<8>(s, scale, q, cent, valid, w.scores, st(stream)); break;
-        default:
-            cluster_scores_kernel<<<dim3((s.clusters + 3) / 4, n_seg), 128, 0, st(stream)>>>(s, scale, q, cent, valid,
-                                                                                              w.scores);
-    }
-    check_launch("cluster_scores");
+    launch_scores(s, q, cent, valid, w, st(stream));
     if (s.clusters <= kRankThreads * 16) {  // one block per (b, kv head): softmax sum and sort fused
         if (s.clusters <= kRankThreads * 4) launch_sort_block<4>(s, w.scores, agg, ranked, st(stream));
         else if (s.clusters <= kRankThreads * 8) launch_sort_block<8>(s, w.scores, agg, ranked, st(stream));

@@ -159,6 +159,71 @@ void check_cluster_rank(Checker& c) {
 }
 
 // ---------------------------------------------------------------------------------------------------
+// cluster_select vs cluster_rank (the same aggregates: the zones must be exactly the sort's)
+// ---------------------------------------------------------------------------------------------------
+
+// ranked[0, r) equal to the full ranking's first r (order included), ranked[r, r + e) the same set as
+// its next e; agg bit-identical. Cases: the 128K prompt's 8188 clusters, fewer valid clusters than the
+// zones (invalid ones enter the estimation set by id), r = 1024 with r + e = M, r = 0, e = 0, massive
+// exact ties (centroids repeated: the lowest ids must win at both thresholds), and M past one block
+// (the fallback to cluster_rank).
+void check_cluster_select(Checker& c) {
+    struct Case { int B, Hkv, g, M, d; float valid_frac; int r, e, distinct; };
+    const Case cases[] = {{1, 2, 4, 8188, 128, 0.98f, 147, 1900, 0}, {2, 1, 4, 1000, 128, 0.5f, 30, 600, 0},
+                          {1, 1, 8, 4096, 64, 1.0f, 1024, 3072, 0},  {3, 2, 1, 333, 256, 0.9f, 0, 100, 0},
+                          {1, 1, 4, 777, 128, 1.0f, 50, 0, 0},       {2, 2, 4, 2048, 128, 1.0f, 100, 700, 37},
+                          {1, 1, 3, 5000, 128, 0.95f, 200, 1000, 5}, {1, 1, 4, 12000, 128, 1.0f, 200, 2000, 0}};
+    std::mt19937 rng(4242);
+    for (const Case& k : cases) {
+        ClusterScoreShape s{k.B, k.Hkv, k.g, k.M, k.d, 0.0f};
+        const int nbk = k.B * k.Hkv, Hq = k.Hkv * k.g;
+        const auto q = random_float((size_t)k.B * Hq * k.d, rng, 1.0f);
+        Half cent = random_half((size_t)nbk * k.M * k.d, rng);
+        if (k.distinct > 0)  // centroid j = centroid j mod distinct: exact ties in the aggregates
+            for (size_t row = 0; row < (size_t)nbk * k.M; ++row) {
+                const size_t src = row / k.M * k.M + row % k.M % k.distinct;
+                std::copy_n(cent.bits.begin() + src * k.d, k.d, cent.bits.begin() + row * k.d);
+            }
+        std::vector<uint8_t> valid((size_t)nbk * k.M);
+        std::bernoulli_distribution bern(k.valid_frac);
+        for (auto& v : valid) v = bern(rng) ? 1 : 0;
+        auto dq = upload(q);
+        auto dc = upload(cent.bits);
+        auto dv = upload(valid);
+        DeviceBuffer<float> agg1((size_t)nbk * k.M), agg2((size_t)nbk * k.M);
+        DeviceBuffer<int32_t> rank1((size_t)nbk * k.M), rank2((size_t)nbk * k.M);
+        DeviceBuffer<char> dwork(cluster_rank_workspace(s));
+        poison(agg1), poison(agg2), poison(rank1), poison(rank2);
+        cluster_rank(s, dq.get(), dc.get(), dv.get(), agg1.get(), rank1.get(), dwork.get(), dwork.size());
+        cluster_select(s, k.r, k.e, dq.get(), dc.get(), dv.get(), agg2.get(), rank2.get(), dwork.get(), dwork.size());
+        synchronize();
+        const auto a1 = download(agg1), a2 = download(agg2);
+        const auto full = download(rank1), zones = download(rank2);
+        const std::string tag = fmt("B=%g Hkv=%g g=%g M=%g", k.B, k.Hkv, k.g, k.M) +
+                                fmt(" r=%g e=%g ties=%g", k.r, k.e, k.distinct);
+        int bad_order = 0, bad_set = 0;
+        for (int bk = 0; bk < nbk; ++bk) {
+            const int32_t* f = full.data() + (size_t)bk * k.M;
+            const int32_t* z = zones.data() + (size_t)bk * k.M;
+            for (int i = 0; i < k.r; ++i) bad_order += f[i] != z[i];
+            std::set<int32_t> fe(f + k.r, f + k.r + k.e), ze(z + k.r, z + k.r + k.e);
+            bad_set += fe != ze || (int)ze.size() != k.e;
+        }
+        c.expect(bad_order == 0, tag + fmt(": %g retrieval ranks differ from cluster_rank's", bad_order));
+        c.expect(bad_set == 0, tag + fmt(": %g estimation sets differ from cluster_rank's", bad_set));
+        c.expect(std::memcmp(a1.data(), a2.data(), a1.size() * sizeof(float)) == 0, tag + ": aggregates not identical");
+    }
+    bool refused = false;  // zones larger than the clusters
+    try {
+        ClusterScoreShape s{1, 1, 4, 10, 128, 0.0f};
+        cluster_select(s, 6, 5, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 0);
+    } catch (const ParamError&) {
+        refused = true;
+    }
+    c.expect(refused, "cluster_select r + e > M not refused");
+}
+
+// ---------------------------------------------------------------------------------------------------
 // estimate_attention vs add_estimated_cluster
 // ---------------------------------------------------------------------------------------------------
 
@@ -578,7 +643,7 @@ void check_kmeans_full(Checker& c) {
 }  // namespace
 
 std::vector<CheckCase> gpu_checks() {
-    return {{"ClusterRank", check_cluster_rank},   {"EstimateAttention", check_estimate},
+    return {{"ClusterRank", check_cluster_rank},   {"ClusterSelect", check_cluster_select},   {"EstimateAttention", check_estimate},
             {"CopySegments", check_copy_segments}, {"DecodeAttention", check_decode},
             {"LibraryDecode", check_library_decode},
             {"KMeansAssign", check_kmeans_assign}, {"KMeansSegmented", check_kmeans_full}};

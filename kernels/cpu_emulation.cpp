@@ -80,6 +80,12 @@ void cluster_rank(const ClusterScoreShape& s, const float* q, const uint16_t* c,
         std::stable_sort(r, r + M, [&](int x, int y) { return a[x] > a[y]; });
     }
 }
+// the zones' contract is met by the whole ranking (the GPU's estimation zone comes in id order instead)
+void cluster_select(const ClusterScoreShape& s, int r, int e, const float* q, const uint16_t* c, const uint8_t* valid,
+                    float* agg, int32_t* ranked, void* w, size_t wb, void* st) {
+    if (r < 0 || e < 0 || r + e > s.clusters) throw ParamError("cuda cluster_select: zones larger than the clusters");
+    cluster_rank(s, q, c, valid, agg, ranked, w, wb, st);
+}
 void estimate_attention(const ClusterScoreShape& s, int E, const int32_t* ids, const float* q, const uint16_t* c,
                         const uint16_t* vs, const int32_t* sizes, float* out, float* lse, float*, void*) {
     const float sc = s.scale ? s.scale : 1 / std::sqrt((float)s.d);

@@ -185,6 +185,14 @@ void cluster_rank(const ClusterScoreShape& s, const float* d_q, const uint16_t* 
                   const uint8_t* d_valid, float* d_agg, int32_t* d_ranked, void* d_work, size_t work_bytes,
                   void* stream = nullptr);
 
+/// The zones only, without ranking every cluster: for each (b, kv head) ranked[0, r) = the top r clusters
+/// in cluster_rank's order and ranked[r, r + e) = the next e as a set (ascending id); the rest of the row
+/// is not written. agg as cluster_rank. One block per (b, kv head) by radix select where M <= 8192 and
+/// r <= 1024, else cluster_rank itself. Same workspace as cluster_rank; r + e <= M (ParamError).
+void cluster_select(const ClusterScoreShape& s, int r, int e, const float* d_q, const uint16_t* d_centroids,
+                    const uint8_t* d_valid, float* d_agg, int32_t* d_ranked, void* d_work, size_t work_bytes,
+                    void* stream = nullptr);
+
 // ---- estimation zone (CPU reference: lib/attention add_estimated_cluster) ----
 
 /// Floats of workspace estimate_attention needs for E clusters: B * Hkv*g * ceil(E / 64) * (d + 2).

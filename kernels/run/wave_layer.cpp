@@ -8,7 +8,7 @@
 //            [B*H, N, d] fp16 (K and V)
 //   steady   sink + every token after the index, kept at the front of each execution buffer
 //            x: [B*H, X, d] fp16
-//   a step   cluster_rank -> ranked ids to the host -> (estimate_attention on the GPU || the host's
+//   a step   cluster_select (the zones) -> ranked ids to the host -> (estimate_attention on the GPU || the host's
 //            cache lookup) -> copy_segments (cache hits from the GPU pool, misses zero-copy from pinned
 //            memory, after the steady rows) -> attention over the execution buffer (FlashInfer's decode,
 //            as full's library baseline, where it takes the shape; else decode_attention) merged with
@@ -376,9 +376,9 @@ class WaveLayer {
         const bool ranked = M_ > 0 && R_ + E_ > 0;
         const ClusterScoreShape cs{s_.B, s_.H, s_.g, M_, s_.d, 0.0f};
         const auto rank = [&] {
-            if (ranked)
-                cuda::cluster_rank(cs, q_.device(), cent_.get(), valid_.get(), agg_.get(), ranked_.get(),
-                                   rank_work_.get(), rank_work_.size(), st_);
+            if (ranked)  // the zones only: the top R in rank order, the next E as a set
+                cuda::cluster_select(cs, R_, E_, q_.device(), cent_.get(), valid_.get(), agg_.get(), ranked_.get(),
+                                     rank_work_.get(), rank_work_.size(), st_);
         };
         const auto estimate = [&] {
             if (!ranked || E_ == 0) return;
