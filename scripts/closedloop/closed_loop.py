@@ -51,7 +51,8 @@ def check_config(cfg, origin):
             raise ConfigError(f"{origin}: {where}: unknown key '{bad[0]}' (known: {', '.join(sorted(allowed))})")
     # the top-level keys and the methods are checked by retro-bench (apps/retro-bench/closed_loop_config.cpp)
     if "model" not in cfg or not isinstance(cfg["model"], str):
-        raise ConfigError(f"{origin}: missing \"model\" (smollm2, FILE.gguf, a HF directory or tiny-random-llama)")
+        raise ConfigError(f"{origin}: missing \"model\" (smollm2, qwen2.5-0.5b, qwen2.5-1.5b, FILE.gguf, a HF directory "
+                          "or tiny-random-llama)")
     if "fidelity" in cfg:
         keys(cfg["fidelity"], FIDELITY_KEYS, "fidelity")
     if "niah" in cfg:
