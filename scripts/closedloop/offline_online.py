@@ -2,7 +2,8 @@
 dumped from the closed loop's own prompts, and the Spearman rank correlation, across (method, budget)
 points, between each open-loop metric and each closed-loop one.
 
-Config section "open_loop": {"steps": 16, "kinds": ["fidelity"], "layers": "all" | [l, ...], "threads": 0}:
+Config section "open_loop": {"steps": 16, "kinds": ["fidelity"], "layers": "all" | [l, ...], "threads": 0,
+"check_tol": the dump check's tolerance (default: the dumper's, 2e-2 for float16 storage)}:
 for every case of those kinds the
 dumper (scripts/dump/dump_trace.py --prompt-ids, the prompt's exact token ids, no chat template added)
 writes a trace of all layers with `steps` greedy decode steps into RESULTS/<name>/traces/; a replay
@@ -57,6 +58,8 @@ def dump_traces(cfg, cases, res_dir, python, here):
                "--seed", str(int(cfg.get("seed", 0))), "--threads", str(int(cfg.get("threads", 0)))]
         if cfg.get("allow_beyond_context"):
             cmd.append("--allow-beyond-context")
+        if ol.get("check_tol") is not None:
+            cmd += ["--check-tol", str(float(ol["check_tol"]))]
         print(f"[closed-loop] open loop: dumping {path}", file=sys.stderr, flush=True)
         r = subprocess.run(cmd)
         if r.returncode != 0:
