@@ -7,17 +7,25 @@
 set -uo pipefail
 bin=${1:?usage: validate_configs.sh RETRO_BENCH_BINARY CONFIGS_DIR}
 dir=${2:?usage: validate_configs.sh RETRO_BENCH_BINARY CONFIGS_DIR}
-ok=0 absent=0 bad=0
+# Configs name traces and Python method files ("py:examples/methods/...") relative to the working
+# directory, which the docs take to be the repository root: validate from there (CONFIGS_DIR's parent).
+dir=$(cd "$dir" && pwd)
+cd "$(dirname "$dir")" || exit 1
+ok=0 absent=0 nopy=0 bad=0
 while IFS= read -r f; do
   if out=$("$bin" validate "$f" 2>&1); then
     ok=$((ok + 1))
   elif grep -q "INVALID: trace file not found: .* (give a \"synth\" recipe" <<<"$out" &&
        [[ $(grep -c INVALID <<<"$out") -eq 1 ]]; then
     absent=$((absent + 1))
+  elif grep -q "unknown method 'py:" <<<"$out"; then
+    # only a retro-bench built without Python methods (the sanitizer build) does not know "py:" names;
+    # one with them loads the file and names any problem with it
+    nopy=$((nopy + 1))
   else
     bad=$((bad + 1))
     echo "FAIL: $out" >&2
   fi
 done < <(find "$dir" -name '*.json' -not -path '*/hardware/*' | sort)
-echo "$ok config(s) valid, $absent waiting for a dumped real trace, $bad invalid"
+echo "$ok config(s) valid, $absent waiting for a dumped real trace, $nopy naming Python methods this build lacks, $bad invalid"
 [[ $bad -eq 0 && $ok -gt 0 ]]
