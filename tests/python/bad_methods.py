@@ -3,7 +3,8 @@ tests/python/test_py_methods.py: each must fail the run by name (file, class, la
 import numpy as np
 
 FAULTS = ["none", "raise", "out_of_range", "duplicate", "wrong_lists", "float_ids", "nan_log_weight",
-          "nan_centroid", "bad_key", "keep_kv", "negative_bytes", "build_raises", "none_returned"]
+          "nan_centroid", "centroid_shape", "short_log_weights", "bad_key", "keep_kv", "negative_bytes",
+          "build_raises", "append_raises", "bad_footprint", "none_returned"]
 
 
 class Faulty:
@@ -25,9 +26,22 @@ class Faulty:
         if self.p["fault"] == "build_raises" and ctx.kv_head == self.p["head"]:
             raise RuntimeError("cannot index this head")
 
+    def append(self, kv, pos):
+        self.pos = pos
+        if self.p["fault"] == "append_raises" and self._here(pos - self.ctx.prompt_len):
+            raise KeyError("no such token")
+
+    def footprint(self):
+        if self.p["fault"] == "bad_footprint" and self._here(self.pos - self.ctx.prompt_len):
+            return {"gpu": 1.0}
+        return {"gpu_bytes": 1.0}
+
+    def _here(self, step):
+        return self.ctx.kv_head == self.p["head"] and step == self.p["step"]
+
     def select(self, queries, step, kv):
         ids = np.concatenate([np.arange(4), np.arange(kv.n - 16, kv.n)])
-        if self.ctx.kv_head != self.p["head"] or step != self.p["step"]:
+        if not self._here(step):
             return ids
         f = self.p["fault"]
         if f == "raise":
@@ -45,6 +59,11 @@ class Faulty:
         if f == "nan_centroid":
             c = np.full((1, kv.d), np.nan, np.float32)
             return {"exact": ids, "estimated": {"centroids": c, "sizes": np.ones(1), "value_sums": np.zeros((1, kv.d))}}
+        if f == "centroid_shape":
+            c = np.zeros((1, kv.d + 1), np.float32)
+            return {"exact": ids, "estimated": {"centroids": c, "sizes": np.ones(1), "value_sums": np.zeros((1, kv.d))}}
+        if f == "short_log_weights":
+            return {"exact": ids, "log_weights": np.zeros(len(ids) - 1)}
         if f == "bad_key":
             return {"exact": ids, "h2d_byte": 3.0}
         if f == "keep_kv":

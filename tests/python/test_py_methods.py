@@ -14,6 +14,7 @@ import unittest
 
 import numpy as np
 
+import bad_methods
 from binding_util import BIN, ROOT, TMP, make_trace, rb
 
 EX = os.path.join(ROOT, "examples", "methods")
@@ -198,7 +199,7 @@ class Declarations(unittest.TestCase):
 
 
 class BrokenMethods(unittest.TestCase):
-    # fault -> what the message says beside the name
+    # fault -> what the message says beside the name (every fault bad_methods.py knows)
     FAULTS = {
         "raise": "select raised ValueError: boom",
         "out_of_range": "token id 603 at index 20 is out of range: visible tokens are [0, 603)",  # step 2: 600 + 3
@@ -207,14 +208,19 @@ class BrokenMethods(unittest.TestCase):
         "float_ids": "expected integer token ids, got dtype float32",
         "nan_log_weight": "log_weights[0]: NaN or Inf at index 0",
         "nan_centroid": "estimated['centroids']: NaN or Inf",
+        "centroid_shape": "estimated['centroids']: expected shape (c, 64), got (1, 65)",
+        "short_log_weights": "log_weights[0]: expected shape (20,), got (19,)",
         "bad_key": "unknown key 'h2d_byte'",
         "keep_kv": "kept a reference to kv",
         "negative_bytes": "h2d_bytes: expected a finite number >= 0",
         "none_returned": "returned None",
         "build_raises": "build raised RuntimeError: cannot index this head",
+        "append_raises": "append raised KeyError: 'no such token'",
+        "bad_footprint": "footprint unknown key 'gpu' (keys: gpu_bytes, cpu_bytes)",
     }
 
     def test_each_fault_fails_the_run_by_name(self):
+        self.assertEqual(set(self.FAULTS), set(bad_methods.FAULTS) - {"none"})
         for fault, expected in self.FAULTS.items():
             with self.subTest(fault=fault):
                 p, d = run("bad-" + fault, [{"name": "streaming"}, {"name": FAULTY, "params": {"fault": fault}}])
