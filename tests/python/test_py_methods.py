@@ -156,6 +156,25 @@ class ResumeAndShards(unittest.TestCase):
         self.assertEqual(same.returncode, 0, same.stdout + same.stderr)
 
 
+class DocumentedExample(unittest.TestCase):
+    def test_adding_a_method_example_runs(self):
+        """The class at the top of docs/adding-a-method.md, as written there, runs and reports its traffic."""
+        with open(os.path.join(ROOT, "docs", "adding-a-method.md")) as f:
+            doc = f.read()
+        code = doc.split("```python\n# my_methods.py\n", 1)[1].split("```", 1)[0]
+        path = os.path.join(TMP, "doc_example", "my_methods.py")
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w") as f:
+            f.write(code)
+        p, d = run("doc-example", [{"name": "py:" + path + ":TopKByNorm", "params": {"k": 32}}])
+        self.assertEqual(p.returncode, 0, p.stderr)
+        (r,) = records(d)
+        # 32 tokens by norm + a 64-token window each step; the 32 cross PCIe as float16 K+V (d = 64)
+        self.assertAlmostEqual(r["metrics"]["fetch_bytes"]["mean"], 32 * 2 * 64 * 2)
+        n = 600 + np.arange(1, 7)
+        self.assertAlmostEqual(r["metrics"]["exact_frac"]["mean"], np.mean(96 / n), places=9)
+
+
 class Declarations(unittest.TestCase):
     def cli(self, *args):
         return subprocess.run([BIN, *args], capture_output=True, text=True)
