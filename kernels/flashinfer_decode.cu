@@ -165,8 +165,10 @@ void LibraryDecode::plan(const int32_t* lens, void* stream) {
         size_t f_need = 0, i_need = 0;
         ok(plan_for_dim(m.s.d, m.s.group, nullptr, 0, nullptr, nullptr, 0, m.info, indptr, R, m.P, st(stream),
                         &f_need, &i_need), "plan size");
-        if (m.fbuf.size() < f_need) m.fbuf = DeviceBuffer<char>(f_need);
-        if (m.ibuf.size() < i_need) m.ibuf = DeviceBuffer<char>(i_need), m.hbuf = PinnedBuffer<char>(i_need);
+        // twice what is asked when growing: lengths move every step (wave), and a pinned allocation
+        // costs milliseconds on the step's critical path
+        if (m.fbuf.size() < f_need) m.fbuf = DeviceBuffer<char>(2 * f_need);
+        if (m.ibuf.size() < i_need) m.ibuf = DeviceBuffer<char>(2 * i_need), m.hbuf = PinnedBuffer<char>(2 * i_need);
         ok(plan_for_dim(m.s.d, m.s.group, m.fbuf.get(), m.fbuf.size(), m.ibuf.get(), m.hbuf.get(), m.ibuf.size(),
                         m.info, indptr, R, m.P, st(stream), nullptr, nullptr), "plan");
         copy_h2d_async(m.d_table.get(), m.h_table.get(), (size_t)(2 * R + 1 + indptr[R]) * sizeof(int32_t), stream);

@@ -186,7 +186,12 @@ class WaveLayer {
             ds_ = ds;
             ds_.capacity = X_;
             dec_work_ = cuda::DeviceBuffer<float>(cuda::decode_workspace_floats(ds_));
-            if (library) lib_ = std::make_unique<cuda::LibraryDecode>(ds_, kPage);
+            if (library) {  // planned once at full capacity: the plan's buffers sized before any step
+                lib_ = std::make_unique<cuda::LibraryDecode>(ds_, kPage);
+                std::vector<int32_t> full((size_t)s_.bh(), X_);
+                lib_->plan(full.data(), st_);
+                stream_.synchronize();
+            }
             if (est_out_.size() == 0) {
                 est_out_ = cuda::DeviceBuffer<float>((size_t)s_.B * s_.hq() * d);
                 est_lse_ = cuda::DeviceBuffer<float>((size_t)s_.B * s_.hq());
@@ -434,7 +439,9 @@ class WaveLayer {
         }
         cuda::copy_h2d_async(d_segs_.get(), h_segs_.get(), (size_t)n_segs_ * sizeof(CopySegment), st_);
         cuda::copy_h2d_async(d_lens_.get(), h_lens_.get(), h_lens_.bytes(), st_);
+        const auto p0 = Clock::now();
         plan();
+        plan_us_ = ms_since(p0) * 1e3;
         const double host_us = ms_since(h0) * 1e3;
         e_gather0_.record(st_);
         cuda::copy_segments(d_segs_.get(), n_segs_, s_.d, max_seg_, st_);
@@ -467,6 +474,7 @@ class WaveLayer {
         r.times.attend_us = us_between(e_gather1_, e_attend_);
         r.times.step_us = us_between(e_start_, e_attend_);
         r.times.host_us = host_us;
+        r.times.plan_us = plan_us_;
         r.times.admit_us = us_between(e_attend_, e_admit_);
         const double tb = s_.token_bytes(), d = s_.d;
         const double pcie = job_.wave_kv_on_gpu ? 0.0 : 1.0;  // misses from device memory cross no bus
@@ -525,6 +533,7 @@ class WaveLayer {
     cuda::PinnedBuffer<CopySegment> h_segs_, h_adm_, h_ssegs_;
     cuda::DeviceBuffer<CopySegment> d_segs_, d_adm_, d_ssegs_;
     int n_segs_ = 0;
+    double plan_us_ = 0;  ///< this step's library planning (host)
     int64_t max_seg_ = 0;
     HostPool pool_;
     std::vector<std::vector<CopySegment>> bh_segs_;  ///< per (replica, head): this step's copy list

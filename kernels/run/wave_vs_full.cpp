@@ -77,6 +77,7 @@ WaveRunRow run_point(const GpuBackend& gpu, const WaveRunOptions& o, const Kind&
         row.measured.gather_us += st.times.gather_us;
         row.measured.attend_us += st.times.attend_us, row.measured.step_us += st.times.step_us;
         row.measured.host_us += st.times.host_us, row.measured.admit_us += st.times.admit_us;
+        row.measured.plan_us += st.times.plan_us;
         row.h2d_bytes += st.batch_h2d_bytes;
         row.kv_bytes += st.work.attend_bytes * batch;
         row.replica_diff = std::max(row.replica_diff, replica_diff(st.out, batch, rows));
@@ -101,7 +102,7 @@ WaveRunRow run_point(const GpuBackend& gpu, const WaveRunOptions& o, const Kind&
     });
     const double s = std::max(1, row.steps);
     for (double* x : {&row.measured.select_us, &row.measured.estimate_us, &row.measured.gather_us, &row.measured.attend_us, &row.measured.step_us,
-                      &row.measured.host_us, &row.measured.admit_us, &row.h2d_bytes, &row.kv_bytes, &row.model_select_us,
+                      &row.measured.host_us, &row.measured.plan_us, &row.measured.admit_us, &row.h2d_bytes, &row.kv_bytes, &row.model_select_us,
                       &row.model_h2d_us, &row.model_attend_us, &row.model_step_us})
         *x /= s;
     if (evaluated > 0) row.out_err = err / evaluated, row.recall = rec / evaluated;
@@ -203,7 +204,7 @@ std::string wave_run_json(const std::vector<WaveRunRow>& rows) {
            << ", \"step_us\": " << num(r.measured.step_us) << ", \"select_us\": " << num(r.measured.select_us)
            << ", \"estimate_us\": " << num(r.measured.estimate_us)
            << ", \"gather_us\": " << num(r.measured.gather_us) << ", \"attend_us\": " << num(r.measured.attend_us)
-           << ", \"host_us\": " << num(r.measured.host_us) << ", \"admit_us\": " << num(r.measured.admit_us)
+           << ", \"host_us\": " << num(r.measured.host_us) << ", \"plan_us\": " << num(r.measured.plan_us) << ", \"admit_us\": " << num(r.measured.admit_us)
            << ", \"h2d_bytes\": " << num(r.h2d_bytes) << ", \"kv_bytes\": " << num(r.kv_bytes)
            << ", \"hbm_frac\": " << num(r.hbm_frac > 0 ? r.hbm_frac : NAN)
            << ", \"speedup_vs_full\": " << num(r.speedup > 0 ? r.speedup : NAN)

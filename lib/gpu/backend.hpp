@@ -63,7 +63,8 @@ struct GpuStepTimes {
     double gather_us = 0;    ///< execution-buffer assembly: steady zone, cache hits, misses over PCIe
     double attend_us = 0;    ///< decode_attention with the estimation merge (full: all of the step)
     double step_us = 0;      ///< the layer step on the critical path
-    double host_us = 0;      ///< host: ranked ids -> cache lookup -> copy segments
+    double host_us = 0;      ///< host: ranked ids -> cache lookup -> copy segments (-> library plan)
+    double plan_us = 0;      ///< of host_us: the library decode's planning of the execution buffers
     double admit_us = 0;     ///< cache admission scatter, after the step (off the critical path)
 };
 
