@@ -4,7 +4,7 @@
 #   closedloop.smollm2  SmolLM2-135M (30 layers), 320 tokens of Emma: exhaustive = full, sinks-only diverges
 #   closedloop.qwen     Qwen2.5-Coder-0.5B (qwen2, 24 layers; fetched from PyPI once): a 1K dump with the GGUF
 #                       q/k/v check, the closed loop at 1K (needle answered, exhaustive = full); skipped only
-#                       when the model cannot be fetched (~3 min)
+#                       when the model cannot be fetched (~4 min; 6 min on busy cores)
 #   closedloop.user_cases  "cases": FILE.jsonl on the tiny model: one accepted file, refusals by line (~20 s)
 #   closedloop.py_method   Python methods (examples/methods/) on the tiny model: their compiled twins' scores,
 #                          a broken one fails by name (~5 s)

