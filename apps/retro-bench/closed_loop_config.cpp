@@ -8,6 +8,7 @@
 #include "bench/config.hpp"
 #include "closed_loop_cmd.hpp"
 #include "core/error.hpp"
+#include "core/host.hpp"
 #include "core/json_keys.hpp"
 #include "spawn.hpp"
 
@@ -72,7 +73,9 @@ int run_closed_loop_config(const json& j, const std::string& origin, const Close
                                      (fs::path(exe_dir()) / "retro-bench").string()};
     if (opt.resume) args.push_back("--resume");
     if (opt.force) args.push_back("--force");
-    return spawn_wait(args, {{"PYTHONPATH", pypath}}, "Python interpreter",
+    // RETRO_HOST_JSON: this binary's host_info() (git revision, BLAS, CPU, version), for the runner's manifest
+    // "host" as an open-loop run records it (the report's header reads git_revision and blas there)
+    return spawn_wait(args, {{"PYTHONPATH", pypath}, {"RETRO_HOST_JSON", host_info().dump()}}, "Python interpreter",
                       "the closed loop runs in the trace dumper's venv: bash scripts/dump/setup_venv.sh, or set "
                       "RETRO_CLOSED_LOOP_PYTHON");
 }

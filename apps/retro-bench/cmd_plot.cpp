@@ -1,5 +1,6 @@
-// `retro-bench plot RESULTS_DIR` and `retro-bench report RESULTS_DIR` (docs/plots.md): figures and the
-// self-contained HTML report. Both run scripts/plotting/retro_plot.py (matplotlib) with RETRO_PYTHON or
+// `retro-bench plot RESULTS_DIR [MORE_DIRS...]` and `retro-bench report RESULTS_DIR [MORE_DIRS...]` (docs/plots.md):
+// figures and the self-contained HTML report (more directories: their closed-loop runs join the closed-loop figures
+// and tables, e.g. a second model). Both run scripts/plotting/retro_plot.py (matplotlib) with RETRO_PYTHON or
 // /usr/bin/python3 (Debian's python3-matplotlib), by posix_spawn with an argument vector (no shell).
 #include <cstdlib>
 #include <filesystem>
@@ -17,7 +18,7 @@ namespace {
 namespace fs = std::filesystem;
 
 struct PlotArgs {
-    std::string results;
+    std::vector<std::string> results;  // the first gets the output; the others add closed-loop runs
     std::string out;
     std::string format = "png,pdf";
     std::string only;
@@ -34,15 +35,16 @@ std::string python_path() {
 }
 
 int run_script(const std::string& sub, const PlotArgs& a) {
-    {
+    for (const auto& d : a.results) {
         std::error_code ec;
-        if (!fs::is_directory(a.results, ec))
-            throw Error("results directory " + a.results + " does not exist (run `retro-bench run CONFIG` first)");
+        if (!fs::is_directory(d, ec))
+            throw Error("results directory " + d + " does not exist (run `retro-bench run CONFIG` first)");
     }
     const std::string py = python_path();
     const std::string script = find_script("scripts/plotting/retro_plot.py", "RETRO_PLOT_SCRIPT", "plotting/retro_plot.py");
 
-    std::vector<std::string> args = {py, "-B", script, sub, a.results};
+    std::vector<std::string> args = {py, "-B", script, sub};
+    args.insert(args.end(), a.results.begin(), a.results.end());
     if (!a.out.empty()) args.insert(args.end(), {"--out", a.out});
     if (sub == "plot") {
         args.insert(args.end(), {"--format", a.format});
@@ -56,7 +58,10 @@ int run_script(const std::string& sub, const PlotArgs& a) {
 }
 
 void add_common(CLI::App* sub, PlotArgs& a) {
-    sub->add_option("results", a.results, "results directory (results/<name>/)")->required();
+    sub->add_option("results", a.results,
+                    "results directory (results/<name>/); more directories after it add their closed-loop runs (other "
+                    "models or contexts) to the closed-loop figures and tables, the output going to the first")
+        ->required();
     sub->add_option("--inspect", a.inspect,
                     "a `retro-bench inspect TRACE --json FILE` output for the sparsity heatmap (repeatable; "
                     "*.json files in RESULTS_DIR are picked up too)")

@@ -9,6 +9,18 @@
     for i in ivf hnsw; do build/retro-bench ood-recall $T --index $i --kv-heads 0,1 --json /tmp/fx/trace-figures/ood-recall-$i.json; done
     /usr/bin/python3 tests/plotting/make_fixtures.py /tmp/fx
     /usr/bin/python3 tests/plotting/make_fixtures.py --gpu /work/shared/measurements/h200-2026-11-27
+    /usr/bin/python3 tests/plotting/make_fixtures.py --closed-loop DIR...   # closed-loop results directories
+
+`--closed-loop DIR...` copies closed-loop results directories (docs/closed-loop.md) as fixtures named
+closed-loop-<model>: manifest.json, runs.jsonl, cases.csv and the part files parts/<run>/<case>.json (not the
+reference's log-probability .npy, prefill/ or prompts/), numbers rounded. fixtures/closed-loop-tiny and
+fixtures/closed-loop-smollm2 are two real runs of scripts/closedloop/closed_loop.py (revision 63b054e) with
+the same "cases" file: token-id prompts of 200 and 400 tokens (2 fidelity lines of 8 continuation tokens
+and 3 task lines of 4 greedy tokens at each length), streaming sink 4 + window 8 / 32 and oracle_topk
+k = 12 / 36, on the tiny random Llama and on SmolLM2-135M (GGUF; 2 min). The prompts are random token ids,
+so the task answers were taken from a first run: each task line's answer is the reference's own first
+generated token (line -0) or first three (lines -1, -2), "contains" scoring; the second run (these files)
+scores every method against them. The commands: tests/plotting/fixtures/closed-loop-tiny/README.md.
 
 `--gpu DIR` makes the two GPU-run fixtures from a `"backend": "cuda"` run's retro-bench-cuda-runs.jsonl and
 retro-bench-cuda-manifest.json (the first H200 run of configs/gpu/wave-vs-full.json, revision c8c9759, before full
@@ -105,13 +117,18 @@ def trim(src, name, max_qhead, parts=False, slim_runs=False, keep=None):
             if int(row[qi]) < max_qhead and row[0] in kept:
                 w.writerow([rnd_cell(c) for c in row])
     if parts:
-        for p in sorted(glob.glob(os.path.join(s, "parts", "*", "*.json"))):
-            rel = os.path.relpath(p, s)
-            os.makedirs(os.path.dirname(os.path.join(d, rel)), exist_ok=True)
-            with open(p, encoding="utf-8") as f:
-                obj = json.load(f)
-            with open(os.path.join(d, rel), "w", encoding="utf-8") as g:
-                json.dump(rnd(obj, 4), g, separators=(",", ":"), sort_keys=True)
+        copy_parts(s, d, 4)
+
+
+def copy_parts(src, dst, digits):
+    """parts/<run>/<name>.json of a results directory, numbers rounded to `digits`, compact."""
+    for p in sorted(glob.glob(os.path.join(src, "parts", "*", "*.json"))):
+        rel = os.path.relpath(p, src)
+        os.makedirs(os.path.dirname(os.path.join(dst, rel)), exist_ok=True)
+        with open(p, encoding="utf-8") as f:
+            obj = json.load(f)
+        with open(os.path.join(dst, rel), "w", encoding="utf-8") as g:
+            json.dump(rnd(obj, digits), g, separators=(",", ":"), sort_keys=True)
 
 
 def main(src):
@@ -209,8 +226,34 @@ def gpu(src):
     _write_gpu("gpu-run-kernels", man, out)
 
 
+CLOSED_LOOP_FIXTURES = {"tiny-random-llama": "closed-loop-tiny", "SmolLM2-135M-Instruct": "closed-loop-smollm2"}
+
+
+def closed_loop(src):
+    with open(os.path.join(src, "manifest.json"), encoding="utf-8") as f:
+        man = json.load(f)
+    model = man["model"]["name"].split(" (")[0]
+    d = os.path.join(OUT, CLOSED_LOOP_FIXTURES.get(model, "closed-loop-" + model.lower()))
+    readme = os.path.join(d, "README.md")
+    keep = open(readme, encoding="utf-8").read() if os.path.exists(readme) else None
+    if os.path.isdir(d):
+        shutil.rmtree(d)
+    os.makedirs(d)
+    if keep:
+        with open(readme, "w", encoding="utf-8") as f:
+            f.write(keep)
+    dump(man, os.path.join(d, "manifest.json"))
+    with open(os.path.join(src, "runs.jsonl"), encoding="utf-8") as f:
+        dump([json.loads(l) for l in f if l.strip()], os.path.join(d, "runs.jsonl"), lines=True)
+    shutil.copy(os.path.join(src, "cases.csv"), os.path.join(d, "cases.csv"))
+    copy_parts(src, d, 6)
+
+
 if __name__ == "__main__":
     if len(sys.argv) > 2 and sys.argv[1] == "--gpu":
         gpu(sys.argv[2])
+    elif len(sys.argv) > 2 and sys.argv[1] == "--closed-loop":
+        for src in sys.argv[2:]:
+            closed_loop(src)
     else:
         main(sys.argv[1] if len(sys.argv) > 1 else "/tmp/plotres")

@@ -12,8 +12,9 @@ from retroplot import figures as F
 from retroplot import results as R
 
 ALL = ("quickstart", "wave-zones", "wave-estimation", "wave-segments", "wave-updates", "wave-cache", "throughput",
-       "baselines2", "trace-figures", "gpu-run", "gpu-run-kernels")
+       "baselines2", "trace-figures", "gpu-run", "gpu-run-kernels", "closed-loop-tiny", "closed-loop-smollm2")
 GPU_FIGURES = {"gpu_step_time", "gpu_phases", "gpu_speedup"}
+CLOSED_FIGURES = {"closed_loop_kl", "closed_loop_top1", "closed_loop_accuracy"}
 
 
 def load(name, extra=()):
@@ -57,6 +58,8 @@ class RegistryTest(unittest.TestCase):
             "trace-figures": {"ood_recall"},
             "gpu-run": GPU_FIGURES,
             "gpu-run-kernels": GPU_FIGURES,
+            "closed-loop-tiny": CLOSED_FIGURES,
+            "closed-loop-smollm2": CLOSED_FIGURES,
         }
         for name in ALL:
             res = load(name)
@@ -581,8 +584,13 @@ class ClosedLoopDirectoryTest(U.TempDirMixin, unittest.TestCase):
                                     "est_frac": est, "fidelity": {"kl_mean": 0.1, "top1": 0.9, "ppl": 60},
                                     "task": {"accuracy": 0.5, "agreement_mean": 4}}) + "\n")
         res = R.load(self.tmp)
-        for name, f in F.FIGURES.items():
-            self.assertFalse(f.applies(res), name)
+        for name, f in F.FIGURES.items():  # the closed-loop figures read the records (no part files here)
+            self.assertEqual(f.applies(res), name in CLOSED_FIGURES, name)
+        s = data("closed_loop_accuracy", res)
+        self.assertEqual(len(s["panels"]), 1)
+        self.assertIsNone(s["panels"][0]["context"])  # no manifest: the runs' cases have no known length
+        self.assertEqual([(q["x"], q["y"]) for q in s["panels"][0]["series"][0]["points"]],
+                         [(0.02, 0.5), (0.02, 0.5), (0.1, 0.5), (0.1, 0.5), (0.22, 0.5), (0.22, 0.5)])
 
     def test_report_shows_the_closed_loop_tables(self):
         from retroplot import report
@@ -610,6 +618,210 @@ class ClosedLoopDirectoryTest(U.TempDirMixin, unittest.TestCase):
         # an open-loop directory has no closed-loop section
         self.assertFalse(report.is_closed_loop(load("quickstart")))
         self.assertNotIn('id="closed-loop"', report.make_report(load("quickstart"), []))
+
+
+def closed_parts(name):
+    """The fixture's part files by (run id, prompt length), read here without the plotting package."""
+    d = U.fixture(name)
+    with open(os.path.join(d, "manifest.json")) as f:
+        lens = {c["id"]: c["prompt_len"] for c in json.load(f)["cases"]}
+    out = {}
+    for rid in os.listdir(os.path.join(d, "parts")):
+        for fn in os.listdir(os.path.join(d, "parts", rid)):
+            with open(os.path.join(d, "parts", rid, fn)) as f:
+                out.setdefault((rid, lens[fn[:-5]]), []).append(json.load(f))
+    return out
+
+
+class ClosedLoopFiguresTest(U.TempDirMixin, unittest.TestCase):
+    """closed_loop_kl / _top1 / _accuracy on the closed-loop fixtures (two real runs, tiny random Llama and
+    SmolLM2-135M: streaming and oracle_topk at two budgets, token-id prompts of 200 and 400 tokens, fidelity
+    and task cases at each): one panel per (model, context), one line per method, every point against the
+    part files it came from."""
+
+    FIGS = {"closed_loop_kl": "kl_mean", "closed_loop_top1": "top1", "closed_loop_accuracy": "accuracy"}
+
+    def test_panels_lines_and_points(self):
+        for name, model in (("closed-loop-tiny", "tiny-random-llama"), ("closed-loop-smollm2", "SmolLM2-135M-Instruct")):
+            parts = closed_parts(name)
+            runs = U.runs_by_id(name)
+            for fig, key in self.FIGS.items():
+                s = data(fig, load(name))
+                self.assertEqual(s["metric"], key)
+                self.assertEqual([(p["model_label"], p["context"]) for p in s["panels"]], [(model, 200), (model, 400)])
+                for p in s["panels"]:
+                    self.assertEqual(p["title"], f"{model} · {p['context']} tokens")
+                    self.assertEqual([x["method"] for x in p["series"]], ["streaming", "oracle_topk"])
+                    ref = parts[("reference", p["context"])]
+                    if key == "accuracy":  # the answers are the reference's own tokens: full answers all
+                        self.assertEqual(p["reference"], 1.0)
+                    else:
+                        self.assertEqual(p["reference"], 0.0 if key == "kl_mean" else 1.0)
+                    self.assertEqual(len(ref), 5)
+                    for ser in p["series"]:
+                        self.assertEqual(len(ser["points"]), 2)  # two budgets
+                        xs = [q["x"] for q in ser["points"]]
+                        self.assertEqual(xs, sorted(xs))
+                        for q in ser["points"]:
+                            self.assertEqual(runs[q["run_id"]]["method"], ser["method"])
+                            ps = parts[(q["run_id"], p["context"])]
+                            # x: the exact-token share of the loops behind y (teacher-forced / scored greedy)
+                            infos = [x["gen"] if key == "accuracy" else x["tf"] for x in ps
+                                     if ("answer" in x if key == "accuracy" else "kl" in x)]
+                            self.assertEqual(len(infos), 3 if key == "accuracy" else 2)
+                            self.assertAlmostEqual(q["x"], sum(i["exact_frac"] for i in infos) / len(infos), places=12)
+                            if key == "accuracy":
+                                scored = [x for x in ps if x.get("answer") is not None]
+                                self.assertEqual(q["cases"], 3)
+                                want = sum(bool(x["correct"]) for x in scored) / len(scored)
+                            else:
+                                vals = [v for x in ps for v in x.get("kl" if key == "kl_mean" else "top1", [])]
+                                self.assertEqual(len(vals), 16)  # 2 fidelity cases x 8 positions
+                                want = sum(vals) / len(vals)
+                            self.assertAlmostEqual(q["y"], want, places=12)
+
+    def test_contexts_pool_to_the_records(self):
+        # the per-context values pooled back over both contexts are the runner's aggregated record
+        for name in ("closed-loop-tiny", "closed-loop-smollm2"):
+            runs = U.runs_by_id(name)
+            for fig, key in self.FIGS.items():
+                by_run = {}
+                for p in data(fig, load(name))["panels"]:
+                    for ser in p["series"]:
+                        for q in ser["points"]:
+                            by_run.setdefault(q["run_id"], []).append(q)
+                self.assertEqual(len(by_run), 4)
+                for rid, qs in by_run.items():
+                    w = [q["cases"] if key == "accuracy" else q["positions"] for q in qs]
+                    pooled = sum(q["y"] * n for q, n in zip(qs, w)) / sum(w)
+                    rec = runs[rid]["task"]["accuracy"] if key == "accuracy" else runs[rid]["fidelity"][key]
+                    self.assertAlmostEqual(pooled, rec, places=5, msg=(name, fig, rid))
+
+    def test_more_budget_is_closer_to_full_on_smollm2(self):
+        s = data("closed_loop_kl", load("closed-loop-smollm2"))
+        for p in s["panels"]:
+            for ser in p["series"]:
+                ys = [q["y"] for q in ser["points"]]
+                self.assertGreater(ys[0], ys[1], (p["title"], ser["method"]))
+            streaming, oracle = (ser["points"] for ser in p["series"])
+            for a, b in zip(streaming, oracle):  # the exact top-k beats the window at equal exact tokens
+                self.assertAlmostEqual(a["x"], b["x"], places=9)
+                self.assertGreater(a["y"], b["y"])
+
+    def test_two_models(self):
+        res = R.load(U.fixture("closed-loop-smollm2"), others=[U.fixture("closed-loop-tiny")])
+        from retroplot import closed as C
+        self.assertEqual([C.model_label(m) for m in C.models(res)], ["SmolLM2-135M-Instruct", "tiny-random-llama"])
+        for fig in self.FIGS:
+            s = data(fig, res)
+            self.assertEqual([(p["model_label"], p["context"]) for p in s["panels"]],
+                             [("SmolLM2-135M-Instruct", 200), ("SmolLM2-135M-Instruct", 400),
+                              ("tiny-random-llama", 200), ("tiny-random-llama", 400)])
+            alone = data(fig, load("closed-loop-tiny"))["panels"]
+            self.assertEqual(s["panels"][2:], alone)  # the other directory's panels are its own figure's
+            from retroplot.figures.closed_loop import _grid
+            self.assertEqual(_grid(s), (2, 2, [(0, 0), (0, 1), (1, 0), (1, 1)]))  # a row per model
+        # the open-loop figures read the main directory alone
+        self.assertFalse(F.FIGURES["accuracy_budget"].applies(res))
+
+    def strip_tasks(self, name):
+        """A copy of a fixture without its task cases (a fidelity-only closed loop)."""
+        d = U.copy_fixture(name, self.tmp)
+        with open(os.path.join(d, "manifest.json")) as f:
+            man = json.load(f)
+        tasks = {c["id"] for c in man["cases"] if c["kind"] == "task"}
+        man["cases"] = [c for c in man["cases"] if c["id"] not in tasks]
+        with open(os.path.join(d, "manifest.json"), "w") as f:
+            json.dump(man, f)
+        for rid in os.listdir(os.path.join(d, "parts")):
+            for cid in tasks:
+                os.remove(os.path.join(d, "parts", rid, cid + ".json"))
+        runs = list(U.runs_by_id(name).values())
+        with open(os.path.join(d, "runs.jsonl"), "w") as f:
+            for r in runs:
+                r.pop("task", None)
+                f.write(json.dumps(r) + "\n")
+        return d
+
+    def test_without_task_results_no_accuracy_figure(self):
+        d = self.strip_tasks("closed-loop-tiny")
+        res = R.load(d)
+        self.assertIsNone(data("closed_loop_accuracy", res))
+        self.assertEqual(len(data("closed_loop_kl", res)["panels"]), 2)
+        self.assertEqual(data("closed_loop_top1", res)["panels"], data("closed_loop_top1", load("closed-loop-tiny"))["panels"])
+        shutil.rmtree(os.path.join(d, "parts"))  # records only: one panel per model, from the records
+        s = data("closed_loop_kl", R.load(d))
+        self.assertEqual([p["context"] for p in s["panels"]], [None])  # two prompt lengths pooled
+        runs = U.runs_by_id("closed-loop-tiny")
+        for ser in s["panels"][0]["series"]:
+            for q in ser["points"]:
+                self.assertEqual((q["x"], q["y"]), (runs[q["run_id"]]["exact_frac"],
+                                                    runs[q["run_id"]]["fidelity"]["kl_mean"]))
+        self.assertIsNone(data("closed_loop_accuracy", R.load(d)))
+
+
+class ClosedLoopReportTest(U.TempDirMixin, unittest.TestCase):
+    """The report of closed-loop directories: the header's revision and BLAS, several models."""
+
+    def header(self, res):
+        from retroplot import report
+        html = report.make_report(res, [])
+        i = html.index('<p class="meta">status')
+        return html[i:html.index("</p>", i)], html
+
+    def test_header_revision_and_blas(self):
+        d = U.copy_fixture("closed-loop-tiny", self.tmp)
+        head, _ = self.header(R.load(d))  # the runner recorded neither (revision 63b054e)
+        self.assertIn("revision not recorded", head)
+        self.assertIn("BLAS not recorded", head)
+        self.assertNotIn("?", head)
+        self.assertIn("model tiny-random-llama", head)
+        # the open-loop replay's manifest next to it (RESULTS/<name>-openloop/, written by retro-bench run)
+        ol = d + "-openloop"
+        os.makedirs(ol)
+        with open(os.path.join(ol, "manifest.json"), "w") as f:
+            json.dump({"host": {"git_revision": "abc1234def56", "blas": "OpenBLAS (libblas.so.3)"}}, f)
+        head, _ = self.header(R.load(d))
+        self.assertIn("revision abc1234def56 (from the open-loop replay&#x27;s manifest)", head)
+        self.assertIn("BLAS OpenBLAS (libblas.so.3) (from the open-loop replay", head)
+        # the manifest's own host (retro-bench's host_info(), as an open-loop run records it) comes first
+        with open(os.path.join(d, "manifest.json")) as f:
+            man = json.load(f)
+        man["host"].update(git_revision="63b054eaab13", blas="OpenBLAS (/usr/lib/libblas.so.3)")
+        with open(os.path.join(d, "manifest.json"), "w") as f:
+            json.dump(man, f)
+        head, html = self.header(R.load(d))
+        self.assertIn("revision 63b054eaab13 · BLAS OpenBLAS (/usr/lib/libblas.so.3) · model tiny-random-llama", head)
+        self.assertIn("63b054eaab13", html[html.index('id="manifest-table"'):])
+
+    def test_two_models_closed_loop_section(self):
+        a, b = U.copy_fixture("closed-loop-smollm2", self.tmp), U.copy_fixture("closed-loop-tiny", self.tmp)
+        for d, rho in ((a, -0.75), (b, -1.0)):
+            with open(os.path.join(d, "offline-online.json"), "w") as f:
+                json.dump({"points": [{"method": "oracle_topk", "label": "k", "recall@100": 0.5 + i / 10, "mass": 0.9,
+                                       "out_err": 0.1, "kl_mean": 1.0 / (i + 1), "niah_accuracy": 0.5} for i in range(3)],
+                           "table": [{"open": "recall@100", "closed": "kl_mean", "spearman": rho}]}, f)
+        res = R.load(a, others=[b])
+        head, html = self.header(res)
+        self.assertIn("models SmolLM2-135M-Instruct, tiny-random-llama", head)
+        self.assertIn(f"with {b}", head)
+        sec = html[html.index('<section id="closed-loop">'):]
+        sec = sec[:sec.index("</section>")]
+        self.assertIn('<th class="l">model</th>', sec)
+        self.assertEqual(sec.count('<td class="l">SmolLM2-135M-Instruct</td>'), 5)  # reference + 4 runs
+        self.assertEqual(sec.count('<td class="l">tiny-random-llama</td>'), 5)
+        self.assertIn("Offline vs online — SmolLM2-135M-Instruct", sec)
+        self.assertIn("Offline vs online — tiny-random-llama", sec)
+        self.assertIn("-0.75", sec)
+        s = data("offline_online", res)
+        self.assertEqual(s["models"], ["SmolLM2-135M-Instruct", "tiny-random-llama"])
+        p = s["panels"][0]
+        self.assertEqual((p["open"], p["closed"]), ("recall@100", "kl_mean"))
+        self.assertEqual(p["spearman_by_model"], {"SmolLM2-135M-Instruct": -0.75, "tiny-random-llama": -1.0})
+        self.assertEqual(p["spearman"], -0.75)
+        self.assertEqual([q["model"] for q in p["points"]], ["SmolLM2-135M-Instruct"] * 3 + ["tiny-random-llama"] * 3)
+        self.assertEqual(len(data("offline_online", R.load(b))["panels"][0]["points"]), 3)  # one directory alone
+        self.assertEqual(data("offline_online", R.load(b))["models"], ["tiny-random-llama"])
 
 
 def gpu_records(name):

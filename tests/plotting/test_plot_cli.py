@@ -65,7 +65,8 @@ class PlotCommandTest(U.TempDirMixin, unittest.TestCase):
 
     def test_writes_png_and_pdf_for_applicable_figures(self):
         for name in ("quickstart", "wave-zones", "wave-estimation", "wave-segments", "wave-updates", "wave-cache",
-                     "throughput", "baselines2", "trace-figures", "centroid-rank", "gpu-run", "gpu-run-kernels"):
+                     "throughput", "baselines2", "trace-figures", "centroid-rank", "gpu-run", "gpu-run-kernels",
+                     "closed-loop-tiny"):
             d = U.copy_fixture(name, self.tmp)
             r = self.plot(d)
             self.assertEqual(r.returncode, 0, r.stderr)
@@ -111,6 +112,44 @@ class PlotCommandTest(U.TempDirMixin, unittest.TestCase):
         for n in gpu:
             self.assertIn(f"skip {n}: needs records of a \"backend\": \"cuda\" run", r.stderr)
             self.assertFalse(os.path.exists(os.path.join(d, "figures", f"{n}.png")))
+
+    def test_closed_loop_directories(self):
+        # two closed-loop directories (two models): the closed-loop figures with a row of panels per model,
+        # written into the first; without task cases the accuracy figure is skipped with what it needs
+        a, b = U.copy_fixture("closed-loop-smollm2", self.tmp), U.copy_fixture("closed-loop-tiny", self.tmp)
+        r = self.plot(a, b, "--format", "png")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        figs = ["closed_loop_kl", "closed_loop_top1", "closed_loop_accuracy"]
+        with open(os.path.join(a, "figures", "index.json")) as f:
+            self.assertEqual([m["name"] for m in json.load(f)["made"]], figs)
+        self.assertFalse(os.path.exists(os.path.join(b, "figures")))
+        for n in figs:
+            with open(os.path.join(a, "figures", f"{n}.png"), "rb") as f:
+                self.assertEqual(f.read(8), PNG)
+            with open(os.path.join(a, "figures", f"{n}.json")) as f:
+                s = json.load(f)["series"]
+            self.assertEqual([(p["model_label"], p["context"]) for p in s["panels"]],
+                             [("SmolLM2-135M-Instruct", 200), ("SmolLM2-135M-Instruct", 400),
+                              ("tiny-random-llama", 200), ("tiny-random-llama", 400)])
+            for p in s["panels"]:
+                self.assertEqual([(x["method"], len(x["points"])) for x in p["series"]],
+                                 [("streaming", 2), ("oracle_topk", 2)])
+        runs = list(U.runs_by_id("closed-loop-tiny").values())  # a fidelity-only closed loop: no task results
+        with open(os.path.join(b, "runs.jsonl"), "w") as f:
+            f.write("".join(json.dumps({k: v for k, v in r.items() if k != "task"}) + "\n" for r in runs))
+        with open(os.path.join(b, "manifest.json")) as f:
+            man = json.load(f)
+        man["cases"] = [c for c in man["cases"] if c["kind"] == "fidelity"]
+        with open(os.path.join(b, "manifest.json"), "w") as f:
+            json.dump(man, f)
+        r = self.plot(b, "--format", "png")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("skip closed_loop_accuracy: needs closed-loop runs with scored task results", r.stderr)
+        self.assertTrue(os.path.exists(os.path.join(b, "figures", "closed_loop_kl.png")))
+        self.assertFalse(os.path.exists(os.path.join(b, "figures", "closed_loop_accuracy.png")))
+        r = self.plot(b, os.path.join(self.tmp, "nope"))
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("nope does not exist", r.stderr)
 
     def test_out_format_inspect_only(self):
         d = U.copy_fixture("quickstart", self.tmp)
@@ -273,6 +312,21 @@ class ReportCommandTest(U.TempDirMixin, unittest.TestCase):
                 self.assertIn("batch=64", html)
                 self.assertEqual("kernel=flashinfer" in html, name == "gpu-run-kernels")
                 self.assertIn("kernel=own", html)
+        # closed-loop directories: the closed-loop figures, and the revision not said to be "?"
+        out = os.path.join(self.tmp, "cl.html")
+        a = U.copy_fixture("closed-loop-smollm2", self.tmp)
+        b = U.copy_fixture("closed-loop-tiny", self.tmp)
+        r = U.run([BIN, "report", a, b, "--out", out])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with open(out, encoding="utf-8") as f:
+            html = f.read()
+        dom = summarize(html)
+        self.assertEqual(sorted(i for i in dom.ids if i.startswith("fig-")),
+                         ["fig-closed_loop_accuracy", "fig-closed_loop_kl", "fig-closed_loop_top1"])
+        self.assertEqual(dom.tables["closed-loop-table"], 10)  # reference + 4 runs, per model
+        self.assertIn("models SmolLM2-135M-Instruct, tiny-random-llama", html)
+        self.assertIn("revision not recorded", html)
+        self.assertNotIn("revision ?", html)
         # a directory with only trace-level JSON (no runs, no manifest) still reports
         html, _ = self.report("trace-figures")
         dom = summarize(html)

@@ -36,7 +36,10 @@ def load(args):
     for f in args.inspect or []:
         if not os.path.isfile(f):
             raise UsageError(f"--inspect {f}: no such file")
-    res = Results(args.results, extra_files=args.inspect or [])
+    for d in args.results[1:]:
+        if os.path.realpath(d) == os.path.realpath(args.results[0]):
+            raise UsageError(f"{d} is given twice")
+    res = Results(args.results[0], extra_files=args.inspect or [], others=args.results[1:])
     res.options = {"heatmap_runs": args.heatmap_run or []}
     return res
 
@@ -112,7 +115,10 @@ def parser():
     sub = p.add_subparsers(dest="cmd", required=True)
 
     def common(sp):
-        sp.add_argument("results", help="results directory (results/<name>/)")
+        sp.add_argument("results", nargs="+",
+                        help="results directory (results/<name>/); more directories after it add their closed-loop "
+                             "runs (other models, other contexts) to the closed-loop figures and tables, and the "
+                             "output goes to the first")
         sp.add_argument("--inspect", action="append", metavar="FILE",
                         help="a `retro-bench inspect --json` file for the sparsity heatmap (repeatable)")
         sp.add_argument("--heatmap-run", action="append", metavar="RUN_ID",

@@ -1,7 +1,8 @@
 """One self-contained HTML page per results directory: figures (base64 PNG), the run table, the best
 configuration per method in each exact-token budget bin, and the manifest (config, revision, host, BLAS).
 A closed-loop directory (docs/closed-loop.md) also gets its own run table (fidelity, NIAH accuracy, time)
-and the offline-vs-online Spearman table of its offline-online.json."""
+and the offline-vs-online Spearman table of its offline-online.json; with more directories given
+(`retro-bench report DIR OTHER...`) the closed-loop runs of all of them, a model column when they differ."""
 import base64
 import datetime
 import html
@@ -10,6 +11,7 @@ import json
 import math
 import os
 
+from . import closed as C
 from . import figures as F
 from . import style
 from .results import metric
@@ -212,36 +214,69 @@ def record_field(run, path):
 
 
 def is_closed_loop(res):
-    return res.manifest.get("experiment") == "closed-loop" or any("fidelity" in r or "task" in r for r in res.runs)
+    return C.is_closed_loop(res)
+
+
+def _spearman_html(oo, title):
+    opens = list(dict.fromkeys(t["open"] for t in oo.get("table", [])))
+    closeds = list(dict.fromkeys(t["closed"] for t in oo.get("table", [])))
+    rho = {(t["open"], t["closed"]): t.get("spearman") for t in oo.get("table", [])}
+    srows = [[esc(o)] + [fmt_num(rho.get((o, c)), 3) for c in closeds] for o in opens]
+    return (f'<h3>{esc(title)}</h3><p class="meta">Spearman rank correlation over '
+            f'{len(oo.get("points", []))} (method, parameters) points: open-loop metric (rows) against '
+            "closed-loop metric (columns); offline-online.json.</p>"
+            + table(["open-loop \\ closed-loop"] + [esc(c) for c in closeds], srows, "spearman",
+                    "spearman-table", left=(0,)))
 
 
 def closed_loop_html(res):
-    """The closed-loop runs (the reference first) and, when the directory has offline-online.json, the
-    Spearman rank correlation of each (open-loop, closed-loop) metric pair."""
-    cols = [c for c in CLOSED_COLUMNS if any(record_field(r, c[1]) is not None for r in res.runs)]
+    """The closed-loop runs (the reference first) of every directory given (a model column when there are
+    several models) and, per directory with offline-online.json, the Spearman rank correlation of each
+    (open-loop, closed-loop) metric pair."""
+    dirs = C.directories(res) or [res]
+    several = len(C.models(res)) > 1
+    runs = [(d, r) for d in dirs for r in d.runs]
+    cols = [c for c in CLOSED_COLUMNS if any(record_field(r, c[1]) is not None for _, r in runs)]
     rows = []
-    for r in res.runs:
-        cells = [method_cell(r.get("method")), esc(r.get("label") or res.short_label(r, False))]
+    for d, r in runs:
+        cells = [esc(C.model_label(C.model_of(d, r)))] if several else []
+        cells += [method_cell(r.get("method")), esc(r.get("label") or d.short_label(r, False))]
         cells += [fmt_num(None if record_field(r, p) is None else record_field(r, p) * sc) for _, p, sc in cols]
         if r.get("complete") is False:
-            cells[1] += " (partial)"
+            cells[len(cells) - len(cols) - 1] += " (partial)"
         rows.append(cells)
-    out = ['<div class="scroll">' + table(["method", "run"] + [c[0] for c in cols], rows, "closed",
-                                          "closed-loop-table", left=(0, 1)) + "</div>"]
-    path = os.path.join(res.path, "offline-online.json")
-    if os.path.exists(path):
-        with open(path, encoding="utf-8") as f:
-            oo = json.load(f)
-        opens = list(dict.fromkeys(t["open"] for t in oo.get("table", [])))
-        closeds = list(dict.fromkeys(t["closed"] for t in oo.get("table", [])))
-        rho = {(t["open"], t["closed"]): t.get("spearman") for t in oo.get("table", [])}
-        srows = [[esc(o)] + [fmt_num(rho.get((o, c)), 3) for c in closeds] for o in opens]
-        out.append(f'<h3>Offline vs online</h3><p class="meta">Spearman rank correlation over '
-                   f'{len(oo.get("points", []))} (method, parameters) points: open-loop metric (rows) against '
-                   "closed-loop metric (columns); offline-online.json.</p>"
-                   + table(["open-loop \\ closed-loop"] + [esc(c) for c in closeds], srows, "spearman",
-                           "spearman-table", left=(0,)))
+    head = (["model"] if several else []) + ["method", "run"] + [c[0] for c in cols]
+    out = ['<div class="scroll">' + table(head, rows, "closed", "closed-loop-table",
+                                          left=(0, 1, 2) if several else (0, 1)) + "</div>"]
+    for d in dirs:
+        path = os.path.join(d.path, "offline-online.json")
+        if os.path.exists(path):
+            with open(path, encoding="utf-8") as f:
+                oo = json.load(f)
+            title = "Offline vs online" + (f" — {C.model_label(C.model_of(d))}" if several else "")
+            out.append(_spearman_html(oo, title))
     return "\n".join(out)
+
+
+def run_host(res):
+    """(revision, BLAS, where they come from) for the header: the manifest's host (retro-bench run writes
+    git_revision and blas there), else the closed-loop runner's open-loop replay next to it
+    (RESULTS/<name>-openloop/manifest.json, made by the same checkout's retro-bench); None when neither says."""
+    host = res.manifest.get("host") if isinstance(res.manifest.get("host"), dict) else {}
+    rev = host.get("git_revision") or host.get("revision") or res.manifest.get("git_revision")
+    blas = host.get("blas")
+    if rev and blas:
+        return rev, blas, "manifest"
+    if C.is_closed_loop(res):
+        p = os.path.join(os.path.dirname(res.path), os.path.basename(res.path) + "-openloop", "manifest.json")
+        try:
+            with open(p, encoding="utf-8") as f:
+                oh = json.load(f).get("host") or {}
+        except (OSError, ValueError):
+            oh = {}
+        if (not rev and oh.get("git_revision")) or (not blas and oh.get("blas")):
+            return rev or oh.get("git_revision"), blas or oh.get("blas"), "the open-loop replay's manifest"
+    return rev, blas, "manifest"
 
 
 # ---- figures ----
@@ -275,15 +310,22 @@ def figures_html(built):
 def make_report(res, built):
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     m = res.manifest
-    rev = m.get("host", {}).get("git_revision", "?")
+    rev, blas, source = run_host(res)
+    unknown = "not recorded"
     head = [f"<h1>retro-bench results: {esc(res.name)}</h1>"]
     if res.description:
         head.append(f"<p>{esc(res.description)}</p>")
     if res.figure_note:
         head.append(f"<p><b>Paper figure:</b> {esc(res.figure_note)}</p>")
-    head.append(f'<p class="meta">status {esc(m.get("status", "?"))} · {len(res.runs)} run(s) · '
-                f'revision {esc(rev)} · BLAS {esc(m.get("host", {}).get("blas", "?"))} · '
-                f'results {esc(res.path)} · report generated {esc(now)}</p>')
+    mods = [C.model_label(x) for x in C.models(res) if x]
+    meta = [f'status {esc(m.get("status", "?"))}', f"{len(res.runs)} run(s)",
+            f"revision {esc(rev or unknown)}" + (f" (from {esc(source)})" if source != "manifest" and rev else ""),
+            f"BLAS {esc(blas or unknown)}" + (f" (from {esc(source)})" if source != "manifest" and blas else "")]
+    if mods:
+        meta.append(("models " if len(mods) > 1 else "model ") + ", ".join(esc(x) for x in mods))
+    meta += [f"results {esc(res.path)}"] + [f"with {esc(o.path)}" for o in res.others]
+    meta.append(f"report generated {esc(now)}")
+    head.append('<p class="meta">' + " · ".join(meta) + "</p>")
     closed = is_closed_loop(res)
     nav = ('<nav><a href="#figures">Figures</a>' + ('<a href="#closed-loop">Closed loop</a>' if closed else "")
            + '<a href="#runs">Runs</a><a href="#best">Best per budget</a><a href="#manifest">Manifest</a></nav>')

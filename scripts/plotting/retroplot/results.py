@@ -60,7 +60,7 @@ def classify_extra(path, obj):
 class Results:
     """One results directory: manifest, run records, per-head means, optional extra JSON files."""
 
-    def __init__(self, path, extra_files=()):
+    def __init__(self, path, extra_files=(), others=()):
         self.path = os.path.abspath(path)
         if not os.path.isdir(self.path):
             raise ResultsError(f"results directory {path} does not exist (run `retro-bench run CONFIG` first)")
@@ -83,6 +83,9 @@ class Results:
         if not self.runs and not any(self.extras.values()):
             raise ResultsError(f"{path} holds no run records (runs.jsonl or runs/*.json) and no extra JSON")
         self._parts_cache = {}
+        # more results directories read with this one (closed-loop figures and tables across models:
+        # `retro-bench plot DIR OTHER...`); the open-loop figures read this directory alone
+        self.others = [o if isinstance(o, Results) else Results(o) for o in others]
 
     # ---- loading ----
     def _load_runs(self):
@@ -351,5 +354,5 @@ def fmt_value(v):
     return str(v)
 
 
-def load(path, extra_files=()):
-    return Results(path, extra_files)
+def load(path, extra_files=(), others=()):
+    return Results(path, extra_files, others)

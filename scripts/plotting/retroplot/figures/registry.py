@@ -10,7 +10,8 @@ Each figure is one data function and one draw function, defined together in its 
     def _draw_name(s, fig):   # series dict -> axes on a matplotlib Figure (no data access here)
         ...
 
-`h` may be a function of the series (figures whose height grows with their data). A figure applies to a
+`h` may be a function of the series (figures whose height grows with their data), or `size` a function of
+the series giving (w, h) (figures whose panel grid follows their data). A figure applies to a
 results directory exactly when its data function returns a dict. Data functions are pure Python (no
 matplotlib), so tests check which series and points each figure shows; the `plot` command also writes
 each figure's series next to it (figures/<name>.json).
@@ -25,7 +26,8 @@ from .. import style
 ORDER = (
     "accuracy_budget", "ood_recall", "zone_sweeps", "estimation", "segments", "updates", "head_heatmap",
     "sparsity_heatmap", "recall_scanned", "build_time", "scale", "cache", "throughput", "gpu_step_time",
-    "gpu_phases", "gpu_speedup", "centroid_rank", "offline_online",
+    "gpu_phases", "gpu_speedup", "centroid_rank", "closed_loop_kl", "closed_loop_top1", "closed_loop_accuracy",
+    "offline_online",
 )
 
 
@@ -70,6 +72,8 @@ def finish():
 
 
 def figure_size(fig_def, series):
+    if callable(fig_def.size):  # (w, h) from the series (panels per model and context)
+        return fig_def.size(series)
     w, h = fig_def.size
     if callable(h):
         h = h(series)
