@@ -196,8 +196,9 @@ def _draw_offline_online(s, fig):
         if p["log_y"]:
             ax.set_yscale("log")
         if several:
-            ax.set_title("ρ " + ", ".join(f"{m} {r:.2f}" if r is not None else f"{m} undef."
-                                          for m, r in p["spearman_by_model"].items()), fontsize=6)
+            # per model in legend order, with its marker fill (● filled, ○ hollow)
+            ax.set_title("ρ " + ", ".join((f"{r:.2f}" if r is not None else "undef.") + " " + "●○"[models.index(m) % 2]
+                                          for m, r in p["spearman_by_model"].items()), fontsize=7)
         else:
             r = p["spearman"]
             ax.set_title(f"Spearman ρ = {r:.2f}" if r is not None else "ρ undefined", fontsize=7)
