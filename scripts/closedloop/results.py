@@ -87,9 +87,11 @@ class ResultsDir:
 
     def start_session(self, config_source, resolved, command):
         m = read_json(self.manifest_path()) if os.path.exists(self.manifest_path()) else {}
-        m.update(experiment="closed-loop", config=config_source, resolved=resolved, status="running",
-                 host=dict(hostname=socket.gethostname(), machine=platform.machine(), cpus=os.cpu_count(),
-                           python=platform.python_version()))
+        # retro-bench's host_info() (git_revision, blas) when it started this run, for the report's header
+        host = json.loads(os.environ.get("RETRO_HOST_JSON") or "{}")
+        host.update(hostname=socket.gethostname(), machine=platform.machine(), cpus=os.cpu_count(),
+                    python=platform.python_version())
+        m.update(experiment="closed-loop", config=config_source, resolved=resolved, status="running", host=host)
         m.setdefault("sessions", []).append(dict(start=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                                                  command=command, status="running"))
         write_json(self.manifest_path(), m)

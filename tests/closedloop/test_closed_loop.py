@@ -126,6 +126,9 @@ class ClosedLoop(unittest.TestCase):
             m = json.load(f)
         self.assertEqual(m["status"], "complete")
         self.assertEqual(m["experiment"], "closed-loop")
+        # retro-bench's host info (RETRO_HOST_JSON) reaches the manifest: the report's revision and BLAS
+        self.assertTrue(m["host"].get("git_revision"), m["host"])
+        self.assertIn("blas", m["host"])
         self.assertEqual(len(m["resolved"]["runs"]), len(EXHAUSTIVE + LOSSY))
         with open(os.path.join(d, "cases.csv")) as f:
             self.assertEqual(len(f.read().strip().splitlines()), 1 + len(EXHAUSTIVE + LOSSY))
