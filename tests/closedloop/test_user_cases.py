@@ -12,8 +12,8 @@ user_cases.py, docs/closed-loop.md).
 - the scoring on hand-made generations (contains, exact cut at the end-of-turn token).
 
 The config runs through scripts/closedloop/closed_loop.py with the runs retro-bench would pass
-(--runs-json): retro-bench's own key check (apps/retro-bench/closed_loop_config.cpp) does not list
-"cases" yet. Needs the dump venv and the binding (else exit 77). ~20 s."""
+(--runs-json); `retro-bench validate` accepts it (its key check lists "cases"). Needs the dump venv and
+the binding (else exit 77). ~20 s."""
 
 import json
 import os
@@ -61,6 +61,18 @@ def run_cases(name, lines):
 
 
 class Accepted(unittest.TestCase):
+    def test_retro_bench_validate_accepts_cases(self):
+        d = os.path.join(TMP, "accepted")
+        with open(os.path.join(d, "config.json")) as f:
+            cfg = json.load(f)
+        cfg["methods"] = [{"name": x["method"], "params": x["params"]} for x in RUNS]
+        path = os.path.join(d, "with-methods.json")
+        with open(path, "w") as f:
+            json.dump(cfg, f)
+        r = subprocess.run([BIN, "validate", path], capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("OK closed-loop config", r.stdout)
+
     @classmethod
     def setUpClass(cls):
         t0 = time.time()
