@@ -18,4 +18,14 @@ if(RETRO_HAVE_PYTHON_MODULE)
       SKIP_RETURN_CODE 77
       TIMEOUT 300)
   endforeach()
+  # `pip install .` into a fresh venv of a second Python (pyproject.toml, docs/python.md "Install with pip";
+  # needs PyPI). Its build directory and venv sit beside this build directory (${CMAKE_BINARY_DIR}-pip-pyXY):
+  # at the same depth under the source root, its library objects are this build's ccache entries.
+  add_test(NAME python.pip_install
+           COMMAND ${RETRO_PYTHON_MODULE_PYTHON} -B ${_retro_py_tests}/test_pip_install.py
+           WORKING_DIRECTORY ${_retro_py_tests})
+  set_tests_properties(python.pip_install PROPERTIES
+    LABELS "python"
+    ENVIRONMENT "PYTHONPATH=$<TARGET_FILE_DIR:retro_bench>;RETRO_BIN=$<TARGET_FILE:retro-bench>;PYTHONDONTWRITEBYTECODE=1;RETRO_SOURCE_DIR=${CMAKE_SOURCE_DIR};RETRO_PIP_DIR_PREFIX=${CMAKE_BINARY_DIR}-pip"
+    TIMEOUT 1200)
 endif()
