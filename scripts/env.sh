@@ -12,10 +12,27 @@ export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$RETRO_ROOT}"
 
 # Configure (first time) and build with Ninja; ccache is used when present. Arguments: the targets to
 # build (default: all; the quickstart builds only retro-bench, the test command everything).
-retro_build() {
-  if [[ ! -f "$RETRO_BUILD/build.ninja" ]]; then
-    cmake -S "$RETRO_ROOT" -B "$RETRO_BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release >&2
+# retro_configure main|full: configures build/ for the quickstart's program alone (main: no tests, no
+# benchmarks, no CUDA kernels unless RETRO_CUDA says so; only where build/ is not configured yet) or for
+# the whole suite (full: tests, benchmarks, CUDA where nvcc is; a main configuration is widened once).
+retro_configure() {
+  local cache="$RETRO_BUILD/CMakeCache.txt" args=(-DCMAKE_BUILD_TYPE=Release)
+  if [[ $1 == main ]]; then
+    [[ -f "$RETRO_BUILD/build.ninja" ]] && return 0
+    args+=(-DRETRO_BUILD_TESTS=OFF -DRETRO_BUILD_BENCHMARKS=OFF "-DRETRO_CUDA=${RETRO_CUDA:-OFF}")
+  else
+    local cuda="${RETRO_CUDA:-AUTO}"
+    if [[ -f "$RETRO_BUILD/build.ninja" ]] && grep -q '^RETRO_BUILD_TESTS:BOOL=ON$' "$cache" &&
+      grep -q '^RETRO_BUILD_BENCHMARKS:BOOL=ON$' "$cache" && grep -q "^RETRO_CUDA:STRING=$cuda\$" "$cache"; then
+      return 0
+    fi
+    args+=(-DRETRO_BUILD_TESTS=ON -DRETRO_BUILD_BENCHMARKS=ON "-DRETRO_CUDA=$cuda")
   fi
+  cmake -S "$RETRO_ROOT" -B "$RETRO_BUILD" -G Ninja "${args[@]}" >&2
+}
+
+retro_build() {
+  [[ -f "$RETRO_BUILD/build.ninja" ]] || retro_configure full
   local targets=()
   (($# > 0)) && targets=(--target "$@")
   cmake --build "$RETRO_BUILD" -j "$(nproc)" "${targets[@]}" >&2

@@ -4,8 +4,9 @@
 # Extra arguments are passed to `retro-bench run` (e.g. --force to rerun from scratch).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
-bash "$RETRO_ROOT/scripts/setup.sh"
-retro_build retro-bench  # the main job's program only: the tests, benchmarks and Python module are the test command's
+bash "$RETRO_ROOT/scripts/setup.sh" --main  # the main job's packages only: the test command installs the rest
+retro_configure main                        # no tests, benchmarks or CUDA kernels (the test command adds them)
+retro_build retro-bench
 cd "$RETRO_ROOT"
 args=("$@")
 if [[ ${#args[@]} -eq 0 && -d results/quickstart ]]; then args=(--resume); fi

@@ -1,19 +1,26 @@
 #!/usr/bin/env bash
-# Idempotent set-up: installs the Debian packages retro-bench needs when any is missing, and makes
+# Idempotent set-up: installs the Debian packages retro-bench needs when any is missing (--main: only
+# what the quickstart's main job needs; no dumper venv, no FlashInfer headers), and makes
 # sure libblas.so.3 resolves to OpenBLAS (Debian's FAISS links the generic libblas.so.3; the reference
 # BLAS it may otherwise get is ~20x slower for k-means). Safe to run every time: it does nothing when
 # everything is present.
 set -euo pipefail
 
-PKGS=(
+# The main job (scripts/quickstart.sh: build retro-bench, run a config) needs only these (--main).
+MAIN_PKGS=(
   build-essential cmake ninja-build ccache pkg-config
-  libhdf5-dev libfaiss-dev libopenblas-dev liblapack-dev libcli11-dev nlohmann-json3-dev libfmt-dev
-  libgtest-dev libgmock-dev libbenchmark-dev libomp-dev
+  libhdf5-dev libfaiss-dev libopenblas-dev liblapack-dev libcli11-dev nlohmann-json3-dev libfmt-dev libomp-dev
+  # Python methods (py:FILE:Class, docs/adding-a-method.md): retro-bench embeds the interpreter
+  python3-dev pybind11-dev python3-numpy
+)
+# The rest is the test suite's, the Python module's, the dumper's and the figures' (scripts/test.sh).
+TEST_PKGS=(
+  libgtest-dev libgmock-dev libbenchmark-dev
   # the fuzz targets (tests/fuzz, docs/testing.md): clang with libFuzzer and the sanitizer run-times
   clang libclang-rt-14-dev
-  python3-numpy python3-h5py python3-matplotlib chromium
+  python3-h5py python3-matplotlib chromium
   # the Python module (python/, docs/python.md) and its notebook examples (pandas)
-  pybind11-dev python3-pybind11 python3-dev python3-pandas
+  python3-pybind11 python3-pandas
   # trace dumper (scripts/dump/): CPU torch under the pinned venv, and the texts prompts are built from
   python3-venv python3-torch python3-yaml python3-requests python3-packaging python3-psutil
   r-cran-janeaustenr r-cran-tokenizers bible-kjv bible-kjv-text
@@ -21,6 +28,10 @@ PKGS=(
   # them starts no daemon the test relies on (it starts munged, slurmctld, slurmd itself, by PID)
   slurmctld slurmd slurm-client munge
 )
+main_only=0
+[[ ${1:-} == --main ]] && main_only=1
+PKGS=("${MAIN_PKGS[@]}")
+((main_only)) || PKGS+=("${TEST_PKGS[@]}")
 
 missing=()
 for p in "${PKGS[@]}"; do
@@ -51,6 +62,7 @@ if command -v update-alternatives >/dev/null 2>&1; then
   fi
 fi
 
+((main_only)) && exit 0
 # The trace dumper's pinned virtual environment (no-op when its stamp matches).
 bash "$(dirname "${BASH_SOURCE[0]}")/dump/setup_venv.sh"
 

@@ -11,6 +11,7 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 bash "$RETRO_ROOT/scripts/setup.sh"
 stage() { echo "[test] $1 (${SECONDS} s since start)" >&2; }
+retro_configure full  # tests, benchmarks and the CUDA kernels (a quickstart's build/ is widened)
 retro_build
 cd "$RETRO_BUILD"
 ctest --output-on-failure -j "$(nproc)" "$@"
