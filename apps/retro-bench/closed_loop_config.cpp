@@ -51,16 +51,23 @@ int run_closed_loop_config(const json& j, const std::string& origin, const Close
                                    "tiny-random-llama)");
     // The name and the methods go through the run-config parser (same checks, same expansion of the
     // parameter grids, defaults filled from the registry), with a placeholder trace: none is read.
+    // "methods": [] runs the full-attention reference alone (the model's own accuracy, where a grid's
+    // cases are chosen: issue 27 #2); the name still goes through the parser with a stand-in method.
+    const bool reference_only = j.contains("methods") && j["methods"].is_array() && j["methods"].empty();
     json base = {{"name", j.value("name", "")}, {"traces", json::array({"(closed loop: no trace)"})}};
-    if (j.contains("methods")) base["methods"] = j["methods"];
+    if (reference_only)
+        base["methods"] = json::array({{{"name", "full"}}});
+    else if (j.contains("methods"))
+        base["methods"] = j["methods"];
     const RunConfig cfg = parse_config(base, origin);
     json runs = json::array();
-    for (const auto& r : cfg.runs) runs.push_back({{"method", r.method}, {"params", r.params}, {"label", r.label()}});
+    if (!reference_only)
+        for (const auto& r : cfg.runs) runs.push_back({{"method", r.method}, {"params", r.params}, {"label", r.label()}});
     fmt::print(stderr, "{}: closed loop on {}, {} run(s) + the full-attention reference\n", cfg.name,
-               j["model"].get<std::string>(), cfg.runs.size());
+               j["model"].get<std::string>(), runs.size());
     if (opt.validate_only) {
-        fmt::print("{}: OK closed-loop config '{}': {} run(s)\n", origin, cfg.name, cfg.runs.size());
-        for (const auto& r : cfg.runs) fmt::print("  {}\n", r.label());
+        fmt::print("{}: OK closed-loop config '{}': {} run(s)\n", origin, cfg.name, runs.size());
+        for (const auto& r : runs) fmt::print("  {}\n", r["label"].get<std::string>());
         return 0;
     }
     const std::string py = closed_loop_python();

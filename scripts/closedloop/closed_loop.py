@@ -30,7 +30,7 @@ import user_cases  # noqa: E402
 from results import ResultsDir, ResultsError, save_npy_atomic, write_atomic  # noqa: E402
 
 FIDELITY_KEYS = {"texts", "prompt_tokens", "continuation_tokens", "greedy_tokens", "random_prompt", "seed"}
-NIAH_KEYS = {"texts", "prompt_tokens", "depths", "variants", "num_keys", "max_new_tokens", "seed"}
+NIAH_KEYS = {"texts", "prompt_tokens", "depths", "variants", "num_keys", "max_new_tokens", "seed", "haystack"}
 REFERENCE = "reference"
 
 
@@ -147,15 +147,18 @@ def run_case(lm, rb, cfg, case, runs, res, tok):
     """Prefill once, the reference, then every pending run of this case."""
     t0 = time.perf_counter()
     ppath = os.path.join(res.dir, "prefill", case["id"] + ".pt")  # the prefill, kept for resumed sessions
-    loaded = lm.load_prefill(ppath, len(case["ids"]))
+    loaded = lm.load_prefill(ppath, case["ids"])
+    reused = 0
     if loaded is None:
         logp0, pq = lm.prefill(case["ids"], int(cfg.get("prefill_queries", 64)), int(cfg.get("prefill_chunk", 1024)))
+        reused = lm.reused_tokens
         lm.save_prefill(ppath, logp0, pq)
     else:
         logp0, pq = loaded
     prefill_s = time.perf_counter() - t0
     log(f"case {case['id']} ({case['desc']}, {len(case['ids'])} tokens): prefill {prefill_s:.1f} s"
-        + (" (loaded)" if loaded is not None else ""))
+        + (" (loaded)" if loaded is not None else "")
+        + (f" ({reused} leading tokens reused from the previous prompt)" if reused else ""))
     dec = Decoder(lm, rb, cfg, case, logp0, pq)
     decode = (lambda ids: tok.decode(ids, skip_special_tokens=True)) if tok is not None else \
         (lambda ids: " ".join(map(str, ids)))
@@ -169,7 +172,7 @@ def run_case(lm, rb, cfg, case, runs, res, tok):
         lp_full = np.load(lp_path) if len(case["continuation"]) > 1 else None
     else:
         ref = {"case": case["id"], "kind": case["kind"], "desc": case["desc"], "prompt_len": len(case["ids"]),
-               "prefill_s": prefill_s}
+               "prefill_s": prefill_s, "prefill_reused_tokens": reused}
         lp_full = None
         if len(case["continuation"]) > 1:
             lp_full, info = dec.teacher_forced(None)
@@ -378,7 +381,10 @@ def run(args):
                 for case in cases:
                     if (not args.only_kind or case["kind"] == args.only_kind) and not res.has_part(run["id"], case["id"]):
                         run_case(lm, rb, cfg, case, [run], res, lm.tok)
-        for i, case in enumerate(cases):
+        # shorter prompts first (in 1024-token buckets: an interrupted long grid has its cheap cases done),
+        # then in the order of their token ids: prompts that share a prefix (one haystack, several
+        # questions) come one after the other and each prefill reuses the previous one's (LoadedModel.prefill)
+        for i, case in sorted(enumerate(cases), key=lambda ic: (len(ic[1]["ids"]) // 1024, ic[1]["ids"])):
             if args.worker or (args.only_kind and case["kind"] != args.only_kind):
                 continue
             todo = [r for r in runs if not res.has_part(r["id"], case["id"])]

@@ -138,6 +138,8 @@ class LoadedModel:
         self.patch = AttentionPatch(self.model, torch, perm)
         self.cache = None
         self.prompt_len = 0
+        self.last_prefill = None  # (ids, first recorded query position, queries) of the cache held
+        self.reused_tokens = 0  # positions the last prefill took from the previous prompt's cache
         self.versions = f"torch {torch.__version__}, transformers {transformers.__version__}"
 
     def _forward(self, ids, start):
@@ -151,22 +153,56 @@ class LoadedModel:
 
     def prefill(self, ids, n_prefill_queries, chunk=1024):
         """Exact attention over the prompt. Returns (log-probs of the first generated token [vocab],
-        prefill queries {layer: [nq, n_pf, d]})."""
+        prefill queries {layer: [nq, n_pf, d]}).
+
+        Prefix reuse: when the previous prompt (the cache this object holds) shares a prefix with `ids`,
+        the cache is cropped to that prefix rounded down to a multiple of `chunk` and the prefill goes on
+        from there, chunk boundaries unchanged: the result is bit-equal to a prefill from scratch (the
+        same operations on the same values; test closedloop.tiny), and cases built on one haystack (NIAH
+        "haystack": "shared") pay one long prefill and a short one each."""
         from transformers import DynamicCache
         torch = self.torch
-        self.cache = DynamicCache()
         n_pf = min(n_prefill_queries, len(ids))
+        first = len(ids) - n_pf
         store = {l: np.zeros((self.nq, n_pf, self.d), dtype=np.float32) for l in range(self.n_layers)}
+        start = self._reusable_prefix(ids, first, chunk)
+        if start:
+            self.cache.crop(start)
+            old_first, old_store = self.last_prefill[1], self.last_prefill[2]
+            for l in store:  # the recorded queries of the reused positions [first, start)
+                if start > first:
+                    store[l][:, :start - first] = old_store[l][:, first - old_first:start - old_first]
+        else:
+            self.cache = DynamicCache()
+        self.reused_tokens = start
+        self.last_prefill = None
         self.patch.heads = None
-        self.patch.record = (len(ids) - n_pf, store)
+        self.patch.record = (first, store)
         try:
             with torch.no_grad():
-                for s in range(0, len(ids), chunk):
+                for s in range(start, len(ids), chunk):
                     logp = self._forward(ids[s:s + chunk], s)
         finally:
             self.patch.record = None
         self.prompt_len = len(ids)
+        self.last_prefill = (list(ids), first, store)
         return logp, store
+
+    def _reusable_prefix(self, ids, first, chunk):
+        """How many leading positions of the held cache serve `ids`: the common prefix with the previous
+        prompt, at least one position short of the end (the first token's log-probs come from the last
+        chunk), within what the previous prompt recorded of the queries `ids` needs (positions >= first),
+        rounded down to a chunk boundary."""
+        if self.last_prefill is None or self.cache is None or self.prompt_len != len(self.last_prefill[0]):
+            return 0
+        old_ids, old_first, _ = self.last_prefill
+        n = min(len(old_ids), len(ids) - 1)
+        a, b = np.asarray(old_ids[:n]), np.asarray(ids[:n])
+        diff = np.flatnonzero(a != b)
+        p = int(diff[0]) if len(diff) else n
+        if first < old_first:  # positions before old_first have no recorded queries
+            p = min(p, first)
+        return (p // chunk) * chunk
 
     def save_prefill(self, path, logp, store):
         """The prefill's state (KV cache, first log-probs, prefill queries) to `path` (atomic), so that a
@@ -185,18 +221,21 @@ class LoadedModel:
             if os.path.exists(tmp):
                 os.remove(tmp)
 
-    def load_prefill(self, path, n_ids):
-        """The state save_prefill wrote; None when absent or not of this prompt length."""
+    def load_prefill(self, path, ids):
+        """The state save_prefill wrote for prompt `ids`; None when absent or not of this prompt length."""
         from transformers import DynamicCache
         if not os.path.exists(path):
             return None
         state = self.torch.load(path)
-        if state["prompt_len"] != n_ids or len(state["keys"]) != self.n_layers:
+        if state["prompt_len"] != len(ids) or len(state["keys"]) != self.n_layers:
             return None
         self.cache = DynamicCache.from_legacy_cache(tuple(zip(state["keys"], state["values"])))
-        self.prompt_len = n_ids
+        self.prompt_len = len(ids)
         self.patch.heads = None
-        return state["logp"].numpy(), {l: q.numpy() for l, q in state["queries"].items()}
+        store = {l: q.numpy() for l, q in state["queries"].items()}
+        n_pf = next(iter(store.values())).shape[1] if store else 0
+        self.last_prefill = (list(ids), len(ids) - n_pf, store)  # a later prompt may reuse its prefix
+        return state["logp"].numpy(), store
 
     def reset(self):
         """Back to the state right after prefill (the cache cropped to the prompt)."""

@@ -163,6 +163,7 @@ from attention_patch import AttentionPatch
 ref = model_loading.tiny_random_llama(torch, transformers, seed=3).eval()
 pat = model_loading.tiny_random_llama(torch, transformers, seed=3).eval()
 patch = AttentionPatch(pat, torch)
+patch.fast_prefill = sys.argv[2] == "fast"
 ids = torch.tensor([list(np.random.default_rng(0).integers(3, 500, size=200))])
 worst = 0.0
 with torch.no_grad():
@@ -173,20 +174,81 @@ with torch.no_grad():
         for m in (ref, pat):
             m.out = m(nxt, past_key_values=m.out.past_key_values, use_cache=True)
         worst = max(worst, float((ref.out.logits - pat.out.logits).abs().max()))
-print("max_abs_logit_diff", worst)
+print("max_abs_logit", float(ref.out.logits.abs().max()), "max_abs_logit_diff", worst)
 """
 
 
 class Patch(unittest.TestCase):
+    def check(self, mode):
+        r = subprocess.run([os.path.join(VENV, "bin", "python"), "-B", "-c", PATCH_CHECK,
+                            os.path.join(ROOT, "scripts", "closedloop"), mode], capture_output=True, text=True,
+                           env=dict(os.environ, PYTHONPATH=os.path.join(ROOT, "scripts", "dump")))
+        self.assertEqual(r.returncode, 0, r.stderr[-3000:])
+        words = r.stdout.split()
+        return float(words[-3]), float(words[-1])
+
     def test_patched_exact_path_equals_transformers(self):
         """The patch's exact-attention path (the reference run) computes what transformers' eager
         LlamaAttention computes: the same logits in prefill and decode."""
-        r = subprocess.run([os.path.join(VENV, "bin", "python"), "-B", "-c", PATCH_CHECK,
+        _, diff = self.check("eager")
+        self.assertLess(diff, 1e-5)
+
+    def test_fast_prefill_equals_eager_up_to_rounding(self):
+        """The prefill's rearranged attention (AttentionPatch._prefill_attention: per KV head, q scaled
+        first, other matrix shapes) differs from the eager operations only by float rounding: decode
+        logits within 1e-5 of the logits' scale (a wrong mask or head mapping is off by O(1))."""
+        scale, diff = self.check("fast")
+        self.assertGreater(scale, 1.0)
+        self.assertLess(diff, 1e-5 * scale)
+
+
+PREFIX_CHECK = r"""
+import json, sys, numpy as np
+sys.path.insert(0, sys.argv[1])
+import model_runner
+rng = np.random.default_rng(5)
+a = [int(x) for x in rng.integers(3, 500, size=600)]
+b = a[:450] + [int(x) for x in rng.integers(3, 500, size=170)]   # 620 tokens, 450 shared
+c = [7] + a[1:]                                                  # differs at position 0
+out = {}
+def same(x, y):
+    return bool(np.array_equal(x, y))
+shared = model_runner.LoadedModel("tiny-random-llama", threads=1, seed=2)
+fresh = model_runner.LoadedModel("tiny-random-llama", threads=1, seed=2)
+shared.prefill(a, 100, chunk=128)
+lp_s, q_s = shared.prefill(b, 100, chunk=128)        # reuses a's cache up to 384 (3 chunks)
+out["reused_b"] = shared.reused_tokens
+lp_f, q_f = fresh.prefill(b, 100, chunk=128)
+out["fresh_reused"] = fresh.reused_tokens
+out["logp_equal"] = same(lp_s, lp_f)
+out["queries_equal"] = all(same(q_s[l], q_f[l]) for l in q_f)
+out["kv_equal"] = all(same(shared.cache.key_cache[l], fresh.cache.key_cache[l]) and
+                      same(shared.cache.value_cache[l], fresh.cache.value_cache[l]) for l in range(shared.n_layers))
+shared.prefill(b[:-60], 100, chunk=128)              # its first recorded query (460) lies before b's (520)
+out["reused_shorter"] = shared.reused_tokens
+shared.prefill(c, 100, chunk=128)
+out["reused_c"] = shared.reused_tokens
+print(json.dumps(out))
+"""
+
+
+class PrefixReuse(unittest.TestCase):
+    def test_reused_prefix_is_bit_equal(self):
+        """LoadedModel.prefill on a prompt sharing 450 tokens with the previous one reuses its cache up
+        to the chunk boundary below (384 with chunks of 128) and gives exactly what a prefill from scratch
+        gives: first log-probs, recorded queries (some of them copied from the previous prompt's), KV."""
+        r = subprocess.run([os.path.join(VENV, "bin", "python"), "-B", "-c", PREFIX_CHECK,
                             os.path.join(ROOT, "scripts", "closedloop")], capture_output=True, text=True,
                            env=dict(os.environ, PYTHONPATH=os.path.join(ROOT, "scripts", "dump")))
         self.assertEqual(r.returncode, 0, r.stderr[-3000:])
-        diff = float(r.stdout.split()[-1])
-        self.assertLess(diff, 1e-5)
+        out = json.loads(r.stdout.strip().splitlines()[-1])
+        self.assertEqual(out["reused_b"], 384)
+        self.assertEqual(out["fresh_reused"], 0)
+        self.assertTrue(out["logp_equal"])
+        self.assertTrue(out["queries_equal"])
+        self.assertTrue(out["kv_equal"])
+        self.assertEqual(out["reused_shorter"], 384)  # min(common 560, first query 460) -> 384
+        self.assertEqual(out["reused_c"], 0)
 
 
 class Metrics(unittest.TestCase):

@@ -180,6 +180,65 @@ print(json.dumps([ok, bad]))"""
         self.assertLess(bad["k"], 1e-4)
 
 
+SHARED_CASES = r"""
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import model_runner, tasks
+tok, _, _ = model_runner.load_tokenizer(sys.argv[2])
+cfg = {"texts": ["mobydick", "kjv"], "prompt_tokens": [2000], "depths": [0.2, 0.5, 0.8],
+       "variants": ["single", "multikey"], "num_keys": 3, "haystack": "shared", "max_new_tokens": 4}
+out = []
+for c in tasks.niah_cases({"niah": cfg}, tok):
+    out.append(dict(desc=c["desc"], ids=c["ids"], answer=c["answer"], needle=c["needle_token"], text=tok.decode(c["ids"]),
+                    at_needle=tok.decode(c["ids"][c["needle_token"]:c["needle_token"] + 20])))
+print(json.dumps(out))
+"""
+
+
+class QwenSharedHaystack(unittest.TestCase):
+    """niah "haystack": "shared" (tasks.py) with Qwen's tokenizer: the cases of one (text, length) are
+    built on one haystack so that their prefills share a prefix (LoadedModel.prefill reuses it)."""
+
+    @classmethod
+    def setUpClass(cls):
+        r = subprocess.run([VPY, "-B", "-c", SHARED_CASES, os.path.join(ROOT, "scripts", "closedloop"), MODEL],
+                           capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=os.path.join(ROOT, "scripts", "dump")))
+        if r.returncode != 0:
+            raise AssertionError(r.stderr[-3000:])
+        cls.cases = json.loads(r.stdout.strip().splitlines()[-1])
+
+    @staticmethod
+    def common(a, b):
+        return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+
+    def test_lengths_and_needles(self):
+        self.assertEqual(len(self.cases), 2 * 3 * 2)
+        for c in self.cases:
+            self.assertEqual(len(c["ids"]), 2000, c["desc"])
+            self.assertIn(f"is: {c['answer']}.", c["at_needle"], c["desc"])  # needle_token points at the asked needle
+            n = c["text"].count("The special magic number for ")
+            self.assertEqual(n, (3 if "multikey" in c["desc"] else 1) + 1, c["desc"])  # + the answer prefix
+
+    def test_cases_of_a_haystack_share_the_prompt(self):
+        for text in ("mobydick", "kjv"):
+            mk = [c for c in self.cases if c["desc"].startswith(text) and "multikey" in c["desc"]]
+            single = [c for c in self.cases if c["desc"].startswith(text) and "single" in c["desc"]]
+            self.assertEqual(len({c["answer"] for c in mk}), 3)  # a distinct needle asked at each depth
+            for a in mk:
+                for b in mk:
+                    if a is not b:  # everything but the question (the asked key) and the trimmed end
+                        self.assertGreater(self.common(a["ids"], b["ids"]), 2000 - 60, (a["desc"], b["desc"]))
+            first_needle = min(c["needle"] for c in mk)
+            for s in single:  # the multikey haystack's text up to its first needle
+                m = next(c for c in mk if c["answer"] == s["answer"])
+                self.assertGreaterEqual(self.common(s["ids"], m["ids"]), first_needle, s["desc"])
+            s = min(single, key=lambda c: c["needle"])  # the shallowest needle: at the same place, the same tokens
+            m = next(c for c in mk if c["answer"] == s["answer"])
+            self.assertEqual(s["needle"], m["needle"])
+            self.assertGreater(self.common(s["ids"], m["ids"]), s["needle"] + 10)
+        self.assertNotEqual(self.cases[0]["ids"][:500], self.cases[-1]["ids"][:500])  # texts differ
+
+
 if __name__ == "__main__":
     try:
         unittest.main(verbosity=2)
