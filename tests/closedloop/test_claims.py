@@ -1,0 +1,192 @@
+"""scripts/closedloop/claims.py (issue 27 #4, docs/closed-loop.md): NIAH accuracy minus full attention's per
+context, on hand-written results directories (no model, no venv; Debian's /usr/bin/python3 with numpy).
+
+Two directories of one model, as a grid split over two sessions: A holds 16K cases (16,000 and 16,384
+tokens: one context) and a 32K fidelity case, B two 32K NIAH cases; a reference and two methods at two
+budgets each, one part missing. Checked: the grouping by context and the pooling of B with A's 32K case,
+full's accuracy on the run's own cases (the missing part's case left out of both sides), the difference
+in points, accuracy on full's correct cases, "3/4 cases", KL / top-1 from the fidelity part, the run
+order, the matched-budget choice (nearest exact_frac to 1.8 / 5 / 10 %) and its within-2-points column,
+another model's directory in its own tables, the Markdown and --json, and the one-line error (exit 2) on
+directories that are not closed-loop results. ~1 s."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+SCRIPT = os.path.join(ROOT, "scripts", "closedloop", "claims.py")
+sys.path.insert(0, os.path.dirname(SCRIPT))
+import claims  # noqa: E402
+
+RUNS = [{"id": "oracle_topk-aaaa", "method": "oracle_topk", "params": {"k": 300}, "label": "oracle 300"},
+        {"id": "oracle_topk-bbbb", "method": "oracle_topk", "params": {"k": 100}, "label": "oracle 100"},
+        {"id": "streaming-cccc", "method": "streaming", "params": {"sink": 4, "window": 236}, "label": "sinks 240"},
+        {"id": "streaming-dddd", "method": "streaming", "params": {"sink": 4, "window": 1756}, "label": "sinks 1760"}]
+# exact_frac of each run's decode loops (the same at every context here)
+BUDGET = {"oracle_topk-aaaa": 0.05, "oracle_topk-bbbb": 0.02, "streaming-cccc": 0.015, "streaming-dddd": 0.11}
+# per NIAH case: full attention's answer, then each run's in RUNS' order (None: the part is missing)
+ANSWERS = {"niah-a1": (True, True, True, False, True),
+           "niah-a2": (True, True, False, False, True),
+           "niah-a3": (True, True, True, True, True),
+           "niah-a4": (False, False, False, False, None),
+           "niah-b1": (True, True, True, False, True),
+           "niah-b2": (False, True, False, False, False)}
+LENGTHS = {"niah-a1": 16000, "niah-a2": 16000, "niah-a3": 16384, "niah-a4": 16000, "niah-b1": 32000,
+           "niah-b2": 32000, "fidelity-f1": 32000}
+KL = {"oracle_topk-aaaa": [0.01, 0.03], "oracle_topk-bbbb": [0.1, 0.3], "streaming-cccc": [1.0, 2.0],
+      "streaming-dddd": [0.2, 0.2]}
+
+
+def write(path, obj):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(obj, f)
+
+
+def info(frac):
+    return {"exact_frac": frac, "est_frac": 0.0, "build_s": 0.0, "step_ms": [1.0], "method_s": 0.0,
+            "h2d_bytes_per_step": 0.0}
+
+
+def niah_part(run_id, case, correct, correct_full):
+    """A method's (or, with run_id None, the reference's) part of a NIAH case, as closed_loop.run_case writes it."""
+    p = {"case": case, "kind": "niah", "desc": f"{case} {LENGTHS[case]}", "tokens": [1, 2], "text": "x",
+         "answer": "123456", "correct": correct}
+    if run_id is None:
+        return dict(p, prompt_len=LENGTHS[case], prefill_s=1.0, gen=info(1.0))
+    return dict(p, run=run_id, gen=info(BUDGET[run_id]), correct_full=correct_full, agreement=1)
+
+
+def fidelity_part(run_id):
+    p = {"case": "fidelity-f1", "kind": "fidelity", "desc": "emma 32000", "nll": [1.0, 2.0]}
+    if run_id is None:
+        return dict(p, prompt_len=32000, prefill_s=1.0, tf=info(1.0))
+    return dict(p, run=run_id, kl=KL[run_id], top1=[1.0, 0.0], nll_full=[1.0, 2.0], tf=info(BUDGET[run_id]))
+
+
+def make_dir(root, name, case_ids, model="qwen2.5-0.5b (GGUF)"):
+    """A closed-loop results directory holding case_ids (manifest, parts; runs.jsonl's reference line)."""
+    d = os.path.join(root, name)
+    cases = [{"id": c, "kind": c.split("-")[0], "desc": c, "prompt_len": LENGTHS[c],
+              "answer": "123456" if c.startswith("niah") else None} for c in case_ids]
+    write(os.path.join(d, "manifest.json"), {"experiment": "closed-loop", "cases": cases, "model": {"name": model},
+                                             "resolved": {"runs": RUNS}})
+    write(os.path.join(d, "runs.jsonl"), {"run_id": "reference"})
+    for c in case_ids:
+        if c.startswith("fidelity"):
+            write(os.path.join(d, "parts", "reference", c + ".json"), fidelity_part(None))
+            for r in RUNS:
+                write(os.path.join(d, "parts", r["id"], c + ".json"), fidelity_part(r["id"]))
+            continue
+        full, *by_run = ANSWERS[c]
+        write(os.path.join(d, "parts", "reference", c + ".json"), niah_part(None, c, full, None))
+        for r, ok in zip(RUNS, by_run):
+            if ok is not None:
+                write(os.path.join(d, "parts", r["id"], c + ".json"), niah_part(r["id"], c, ok, full))
+    return d
+
+
+class Claims(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="retro-claims-")
+        cls.a = make_dir(cls.tmp, "a", ["niah-a1", "niah-a2", "niah-a3", "niah-a4", "fidelity-f1"])
+        cls.b = make_dir(cls.tmp, "b", ["niah-b1", "niah-b2"])
+        cls.res = claims.claims([cls.a, cls.b])
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def ctx(self, label):
+        return next(c for c in self.res["contexts"] if c["label"] == label)
+
+    def row(self, label, run_id):
+        return next(r for r in self.ctx(label)["rows"] if r["run_id"] == run_id)
+
+    def test_grouping(self):
+        self.assertEqual([(c["model"], c["label"]) for c in self.res["contexts"]],
+                         [("qwen2.5-0.5b (GGUF)", "16K"), ("qwen2.5-0.5b (GGUF)", "32K")])
+        self.assertEqual(self.ctx("16K")["dirs"], [self.a])
+        self.assertEqual(self.ctx("32K")["dirs"], [self.a, self.b])  # B's NIAH cases pooled with A's fidelity case
+        ref16, ref32 = self.ctx("16K")["reference"], self.ctx("32K")["reference"]
+        self.assertEqual((ref16["correct"], ref16["task_cases"], ref16["accuracy"]), (3, 4, 0.75))
+        self.assertEqual((ref32["correct"], ref32["task_cases"], ref32["cases"], ref32["expected"]), (1, 2, 3, 3))
+
+    def test_differences(self):
+        r = self.row("16K", "oracle_topk-bbbb")  # 2/4 against full's 3/4
+        self.assertEqual((r["accuracy"], r["full_accuracy"]), (0.5, 0.75))
+        self.assertAlmostEqual(r["diff_points"], -25.0)
+        self.assertAlmostEqual(r["accuracy_on_full_correct"], 2 / 3)
+        self.assertEqual(r["label"], "oracle_topk k=100")
+        self.assertAlmostEqual(r["exact_frac"], 0.02)
+        r = self.row("32K", "oracle_topk-aaaa")  # answers the case full misses: above full
+        self.assertAlmostEqual(r["diff_points"], 50.0)
+        self.assertEqual((r["task_cases"], r["fidelity_cases"]), (2, 1))
+        self.assertAlmostEqual(r["kl_mean"], 0.02)
+        self.assertAlmostEqual(r["top1"], 0.5)
+        self.assertIsNone(self.row("16K", "oracle_topk-aaaa")["kl_mean"])  # no fidelity case at 16K
+
+    def test_partial(self):
+        r = self.row("16K", "streaming-dddd")  # niah-a4's part missing: full compared on a1..a3 only
+        self.assertEqual((r["cases"], r["expected"], r["task_cases"]), (3, 4, 3))
+        self.assertEqual((r["accuracy"], r["full_accuracy"], r["diff_points"]), (1.0, 1.0, 0.0))
+        self.assertIn("| 3/4 cases |", claims.markdown(self.res))
+
+    def test_order(self):
+        self.assertEqual([r["run_id"] for r in self.ctx("16K")["rows"]],
+                         ["oracle_topk-bbbb", "oracle_topk-aaaa", "streaming-cccc", "streaming-dddd"])
+
+    def test_matched(self):
+        m = {(x["method"], x["target"]): x for x in self.ctx("16K")["matched"]}
+        self.assertEqual(len(m), 6)
+        self.assertEqual(m[("oracle_topk", 0.018)]["run_id"], "oracle_topk-bbbb")
+        self.assertEqual(m[("oracle_topk", 0.05)]["run_id"], "oracle_topk-aaaa")
+        self.assertEqual(m[("oracle_topk", 0.10)]["run_id"], "oracle_topk-aaaa")  # its largest (5 %) is nearest
+        self.assertEqual(m[("streaming", 0.018)]["run_id"], "streaming-cccc")
+        self.assertEqual(m[("streaming", 0.05)]["run_id"], "streaming-cccc")  # 1.5 % is 3.5 pts off, 11 % 6
+        self.assertEqual(m[("streaming", 0.10)]["run_id"], "streaming-dddd")
+        self.assertEqual(m[("oracle_topk", 0.05)]["within"], "yes")  # 3/4 = full's 3/4
+        self.assertEqual(m[("oracle_topk", 0.018)]["within"], "no")  # -25 points
+        self.assertEqual(m[("streaming", 0.018)]["within"], "no")  # 1/4: -50 points
+        m32 = {x["target"]: x for x in self.ctx("32K")["matched"] if x["method"] == "oracle_topk"}
+        self.assertEqual((m32[0.018]["run_id"], m32[0.018]["within"]), ("oracle_topk-bbbb", "yes"))  # 1/2 = full's
+        self.assertEqual((m32[0.05]["run_id"], m32[0.05]["within"]), ("oracle_topk-aaaa", "above"))  # 2/2: +50
+
+    def test_other_model(self):
+        c = make_dir(self.tmp, "c", ["niah-b1"], model="qwen2.5-1.5b")
+        res = claims.claims([self.a, c, self.a])  # a directory given twice counts once
+        self.assertEqual([(x["model"], x["label"]) for x in res["contexts"]],
+                         [("qwen2.5-0.5b (GGUF)", "16K"), ("qwen2.5-0.5b (GGUF)", "32K"), ("qwen2.5-1.5b", "32K")])
+        self.assertEqual(res["contexts"][0]["reference"]["expected"], 4)
+
+    def test_command(self):
+        out = subprocess.run([sys.executable, "-B", SCRIPT, self.a, self.b], capture_output=True, text=True)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertIn("### qwen2.5-0.5b (GGUF) · 16K", out.stdout)
+        self.assertIn("| oracle_topk k=100 | 2.0 | 50.0 | 75.0 | -25.0 | 66.7 | 4/4 cases | – | – |", out.stdout)
+        self.assertIn("| streaming | 1.8 % | streaming sink=4,window=236 | 1.5 | 25.0 | 75.0 | -50.0 | no |", out.stdout)
+        js = subprocess.run([sys.executable, "-B", SCRIPT, "--json", self.a, self.b], capture_output=True, text=True)
+        self.assertEqual(json.loads(js.stdout), json.loads(json.dumps(self.res)))
+
+    def test_bad_dirs(self):
+        empty = os.path.join(self.tmp, "empty")
+        os.makedirs(empty, exist_ok=True)
+        no_ref = make_dir(self.tmp, "noref", ["niah-b1"])
+        shutil.rmtree(os.path.join(no_ref, "parts", "reference"))
+        for d, missing in ((empty, "no manifest.json"), (no_ref, "no parts/reference/"),
+                           (os.path.join(self.tmp, "nowhere"), "no such directory")):
+            out = subprocess.run([sys.executable, "-B", SCRIPT, self.a, d], capture_output=True, text=True)
+            self.assertEqual(out.returncode, 2)
+            self.assertEqual(out.stdout, "")
+            self.assertEqual(len(out.stderr.strip().splitlines()), 1, out.stderr)
+            self.assertIn(f"{d} is not a closed-loop results directory: {missing}", out.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()
