@@ -813,6 +813,81 @@ void copy_segments(const CopySegment* segs, int n, int d, int64_t max_tokens, vo
 }
 
 // ---------------------------------------------------------------------------------------------------
+// Execution buffers from the ranked clusters on the device (wave with its KV in device memory)
+// ---------------------------------------------------------------------------------------------------
+
+namespace {
+
+constexpr int kGatherThreads = 256;
+constexpr int kGatherBlocksPerPair = 16;
+
+// grid (blocks per pair, bh), block 256, dynamic shared memory r + 256 ints. Every block of a pair scans
+// the sizes of the pair's r ranked clusters (the destination rows; a few hundred ints, cheaper to redo
+// per block than a second launch), then copies clusters i = blockIdx.x, + gridDim.x, ... with all its
+// threads, 16 bytes per thread per step; block 0 writes the pair's length.
+__global__ void gather_clusters_kernel(GatherShape s, int steady, const int32_t* ranked, const int32_t* sizes,
+                                       const int32_t* offsets, const uint16_t* store_k, const uint16_t* store_v,
+                                       uint16_t* xk, uint16_t* xv, int32_t* lens) {
+    extern __shared__ int gather_smem[];
+    int* row = gather_smem;                 // [r] rows after the steady zone, rank order
+    int* part = gather_smem + s.r;          // [256] per-thread sums, then their exclusive scan
+    const int p = blockIdx.y, tid = threadIdx.x;
+    const int32_t* rk = ranked + (size_t)p * s.clusters;
+    const int32_t* sz = sizes + (size_t)p * s.clusters;
+    const int per = (s.r + kGatherThreads - 1) / kGatherThreads, i0 = tid * per, i1 = min(s.r, i0 + per);
+    int sum = 0;
+    for (int i = i0; i < i1; ++i) sum += sz[rk[i]];
+    part[tid] = sum;
+    __syncthreads();
+    if (tid == 0) {
+        int acc = 0;
+        for (int t = 0; t < kGatherThreads; ++t) {
+            const int v = part[t];
+            part[t] = acc;
+            acc += v;
+        }
+        if (blockIdx.x == 0) lens[p] = min(s.capacity, steady + acc);
+    }
+    __syncthreads();
+    sum = part[tid];
+    for (int i = i0; i < i1; ++i) row[i] = sum, sum += sz[rk[i]];
+    __syncthreads();
+    const int vec = s.d / 8;  // uint4 = 8 halves
+    for (int i = blockIdx.x; i < s.r; i += gridDim.x) {
+        const int c = rk[i];
+        const int64_t first = steady + row[i];
+        const int64_t n = min((int64_t)sz[c], (int64_t)s.capacity - first);
+        if (n <= 0) continue;
+        const int64_t src = ((int64_t)p * s.tokens + offsets[(size_t)p * s.clusters + c]) * vec;
+        const int64_t dst = ((int64_t)p * s.capacity + first) * vec;
+        const uint4* sk = reinterpret_cast<const uint4*>(store_k) + src;
+        const uint4* sv = reinterpret_cast<const uint4*>(store_v) + src;
+        uint4* dk = reinterpret_cast<uint4*>(xk) + dst;
+        uint4* dv = reinterpret_cast<uint4*>(xv) + dst;
+        for (int64_t j = tid; j < n * vec; j += kGatherThreads) {
+            dk[j] = sk[j];
+            dv[j] = sv[j];
+        }
+    }
+}
+
+}  // namespace
+
+void gather_clusters(const GatherShape& s, int steady, const int32_t* ranked, const int32_t* sizes,
+                     const int32_t* offsets, const uint16_t* store_k, const uint16_t* store_v, uint16_t* xk,
+                     uint16_t* xv, int32_t* lens, void* stream) {
+    if (s.d % 8 != 0 || s.bh < 1 || s.bh > 65535 || s.r < 0 || s.r > s.clusters || s.r > kMaxGatherClusters ||
+        steady < 0 || steady > s.capacity)
+        throw ParamError("cuda gather_clusters: bad shape (d a multiple of 8, 1..65535 pairs, r <= clusters and <= " +
+                         std::to_string(kMaxGatherClusters) + ", steady <= capacity)");
+    const int blocks = std::max(1, std::min(kGatherBlocksPerPair, s.r));
+    const size_t smem = (size_t)(s.r + kGatherThreads) * sizeof(int);
+    gather_clusters_kernel<<<dim3((unsigned)blocks, (unsigned)s.bh), kGatherThreads, smem, st(stream)>>>(
+        s, steady, ranked, sizes, offsets, store_k, store_v, xk, xv, lens);
+    check_launch("gather_clusters");
+}
+
+// ---------------------------------------------------------------------------------------------------
 // Flash-decoding
 // ---------------------------------------------------------------------------------------------------
 

@@ -385,6 +385,91 @@ void check_copy_segments(Checker& c) {
 }
 
 // ---------------------------------------------------------------------------------------------------
+// gather_clusters vs the host's assembly of the same execution buffer
+// ---------------------------------------------------------------------------------------------------
+
+// The reference of gather_clusters: per pair, the first r ranked clusters' store rows in rank order after
+// `steady` rows, cut at the capacity; rows it does not write keep their previous bits. xk, xv: [bh, X, d].
+void gather_clusters_ref(const GatherShape& s, int steady, const std::vector<int32_t>& ranked,
+                         const std::vector<int32_t>& sizes, const std::vector<int32_t>& offsets,
+                         const std::vector<uint16_t>& sk, const std::vector<uint16_t>& sv, std::vector<uint16_t>& xk,
+                         std::vector<uint16_t>& xv, std::vector<int32_t>& lens) {
+    const size_t d = (size_t)s.d;
+    lens.assign((size_t)s.bh, 0);
+    for (int p = 0; p < s.bh; ++p) {
+        const size_t at = (size_t)p * s.clusters;
+        int64_t row = steady;
+        for (int i = 0; i < s.r; ++i) {
+            const int cl = ranked[at + i];
+            for (int64_t t = 0; t < sizes[at + cl] && row + t < s.capacity; ++t) {
+                const size_t src = ((size_t)p * s.tokens + offsets[at + cl] + t) * d;
+                const size_t dst = ((size_t)p * s.capacity + row + t) * d;
+                std::copy_n(sk.begin() + src, d, xk.begin() + dst);
+                std::copy_n(sv.begin() + src, d, xv.begin() + dst);
+            }
+            row += sizes[at + cl];
+        }
+        lens[(size_t)p] = (int32_t)std::min<int64_t>(row, s.capacity);
+    }
+}
+
+void check_gather_clusters(Checker& c) {
+    struct Case { int bh, M, r, d, steady, slack; };  // slack < 0: a capacity too small for the r clusters
+    const Case cases[] = {{1, 40, 0, 64, 5, 3},      {1, 300, 1, 128, 68, 0},   {5, 300, 117, 64, 68, 9},
+                          {3, 300, 300, 128, 0, 1},  {2, 1200, 700, 64, 33, 0}, {4, 64, 64, 64, 20, -50}};
+    std::mt19937 rng(99);
+    for (const Case& k : cases) {
+        GatherShape s;
+        s.bh = k.bh, s.clusters = k.M, s.r = k.r, s.d = k.d;
+        std::vector<int32_t> sizes((size_t)k.bh * k.M), offsets(sizes.size()), ranked(sizes.size());
+        std::uniform_int_distribution<int> sz(0, 24);  // empty clusters included
+        int64_t need = 0;
+        for (int p = 0; p < k.bh; ++p) {
+            const size_t at = (size_t)p * k.M;
+            std::vector<int> order((size_t)k.M);  // the store holds clusters in a random order
+            std::iota(order.begin(), order.end(), 0);
+            std::shuffle(order.begin(), order.end(), rng);
+            int32_t off = 0;
+            for (int j = 0; j < k.M; ++j) sizes[at + j] = sz(rng);
+            for (int j : order) offsets[at + j] = off, off += sizes[at + j];
+            s.tokens = std::max(s.tokens, (int)off);
+            std::iota(ranked.begin() + at, ranked.begin() + at + k.M, 0);
+            std::shuffle(ranked.begin() + at, ranked.begin() + at + k.M, rng);
+            int64_t sum = 0;
+            for (int i = 0; i < k.r; ++i) sum += sizes[at + ranked[at + i]];
+            need = std::max(need, sum);
+        }
+        s.capacity = (int)std::max<int64_t>(k.steady + 1, k.steady + need + k.slack);
+        const Half sk = random_half((size_t)k.bh * s.tokens * k.d, rng), sv = random_half(sk.bits.size(), rng);
+        auto dsk = upload(sk.bits), dsv = upload(sv.bits);
+        auto dranked = upload(ranked), dsizes = upload(sizes), doff = upload(offsets);
+        DeviceBuffer<uint16_t> xk((size_t)k.bh * s.capacity * k.d), xv(xk.size());
+        DeviceBuffer<int32_t> dlens((size_t)k.bh);
+        poison(xk), poison(xv), poison(dlens);
+        gather_clusters(s, k.steady, dranked.get(), dsizes.get(), doff.get(), dsk.get(), dsv.get(), xk.get(), xv.get(),
+                        dlens.get());
+        synchronize();
+        std::vector<uint16_t> rk(xk.size(), 0xFFFF), rv(xv.size(), 0xFFFF);  // poison() writes all ones
+        std::vector<int32_t> rlens;
+        gather_clusters_ref(s, k.steady, ranked, sizes, offsets, sk.bits, sv.bits, rk, rv, rlens);
+        const std::string tag = fmt("bh=%g M=%g r=%g d=%g steady=%g", k.bh, k.M, k.r, k.d, k.steady) +
+                                fmt(" capacity=%g", s.capacity);
+        c.expect(download(dlens) == rlens, tag + ": lengths differ from the host's");
+        c.expect(download(xk) == rk && download(xv) == rv,
+                 tag + ": execution buffers differ from the host's assembly (or rows outside it were written)");
+    }
+    bool refused = false;  // a shape out of range is refused before any work
+    try {
+        GatherShape s;
+        s.bh = 1, s.clusters = 10, s.r = 11, s.d = 64, s.capacity = 8, s.tokens = 8;
+        gather_clusters(s, 0, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr);
+    } catch (const ParamError&) {
+        refused = true;
+    }
+    c.expect(refused, "gather_clusters with r > clusters: not refused");
+}
+
+// ---------------------------------------------------------------------------------------------------
 // decode_attention vs partial_attention_ids + merge
 // ---------------------------------------------------------------------------------------------------
 
@@ -501,20 +586,27 @@ void check_library_decode(Checker& c) {
             if (round == 1)
                 for (auto& l : lens) l = std::min(k.cap, l + 1);
             const bool extra = round == 2;
-            DeviceBuffer<float> dout((size_t)k.B * Hq * k.d), dlse((size_t)k.B * Hq);
-            poison(dout), poison(dlse);
-            lib.plan(lens.data());
-            lib.run(dq.get(), dk.get(), dv.get(), dout.get(), dlse.get(), nullptr, extra ? dxo.get() : nullptr,
-                    extra ? dxl.get() : nullptr);
-            synchronize();
-            const auto out = download(dout), lse = download(dlse);
             std::vector<float> rout, rlse;
             reference_decode(q, K, V, lens, k.B, k.Hkv, k.g, k.cap, k.d, extra ? &xo : nullptr, extra ? &xl : nullptr,
                              rout, rlse);
             const std::string tag = fmt("B=%g Hkv=%g g=%g cap=%g d=%g", k.B, k.Hkv, k.g, k.cap, k.d) +
                                     (extra ? std::string(" plan 1 + extra state") : fmt(" plan %g", round));
-            c.expect_close(tag + " out", out.data(), rout.data(), out.size(), 2e-3);
-            c.expect_close(tag + " lse", lse.data(), rlse.data(), lse.size(), kTolLse);
+            auto dlens = upload(lens);
+            // the lengths from the host (FlashInfer's planner, split), then from device memory (plan_device,
+            // unsplit: wave's device-resident step); the next round's plan() goes back to the split
+            for (const bool on_device : {false, true}) {
+                DeviceBuffer<float> dout((size_t)k.B * Hq * k.d), dlse((size_t)k.B * Hq);
+                poison(dout), poison(dlse);
+                if (on_device) lib.plan_device(dlens.get());
+                else lib.plan(lens.data());
+                lib.run(dq.get(), dk.get(), dv.get(), dout.get(), dlse.get(), nullptr, extra ? dxo.get() : nullptr,
+                        extra ? dxl.get() : nullptr);
+                synchronize();
+                const auto out = download(dout), lse = download(dlse);
+                const std::string t = tag + (on_device ? " device lengths" : "");
+                c.expect_close(t + " out", out.data(), rout.data(), out.size(), 2e-3);
+                c.expect_close(t + " lse", lse.data(), rlse.data(), lse.size(), kTolLse);
+            }
         }
     }
     // unsupported shapes are refused by name before any work
@@ -644,7 +736,8 @@ void check_kmeans_full(Checker& c) {
 
 std::vector<CheckCase> gpu_checks() {
     return {{"ClusterRank", check_cluster_rank},   {"ClusterSelect", check_cluster_select},   {"EstimateAttention", check_estimate},
-            {"CopySegments", check_copy_segments}, {"DecodeAttention", check_decode},
+            {"CopySegments", check_copy_segments}, {"GatherClusters", check_gather_clusters},
+            {"DecodeAttention", check_decode},
             {"LibraryDecode", check_library_decode},
             {"KMeansAssign", check_kmeans_assign}, {"KMeansSegmented", check_kmeans_full}};
 }

@@ -130,6 +130,27 @@ std::vector<BenchRow> run_benches(const BenchOptions&, const DeviceCeilings&) {
     throw Error("CPU emulation: no benchmarks");
 }
 void copy_segments_memcpy(const CopySegment* segs, int n, int d, void* st) { copy_segments(segs, n, d, 0, st); }
+void gather_clusters(const GatherShape& s, int steady, const int32_t* ranked, const int32_t* sizes,
+                     const int32_t* offsets, const uint16_t* sk, const uint16_t* sv, uint16_t* xk, uint16_t* xv,
+                     int32_t* lens, void*) {
+    if (s.d % 8 || s.r < 0 || s.r > s.clusters || s.r > kMaxGatherClusters || steady < 0 || steady > s.capacity)
+        throw ParamError("cuda gather_clusters: bad shape");
+    for (int p = 0; p < s.bh; ++p) {
+        int64_t row = steady;
+        for (int i = 0; i < s.r; ++i) {
+            const size_t at = (size_t)p * s.clusters;
+            const int c = ranked[at + i];
+            const int64_t n = std::min<int64_t>(sizes[at + c], s.capacity - row);
+            if (n > 0) {
+                const size_t src = ((size_t)p * s.tokens + offsets[at + c]) * s.d, dst = ((size_t)p * s.capacity + row) * s.d;
+                std::memcpy(xk + dst, sk + src, n * s.d * 2);
+                std::memcpy(xv + dst, sv + src, n * s.d * 2);
+            }
+            row += sizes[at + c];
+        }
+        lens[p] = (int32_t)std::min<int64_t>(row, s.capacity);
+    }
+}
 size_t decode_workspace_floats(const DecodeShape&) { return 4; }
 void decode_attention(const DecodeShape& s, const float* q, const uint16_t* K, const uint16_t* V, const int32_t* lens,
                       const float* xo, const float* xl, float* out, float* lse, float*, void*) {
@@ -186,6 +207,7 @@ void LibraryDecode::plan(const int32_t* lens, void*) {
         if (lens[i] < 1 || lens[i] > impl_->s.capacity) throw ParamError("library decode: length out of range");
     impl_->lens.assign(lens, lens + n);
 }
+void LibraryDecode::plan_device(const int32_t* lens, void* st) { plan(lens, st); }  // "device" memory is host memory
 void LibraryDecode::run(const float* q, const uint16_t* K, const uint16_t* V, float* out, float* lse, void* st,
                         const float* xo, const float* xl) {
     if (impl_->lens.empty()) throw Error("library decode: run() before plan()");

@@ -231,6 +231,30 @@ void copy_segments(const CopySegment* d_segs, int n, int d, int64_t max_tokens, 
 /// The comparison variant: one cudaMemcpyAsync per segment and tensor. h_segs: [n] in host memory.
 void copy_segments_memcpy(const CopySegment* h_segs, int n, int d, void* stream = nullptr);
 
+/// The execution buffers' retrieval rows assembled on the device alone (wave with its KV in device
+/// memory: nothing for the host to look up, so no ranked ids go to the host and no copy list comes
+/// back). CPU reference: gather_clusters_ref in kernels/checks.cpp.
+struct GatherShape {
+    int bh = 1;        ///< (batch item, KV head) pairs
+    int clusters = 0;  ///< M: the row stride of ranked, sizes and offsets
+    int r = 0;         ///< retrieval clusters per pair (<= M, <= kMaxGatherClusters)
+    int tokens = 0;    ///< N: store rows per pair (the store's row stride)
+    int capacity = 0;  ///< X: execution-buffer rows per pair
+    int d = 128;       ///< head dim, a multiple of 8
+};
+constexpr int kMaxGatherClusters = 8192;
+
+/// For every pair p: its first r ranked clusters, in rank order, copied from the store into its execution
+/// buffer after its `steady` rows (cluster c = store rows [offsets[c], offsets[c] + sizes[c]); empty
+/// clusters add nothing), and lens[p] = steady + their tokens. The caller sizes X for the r largest
+/// clusters (rows past X are not written; lens then says X at most).
+/// d_ranked: [bh, M] int32 (cluster_select's order; the first r are read); d_sizes, d_offsets: [bh, M]
+/// int32; d_store_k, d_store_v: [bh, N, d] fp16 device memory; d_xk, d_xv: [bh, X, d] fp16;
+/// d_lens: [bh] int32 out. ParamError on a shape out of range.
+void gather_clusters(const GatherShape& s, int steady, const int32_t* d_ranked, const int32_t* d_sizes,
+                     const int32_t* d_offsets, const uint16_t* d_store_k, const uint16_t* d_store_v, uint16_t* d_xk,
+                     uint16_t* d_xv, int32_t* d_lens, void* stream = nullptr);
+
 // ---- decode attention (flash-decoding; CPU reference: lib/attention partial_attention_ids + merge) ----
 
 struct DecodeShape {
@@ -279,6 +303,11 @@ class LibraryDecode {
     /// The previous plan's uploads must have completed (this rewrites the pinned tables they copy from):
     /// synchronize the stream between steps, as the layer runs do.
     void plan(const int32_t* h_lens, void* stream = nullptr);
+    /// The lengths on the device (d_lens: [B*Hkv] int32, 1..capacity, written by an earlier kernel on
+    /// `stream`): the page table is built there by a kernel and every (b, kv head) is one block, unsplit
+    /// (FlashInfer's no-partition path), so nothing waits for the host: no planner, no read-back. Fewer
+    /// blocks than a planned split where B*Hkv is small. Replaces the last plan() until the next plan().
+    void plan_device(const int32_t* d_lens, void* stream = nullptr);
     /// The attention for the last plan's lengths. With d_extra_out/d_extra_lse (a second normalized
     /// state per query head, [B, Hkv*g, d] and [B, Hkv*g] natural log, -inf = empty: wave's estimation
     /// zone) the two are merged by their LSEs, as decode_attention's extra does.

@@ -69,6 +69,40 @@ __global__ void finish_merge_kernel(const half* o16, const float* lse2, const fl
     if (lse && i % d == 0) lse[r] = m + __logf(a + b);
 }
 
+// The page table of the unsplit path from lengths on the device (LibraryDecode::plan_device): block r
+// sums the pages of the requests before it (a few hundred at most) for its indptr entry, then writes its
+// own page indices (request r's pages are r * pages_per_request + p, as plan() lays them out) and the
+// length of its last page.
+__global__ void page_table_kernel(const int32_t* lens, int requests, int page, int pages_per_request,
+                                  int32_t* indptr, int32_t* last, int32_t* indices) {
+    __shared__ int32_t sums[128];
+    const int r = blockIdx.x;
+    int32_t acc = 0;
+    for (int q = threadIdx.x; q < r; q += blockDim.x) acc += (lens[q] + page - 1) / page;
+    sums[threadIdx.x] = acc;
+    __syncthreads();
+    for (int w = blockDim.x / 2; w > 0; w /= 2) {
+        if ((int)threadIdx.x < w) sums[threadIdx.x] += sums[threadIdx.x + w];
+        __syncthreads();
+    }
+    const int32_t start = sums[0], pages = (lens[r] + page - 1) / page;
+    if (threadIdx.x == 0) {
+        indptr[r] = start;
+        last[r] = lens[r] - (pages - 1) * page;
+        if (r == requests - 1) indptr[requests] = start + pages;
+    }
+    for (int p = threadIdx.x; p < pages; p += blockDim.x) indices[start + p] = r * pages_per_request + p;
+}
+
+// The unsplit path's fixed schedule: block b is request b, its only KV tile; o_indptr the identity.
+__global__ void identity_schedule_kernel(int32_t* request, int32_t* tile, int32_t* o_indptr, int32_t* chunk,
+                                         int requests, int capacity) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < requests) request[i] = i, tile[i] = 0;
+    if (i <= requests) o_indptr[i] = i;
+    if (i == 0) *chunk = capacity;
+}
+
 template <uint32_t D>
 cudaError_t plan_for(int g, void* fbuf, size_t fbytes, void* ibuf, void* hbuf, size_t ibytes,
                      flashinfer::DecodePlanInfo& info, int32_t* indptr_h, uint32_t requests, uint32_t page,
@@ -119,6 +153,10 @@ struct LibraryDecode::Impl {
     PinnedBuffer<char> hbuf;
     flashinfer::DecodePlanInfo info;
     int32_t *indptr = nullptr, *last = nullptr, *indices = nullptr;
+    // plan_device: the page table (same layout as h_table) and the fixed unsplit schedule, on the device
+    bool unsplit = false;
+    DeviceBuffer<int32_t> d_table2;
+    DeviceBuffer<int32_t> schedule;  // request [R] | tile [R] | o_indptr [R+1] | chunk size [1]
 };
 
 LibraryDecode::LibraryDecode(const DecodeShape& s, int page_tokens) : impl_(nullptr) {
@@ -176,12 +214,32 @@ void LibraryDecode::plan(const int32_t* lens, void* stream) {
         copy_h2d_async(m.d_table.get() + R + 1, last, (size_t)R * sizeof(int32_t), stream);
     }
     m.indptr = m.d_table.get(), m.last = m.indptr + R + 1, m.indices = m.last + R;
+    m.unsplit = false;
+}
+
+void LibraryDecode::plan_device(const int32_t* d_lens, void* stream) {
+    Impl& m = *impl_;
+    const int R = m.requests;
+    if (m.schedule.size() == 0) {  // once: the identity schedule and the second page table
+        m.schedule = DeviceBuffer<int32_t>(3 * (size_t)R + 2);
+        m.d_table2 = DeviceBuffer<int32_t>(m.d_table.size());
+        identity_schedule_kernel<<<(R + 1 + 127) / 128, 128, 0, st(stream)>>>(
+            m.schedule.get(), m.schedule.get() + R, m.schedule.get() + 2 * R, m.schedule.get() + 3 * R + 1, R,
+            m.s.capacity);
+        ok(cudaGetLastError(), "unsplit schedule");
+    }
+    int32_t* indptr = m.d_table2.get();
+    page_table_kernel<<<R, 128, 0, st(stream)>>>(d_lens, R, m.P, m.pages_per_request, indptr, indptr + R + 1,
+                                                  indptr + 2 * R + 1);
+    ok(cudaGetLastError(), "page table");
+    m.unsplit = true;
+    m.indptr = indptr, m.last = indptr + R + 1, m.indices = indptr + 2 * R + 1;
 }
 
 void LibraryDecode::run(const float* q, const uint16_t* K, const uint16_t* V, float* out, float* lse, void* stream,
                         const float* extra_out, const float* extra_lse) {
     Impl& m = *impl_;
-    if (m.pages.empty()) throw Error("library decode: run() before plan()");
+    if (m.pages.empty() && !m.unsplit) throw Error("library decode: run() before plan()");
     const uint32_t d = (uint32_t)m.s.d, g = (uint32_t)m.s.group;
     const int64_t strides[3] = {(int64_t)m.P * d, (int64_t)m.s.capacity * d, (int64_t)d};  // page, head, token
     flashinfer::paged_kv_t<half, int32_t> kv(
@@ -194,15 +252,23 @@ void LibraryDecode::run(const float* q, const uint16_t* K, const uint16_t* V, fl
              /*window_left=*/-1, /*logits_soft_cap=*/0.0f, m.s.scale != 0 ? m.s.scale : 1.0f / std::sqrt((float)d),
              /*rope_scale=*/1.0f, /*rope_theta=*/1e4f);
     const auto& info = m.info;
-    p.padded_batch_size = (uint32_t)info.padded_batch_size;
     char* ib = m.ibuf.get();
-    p.request_indices = reinterpret_cast<int32_t*>(ib + info.request_indices_offset);
-    p.kv_tile_indices = reinterpret_cast<int32_t*>(ib + info.kv_tile_indices_offset);
-    p.o_indptr = reinterpret_cast<int32_t*>(ib + info.o_indptr_offset);
-    p.kv_chunk_size_ptr = reinterpret_cast<int32_t*>(ib + info.kv_chunk_size_ptr_offset);
     half* tmp_v = nullptr;
     float* tmp_s = nullptr;
-    if (info.split_kv) {
+    if (m.unsplit) {  // one block per request over its whole length (tmp_v null: FlashInfer's no-partition path)
+        const int R = m.requests;
+        p.padded_batch_size = (uint32_t)R;
+        p.request_indices = m.schedule.get(), p.kv_tile_indices = m.schedule.get() + R;
+        p.o_indptr = m.schedule.get() + 2 * R, p.kv_chunk_size_ptr = m.schedule.get() + 3 * R + 1;
+        p.block_valid_mask = nullptr;
+    } else {
+        p.padded_batch_size = (uint32_t)info.padded_batch_size;
+        p.request_indices = reinterpret_cast<int32_t*>(ib + info.request_indices_offset);
+        p.kv_tile_indices = reinterpret_cast<int32_t*>(ib + info.kv_tile_indices_offset);
+        p.o_indptr = reinterpret_cast<int32_t*>(ib + info.o_indptr_offset);
+        p.kv_chunk_size_ptr = reinterpret_cast<int32_t*>(ib + info.kv_chunk_size_ptr_offset);
+    }
+    if (!m.unsplit && info.split_kv) {
         p.block_valid_mask = reinterpret_cast<bool*>(ib + info.block_valid_mask_offset);
         tmp_v = reinterpret_cast<half*>(m.fbuf.get() + info.v_offset);
         tmp_s = reinterpret_cast<float*>(m.fbuf.get() + info.s_offset);

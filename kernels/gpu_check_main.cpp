@@ -9,8 +9,9 @@
 //   --hardware   "key value" lines of a hardware profile: the cost model's prediction next to each row
 //   --contexts N,N,...  --batches B,B,...   the wave run's grid (default 32768,131072 x 1,2,4,...,64)
 //   --kmeans cpu|gpu  the wave index's k-means (default gpu; cpu = lib/cluster, BLAS-free in this build)
-//   --wave-kv host|gpu|both  wave's clustered KV in pinned host memory ("wave", the paper's setting),
-//                     in device memory ("wave-hbm", within GPU memory), or both rows (default)
+//   --wave-kv host|gpu|both|all  wave's clustered KV in pinned host memory ("wave", the paper's setting),
+//                     in device memory ("wave-hbm", within GPU memory, the step on the device alone), both
+//                     rows (default), or all three: + "wave-hbm-host" (device memory, host lookups and plan)
 //   --host-threads N  wave's host lookup workers (default min(8, cores - 1))
 //   --measured   the model calibrated by this device (gpu/measured.hpp): the --hardware profile (or the
 //                defaults) with the measured HBM, PCIe and transfer-latency ceilings, as "hardware":
@@ -67,7 +68,7 @@ std::vector<int> int_list(const std::string& s) {
 int main(int argc, char** argv) {
     std::string out_dir = ".", filter, hardware;
     std::vector<int> contexts, batches;
-    bool kmeans_gpu = true, measured = false, wave_host = true, wave_hbm = true;
+    bool kmeans_gpu = true, measured = false, wave_host = true, wave_hbm = true, wave_hbm_host = false;
     int host_threads = 0;
     bool quick = false, checks_only = false, wave_only = false, tiny = false;
     for (int i = 1; i < argc; ++i) {
@@ -79,9 +80,9 @@ int main(int argc, char** argv) {
             kmeans_gpu = std::string(argv[++i]) == "gpu";
         else if (a == "--wave-kv" && i + 1 < argc &&
                  (std::string(argv[i + 1]) == "host" || std::string(argv[i + 1]) == "gpu" ||
-                  std::string(argv[i + 1]) == "both")) {
+                  std::string(argv[i + 1]) == "both" || std::string(argv[i + 1]) == "all")) {
             const std::string v = argv[++i];
-            wave_host = v != "gpu", wave_hbm = v != "host";
+            wave_host = v != "gpu", wave_hbm = v != "host", wave_hbm_host = v == "all";
         } else if (a == "--host-threads" && i + 1 < argc && std::atoi(argv[i + 1]) > 0)
             host_threads = std::atoi(argv[++i]);
         else if ((a == "--contexts" || a == "--batches") && i + 1 < argc) {
@@ -101,7 +102,7 @@ int main(int argc, char** argv) {
         else {
             std::fprintf(stderr, "usage: retro_gpu_check [--out DIR] [--quick] [--checks-only] [--filter S] "
                                  "[--wave-only] [--tiny] [--hardware VALUES] [--contexts N,..] [--batches B,..] "
-                                 "[--kmeans cpu|gpu] [--measured] [--wave-kv host|gpu|both] [--host-threads N]\n");
+                                 "[--kmeans cpu|gpu] [--measured] [--wave-kv host|gpu|both|all] [--host-threads N]\n");
             return 2;
         }
     }
@@ -226,7 +227,8 @@ int main(int argc, char** argv) {
             if (!contexts.empty()) wo.contexts = contexts;
             if (!batches.empty()) wo.batches = batches;
             wo.kmeans_on_gpu = kmeans_gpu;
-            wo.wave_host = wave_host, wo.wave_hbm = wave_hbm, wo.host_threads = host_threads;
+            wo.wave_host = wave_host, wo.wave_hbm = wave_hbm, wo.wave_hbm_host = wave_hbm_host;
+            wo.host_threads = host_threads;
             std::fprintf(stderr, "wave vs full per layer (kernels/run)...\n");
             const auto backend = gpu_run::make_cuda_backend();
             const auto rows = gpu_run::run_wave_vs_full(*backend, wo, [](const std::string& s) {

@@ -14,6 +14,10 @@
 //            as full's library baseline, where it takes the shape; else decode_attention) merged with
 //            the estimation by LSE;
 //            then the cache admission scatter (off the critical path). One stream, CUDA events.
+//   device   with the KV in device memory (job.wave_kv_on_gpu, job.wave_device_gather): cluster_select ->
+//            estimate_attention -> gather_clusters (the ranked clusters' rows from the device store, the
+//            lengths on the device) -> FlashInfer unsplit over lengths it reads on the device: no ranked
+//            ids to the host, no lookup, no plan, no cache (every cluster is in device memory already).
 #include <algorithm>
 #include <chrono>
 #include <memory>
@@ -190,6 +194,10 @@ class WaveLayer {
                 lib_ = std::make_unique<cuda::LibraryDecode>(ds_, kPage);
                 std::vector<int32_t> full((size_t)s_.bh(), X_);
                 lib_->plan(full.data(), st_);
+                if (device_gather()) {  // its schedule and table allocated here, not in a timed step
+                    cuda::copy_h2d(d_lens_.get(), full.data(), full.size() * sizeof(int32_t));
+                    lib_->plan_device(d_lens_.get(), st_);
+                }
                 stream_.synchronize();
             }
             if (est_out_.size() == 0) {
@@ -234,6 +242,7 @@ class WaveLayer {
         const size_t H = (size_t)s_.H, M = (size_t)M_, d = (size_t)s_.d, bh = (size_t)s_.bh();
         cent_ = cuda::DeviceBuffer<uint16_t>(bh * M * d), vsum_ = cuda::DeviceBuffer<uint16_t>(bh * M * d);
         sizes_ = cuda::DeviceBuffer<int32_t>(bh * M), valid_ = cuda::DeviceBuffer<uint8_t>(bh * M);
+        offsets_ = cuda::DeviceBuffer<int32_t>(bh * M);
         agg_ = cuda::DeviceBuffer<float>(bh * M), ranked_ = cuda::DeviceBuffer<int32_t>(bh * M);
         rank_work_ = cuda::DeviceBuffer<char>(cuda::cluster_rank_workspace(cs));
         est_work_ = cuda::DeviceBuffer<float>(cuda::estimate_workspace_floats(cs, E_));
@@ -241,19 +250,23 @@ class WaveLayer {
         h_ranked_ = cuda::PinnedBuffer<int32_t>(bh * std::max(R_, 1));
         h_rank0_ = cuda::PinnedBuffer<int32_t>(H * std::max(R_ + E_, 1));
         cuda::PinnedBuffer<uint16_t> c(H * M * d), v(H * M * d);
-        cuda::PinnedBuffer<int32_t> sz(H * M);
+        cuda::PinnedBuffer<int32_t> sz(H * M), off(H * M);
         cuda::PinnedBuffer<uint8_t> ok(H * M);
         for (size_t h = 0; h < H; ++h) {
             const WaveIndex& ix = heads_[h].index();
             to_half(ix.centroids().data(), M * d, c.get() + h * M * d);
             to_half(ix.value_sums().data(), M * d, v.get() + h * M * d);
-            for (size_t j = 0; j < M; ++j) sz[h * M + j] = ix.size((int)j), ok[h * M + j] = ix.size((int)j) > 0;
+            for (size_t j = 0; j < M; ++j) {
+                sz[h * M + j] = ix.size((int)j), ok[h * M + j] = ix.size((int)j) > 0;
+                off[h * M + j] = (int32_t)ix.offsets()[j];  // the cluster's first row in the store
+            }
         }
         for (int b = 0; b < s_.B; ++b) {
             cuda::copy_h2d(cent_.get() + b * H * M * d, c.get(), c.bytes());
             cuda::copy_h2d(vsum_.get() + b * H * M * d, v.get(), v.bytes());
             cuda::copy_h2d(sizes_.get() + b * H * M, sz.get(), sz.bytes());
             cuda::copy_h2d(valid_.get() + b * H * M, ok.get(), ok.bytes());
+            cuda::copy_h2d(offsets_.get() + b * H * M, off.get(), off.bytes());
         }
     }
 
@@ -372,8 +385,10 @@ class WaveLayer {
         return gather_lists(h_adm_, longest);
     }
 
+    bool device_gather() const { return job_.wave_kv_on_gpu && job_.wave_device_gather; }
+
     void step(int t, bool first) {
-        if (parallel()) pool_.wake();  // the lookup workers spin from now on: the ranked ids arrive in ~100 us
+        if (parallel() && !device_gather()) pool_.wake();  // the lookup workers spin: the ids arrive in ~100 us
         const int n = s_.prompt + t + 1;
         sync_steady(n);
         const int S = steady_;
@@ -396,8 +411,15 @@ class WaveLayer {
         // the attention over the execution buffer merged with the estimation: FlashInfer's decode (planned
         // on the host once the lengths are known) where it takes the shape and every buffer holds a
         // token, else the own kernel
+        // the device path: lengths stay on the device (every buffer holds the steady rows, S > 0)
+        const bool device = ranked && device_gather();
         bool planned = false;
         const auto plan = [&] {
+            if (device) {
+                planned = lib_ && S > 0;
+                if (planned) lib_->plan_device(d_lens_.get(), st_);
+                return;
+            }
             planned = lib_ && std::all_of(h_lens_.get(), h_lens_.get() + s_.bh(), [](int32_t l) { return l > 0; });
             if (planned) lib_->plan(h_lens_.get(), st_);
         };
@@ -420,6 +442,10 @@ class WaveLayer {
         std::vector<std::vector<Placed>> misses((size_t)s_.bh());
         std::vector<int64_t> miss_tokens((size_t)s_.bh(), 0);
         reqs_.resize((size_t)s_.bh());
+        if (device) {
+            device_step(t, n, S, est, rank, estimate, plan, attend);
+            return;
+        }
         e_start_.record(st_);
         rank();
         e_ranked_.record(st_);
@@ -463,7 +489,40 @@ class WaveLayer {
         report(t, n, host_us, miss_tokens, est);
     }
 
-    void report(int t, int n, double host_us, const std::vector<int64_t>& miss_tokens, bool est) {
+    /// A step with nothing on the host's critical path (device_gather()): the zones, the estimation,
+    /// the execution buffers and their lengths on the device, FlashInfer's unsplit decode over them.
+    template <class Rank, class Estimate, class Plan, class Attend>
+    void device_step(int t, int n, int S, bool est, const Rank& rank, const Estimate& estimate, const Plan& plan,
+                     const Attend& attend) {
+        cuda::GatherShape gs;
+        gs.bh = s_.bh(), gs.clusters = M_, gs.r = R_, gs.tokens = s_.tokens, gs.capacity = X_, gs.d = s_.d;
+        e_start_.record(st_);
+        rank();
+        e_ranked_.record(st_);
+        e_ids_.record(st_);
+        e_est0_.record(st_);
+        estimate();
+        e_est1_.record(st_);
+        e_gather0_.record(st_);
+        cuda::gather_clusters(gs, S, ranked_.get(), sizes_.get(), offsets_.get(), dstore_k_.get(), dstore_v_.get(),
+                              xk_.get(), xv_.get(), d_lens_.get(), st_);
+        e_gather1_.record(st_);
+        plan();
+        attend();
+        e_attend_.record(st_);
+        e_admit_.record(st_);  // no cache: nothing to admit
+        o_.read_back(st_);
+        cuda::copy_d2h_async(h_lens_.get(), d_lens_.get(), h_lens_.bytes(), st_);  // for the work accounting
+        if (R_ + E_ > 0)  // replica 0's ranking, for the selections
+            cuda::copy_2d_async(h_rank0_.get(), (size_t)(R_ + E_) * 4, ranked_.get(), (size_t)M_ * 4,
+                                (size_t)(R_ + E_) * 4, (size_t)s_.H, st_);
+        stream_.synchronize();
+        plan_us_ = 0;
+        report(t, n, 0.0, std::vector<int64_t>((size_t)s_.bh(), 0), est, /*host_lookups=*/false);
+    }
+
+    void report(int t, int n, double host_us, const std::vector<int64_t>& miss_tokens, bool est,
+                bool host_lookups = true) {
         GpuStep r;
         r.step = t, r.n = n;
         r.out = o_.h_out.get(), r.lse = o_.h_lse.get();
@@ -496,12 +555,12 @@ class WaveLayer {
             r.work.attend_bytes += h_lens_[(size_t)h] * tb;
             if (ranked) r.work.index_bytes += (double)M_ * d * 2 + (est ? valid_e * 2.0 * d * 2 : 0.0);
             r.work.h2d_bytes += pcie * (double)miss_tokens[(size_t)h] * tb;
-            r.work.d2h_bytes += ranked ? R_ * 4.0 : 0.0;
-            r.work.lookups += valid_r;
+            r.work.d2h_bytes += ranked && host_lookups ? R_ * 4.0 : 0.0;
+            r.work.lookups += host_lookups ? valid_r : 0;
             r.head_h2d_bytes[(size_t)h] = pcie * (double)miss_tokens[(size_t)h] * tb;
         }
         for (int64_t m : miss_tokens) r.batch_h2d_bytes += pcie * (double)m * tb;
-        r.batch_d2h_bytes = ranked ? (double)s_.bh() * R_ * 4.0 : 0.0;
+        r.batch_d2h_bytes = ranked && host_lookups ? (double)s_.bh() * R_ * 4.0 : 0.0;
         on_step_(r);
     }
 
@@ -516,7 +575,7 @@ class WaveLayer {
     double build_ms_ = 0;
     int M_ = 0, R_ = 0, E_ = 0;  ///< clusters (the row stride), retrieval and estimation budgets
     cuda::DeviceBuffer<uint16_t> cent_, vsum_;
-    cuda::DeviceBuffer<int32_t> sizes_, ranked_, est_ids_, d_lens_;
+    cuda::DeviceBuffer<int32_t> sizes_, offsets_, ranked_, est_ids_, d_lens_;  ///< [B*H, M] x3, [B*H, E], [B*H]
     cuda::DeviceBuffer<uint8_t> valid_;
     cuda::DeviceBuffer<float> agg_, est_out_, est_lse_, est_work_, dec_work_;
     cuda::DeviceBuffer<char> rank_work_;

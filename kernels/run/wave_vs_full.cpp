@@ -32,10 +32,11 @@ struct Kind {
     GpuMethod m;
     FullKernel fk;
     bool kv_on_gpu = false;
+    bool device_gather = true;  ///< with kv_on_gpu: GpuLayerJob::wave_device_gather
 };
 
 std::string method_label(const Kind& k) {
-    if (k.m == GpuMethod::wave) return k.kv_on_gpu ? "wave-hbm" : "wave";
+    if (k.m == GpuMethod::wave) return !k.kv_on_gpu ? "wave" : k.device_gather ? "wave-hbm" : "wave-hbm-host";
     return k.fk == FullKernel::library ? "full" : "full-own";
 }
 
@@ -48,6 +49,7 @@ WaveRunRow run_point(const GpuBackend& gpu, const WaveRunOptions& o, const Kind&
     job.method = m;
     job.full_kernel = kind.fk;
     job.wave_kv_on_gpu = kind.kv_on_gpu;
+    job.wave_device_gather = kind.device_gather;
     job.host_threads = o.host_threads;
     for (const HeadSlice& h : heads) job.heads.push_back(&h);
     job.steps.resize((size_t)h0.num_steps);
@@ -156,7 +158,8 @@ std::vector<WaveRunRow> run_wave_vs_full(const GpuBackend& gpu, const WaveRunOpt
             kinds.push_back({GpuMethod::full, FullKernel::library});
         if (o.full_own || kinds.empty()) kinds.push_back({GpuMethod::full, FullKernel::own});
         if (o.wave_host) kinds.push_back({GpuMethod::wave, FullKernel::library, false});
-        if (o.wave_hbm) kinds.push_back({GpuMethod::wave, FullKernel::library, true});
+        if (o.wave_hbm) kinds.push_back({GpuMethod::wave, FullKernel::library, true, true});
+        if (o.wave_hbm_host) kinds.push_back({GpuMethod::wave, FullKernel::library, true, false});
         std::vector<double> base_us(o.batches.size(), 0.0);
         // the wave indexes over the prompt, built once for every batch point (in the GPU-only build the
         // k-means's final pass runs on one CPU core without BLAS: minutes per point at 128K)

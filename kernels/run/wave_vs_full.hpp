@@ -31,15 +31,17 @@ struct WaveRunOptions {
     /// it for the shape, then the own kernel when full_own. wave's speedup is over the first.
     bool full_library = true, full_own = true;
     /// wave rows: "wave" with the clustered KV in pinned host memory (misses over PCIe: the paper's
-    /// setting) and "wave-hbm" with it in device memory (the within-GPU-memory setting)
-    bool wave_host = true, wave_hbm = true;
+    /// setting), "wave-hbm" with it in device memory (the within-GPU-memory setting; its execution buffers
+    /// assembled on the device: GpuLayerJob::wave_device_gather) and "wave-hbm-host", the same through the
+    /// host's lookups and FlashInfer's planner (the comparison)
+    bool wave_host = true, wave_hbm = true, wave_hbm_host = false;
     int host_threads = 0;  ///< wave's host lookup workers (GpuLayerJob::host_threads)
     double hbm_bytes_per_s = 0;  ///< the measured device-memory ceiling (D2D read+write); 0 = no fractions
 };
 
 /// One (method, context, batch): means over the decode steps.
 struct WaveRunRow {
-    std::string method;  ///< "full" (library kernel) | "full-own" (the own kernel) | "wave" | "wave-hbm"
+    std::string method;  ///< "full" (library kernel) | "full-own" (the own kernel) | "wave" | "wave-hbm" | "wave-hbm-host"
     int context = 0, batch = 0, steps = 0;
     std::string status = "ok";  ///< or "does not fit: ..." (larger batches of the method are skipped)
     GpuStepTimes measured;

@@ -42,6 +42,10 @@ struct GpuLayerJob {
     /// wave: the clustered KV in device memory (the within-GPU-memory setting: misses are device copies)
     /// instead of pinned host memory read over PCIe (the paper's offloaded setting, the default)
     bool wave_kv_on_gpu = false;
+    /// wave with wave_kv_on_gpu: the execution buffers assembled on the device from the ranked ids
+    /// (gather_clusters, lengths on the device, FlashInfer unsplit: nothing on the host's critical path)
+    /// instead of the host's cache lookups and copy lists (false: the paper's host path, measured beside)
+    bool wave_device_gather = true;
     int host_threads = 0;  ///< wave: host lookup workers (0: min(8, cores - 1); 1: the caller alone)
     FullKernel full_kernel = FullKernel::library;  ///< full: the library baseline or the own kernel
     WaveParams wave;                      ///< wave: index and zones (gqa must be sum)
@@ -63,7 +67,7 @@ struct GpuStepTimes {
     double gather_us = 0;    ///< execution-buffer assembly: steady zone, cache hits, misses over PCIe
     double attend_us = 0;    ///< decode_attention with the estimation merge (full: all of the step)
     double step_us = 0;      ///< the layer step on the critical path
-    double host_us = 0;      ///< host: ranked ids -> cache lookup -> copy segments (-> library plan)
+    double host_us = 0;      ///< host: ranked ids -> cache lookup -> copy segments (-> library plan); 0 on the device path
     double plan_us = 0;      ///< of host_us: the library decode's planning of the execution buffers
     double admit_us = 0;     ///< cache admission scatter, after the step (off the critical path)
 };

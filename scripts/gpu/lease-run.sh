@@ -6,7 +6,9 @@
 #   2. PyTorch SDPA on the same shapes (scripts/gpu/sdpa_baseline.py), when torch sees the device
 #   2b. when scripts/gpu/carry-tests.sh packed it into build-gpu/: the main build's GTest binary, its
 #      CudaBackend.* tests on the device (the cuda backend's wave and full against the CPU methods)
-#   3. the wave decode step vs full attention per layer (library and own kernel), HBM fractions, the
+#   3. the wave decode step vs full attention per layer (library and own kernel; wave with the KV in host
+#      memory, in device memory on the device alone, and in device memory through host lookups:
+#      RETRO_WAVE_KV, default all), HBM fractions, the
 #      cost model calibrated by the device (--measured) on the profile named by RETRO_HARDWARE (default
 #      h100-sxm-pcie5) for what is not measured
 #   4. with the time left (RETRO_NCU_CONTEXT, default 131072, batch 8): each wave kernel's duration from
@@ -39,7 +41,7 @@ PYTHONWARNINGS=ignore timeout "${RETRO_SDPA_TIMEOUT:-150}" python3 "$root/script
 echo "sdpa: exit $? ($((SECONDS - t0)) s)"
 t0=$SECONDS
 timeout "${RETRO_WAVE_TIMEOUT:-330}" "$bin" --out "$out/wave" --wave-only --contexts "$ctx" --batches "$bat" \
-  --hardware "$hwfile" --measured > "$out/wave.log" 2>&1
+  --wave-kv "${RETRO_WAVE_KV:-all}" --hardware "$hwfile" --measured > "$out/wave.log" 2>&1
 echo "wave run: exit $? ($((SECONDS - t0)) s)"
 grep -v Warning "$out/sdpa.log" | grep "^sdpa"
 sed -n '/^wave decode step/,$p' "$out/wave/gpu-report.txt" 2>/dev/null || grep -E "^  (full|wave)" "$out/wave.log"
@@ -50,7 +52,8 @@ left=$(( ${RETRO_LEASE_BUDGET:-560} - SECONDS ))
 if command -v ncu > /dev/null && (( left > 40 )); then
   t0=$SECONDS
   timeout "$left" ncu --clock-control none --metrics gpu__time_duration.sum --csv \
-    -k 'regex:cluster|estimate|decode_combine|copy_segments|decode_split' --launch-skip 20 --launch-count 40 \
+    -k 'regex:cluster|estimate|decode_combine|copy_segments|gather_clusters|page_table|decode_split|BatchDecode' \
+    --launch-skip 20 --launch-count 40 \
     "$bin" --out "$out/ncu-run" --wave-only --contexts "${RETRO_NCU_CONTEXT:-131072}" --batches 8 \
     > "$out/ncu.csv" 2> "$out/ncu.log"
   echo "ncu: exit $? ($((SECONDS - t0)) s)"

@@ -62,9 +62,9 @@ def main(argv=None):
         if r.get("status") == "ok":
             by[(r["method"], r["context"], r["batch"])] = r
     points = sorted({(r["context"], r["batch"]) for r in rows} | set(sdpa))
-    waves = [m for m in ("wave", "wave-hbm") if any(k[0] == m for k in by)] or ["wave"]
+    waves = [m for m in ("wave", "wave-hbm", "wave-hbm-host") if any(k[0] == m for k in by)] or ["wave"]
     head = ["context", "batch", "torch SDPA (best)", "full (FlashInfer)", "full (own kernel)"]
-    names = {"wave": "wave", "wave-hbm": "wave, KV in HBM"}
+    names = {"wave": "wave", "wave-hbm": "wave, KV in HBM", "wave-hbm-host": "wave, KV in HBM, host lookups"}
     for m in waves:
         head += [names[m], f"{names[m]} vs full"]
     for m in waves:

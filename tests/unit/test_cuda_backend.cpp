@@ -272,7 +272,9 @@ BACKEND_TEST(WaveMatchesTheCpuWaveMethod) {
 
 // Indexes built once for the layer (build_wave_heads, as the driver shares them across batch points) give
 // the same steps as a run that builds its own: outputs, selections and index build time carried over; so
-// does a run with the KV in device memory (wave_kv_on_gpu), whose misses cross no bus.
+// does a run with the KV in device memory (wave_kv_on_gpu), whose misses cross no bus, both with the
+// execution buffers assembled on the device (gather_clusters: no host work, no lookups, no ids read back)
+// and through the host's lookups.
 BACKEND_TEST(PrebuiltWaveHeadsGiveTheSameSteps) {
     REQUIRE_DEVICE();
     const int H = 2, prompt = 1500, steps = 4;
@@ -288,7 +290,7 @@ BACKEND_TEST(PrebuiltWaveHeadsGiveTheSameSteps) {
     struct Seen {
         std::vector<float> out;
         std::vector<std::vector<int32_t>> ids;
-        double h2d = 0;
+        double h2d = 0, host_us = 0, lookups = 0, d2h = 0, attend_bytes = 0;
     };
     const auto run = [&](const GpuLayerJob& j) {
         std::vector<Seen> seen;
@@ -297,6 +299,8 @@ BACKEND_TEST(PrebuiltWaveHeadsGiveTheSameSteps) {
             s.out.assign(st.out, st.out + (size_t)j.batch * H * kG * kD);
             for (const Selection& sel : st.selections) s.ids.emplace_back(sel.exact_for(0).begin(), sel.exact_for(0).end());
             s.h2d = st.batch_h2d_bytes;
+            s.host_us = st.times.host_us, s.lookups = st.work.lookups, s.d2h = st.batch_d2h_bytes;
+            s.attend_bytes = st.work.attend_bytes;
             seen.push_back(std::move(s));
         });
         return seen;
@@ -312,16 +316,31 @@ BACKEND_TEST(PrebuiltWaveHeadsGiveTheSameSteps) {
     GpuLayerJob on_gpu = job;
     on_gpu.wave_kv_on_gpu = true;
     on_gpu.host_threads = 1;
+    ASSERT_TRUE(on_gpu.wave_device_gather);  // the default: the device path
     const auto hbm = run(on_gpu);
+    GpuLayerJob looked_up = on_gpu;
+    looked_up.wave_device_gather = false;  // the same KV in device memory through the host's lookups
+    const auto hbm_host = run(looked_up);
     ASSERT_EQ(hbm.size(), own.size());
+    ASSERT_EQ(hbm_host.size(), own.size());
     double host_h2d = 0;
     for (size_t i = 0; i < own.size(); ++i) {
-        EXPECT_EQ(own[i].ids, hbm[i].ids) << "step " << i;
-        EXPECT_EQ(hbm[i].h2d, 0.0) << "step " << i;
+        for (const auto* other : {&hbm, &hbm_host}) {
+            const Seen& o = (*other)[i];
+            EXPECT_EQ(own[i].ids, o.ids) << "step " << i;
+            EXPECT_EQ(o.h2d, 0.0) << "step " << i;
+            EXPECT_EQ(o.attend_bytes, own[i].attend_bytes) << "step " << i;  // the same execution buffers' lengths
+            double worst = 0;
+            for (size_t k = 0; k < own[i].out.size(); ++k) worst = std::max(worst, (double)std::abs(own[i].out[k] - o.out[k]));
+            EXPECT_LT(worst, 1e-5) << "step " << i;
+        }
         host_h2d += own[i].h2d;
-        double worst = 0;
-        for (size_t k = 0; k < own[i].out.size(); ++k) worst = std::max(worst, (double)std::abs(own[i].out[k] - hbm[i].out[k]));
-        EXPECT_LT(worst, 1e-5) << "step " << i;
+        // the device path does no host work: no lookups, no ids read back (the host path does both)
+        EXPECT_EQ(hbm[i].host_us, 0.0) << "step " << i;
+        EXPECT_EQ(hbm[i].lookups, 0.0) << "step " << i;
+        EXPECT_EQ(hbm[i].d2h, 0.0) << "step " << i;
+        EXPECT_GT(hbm_host[i].lookups, 0.0) << "step " << i;
+        EXPECT_GT(hbm_host[i].d2h, 0.0) << "step " << i;
     }
     EXPECT_GT(host_h2d, 0.0);  // the host-KV run did miss (else the comparison above shows nothing)
     ASSERT_EQ(own.size(), 3u);
