@@ -147,7 +147,7 @@ def run_case(lm, rb, cfg, case, runs, res, tok):
     """Prefill once, the reference, then every pending run of this case."""
     t0 = time.perf_counter()
     ppath = os.path.join(res.dir, "prefill", case["id"] + ".pt")  # the prefill, kept for resumed sessions
-    loaded = lm.load_prefill(ppath, case["ids"])
+    loaded = lm.load_prefill(ppath, case["ids"], int(cfg.get("prefill_queries", 64)))
     reused = 0
     if loaded is None:
         logp0, pq = lm.prefill(case["ids"], int(cfg.get("prefill_queries", 64)), int(cfg.get("prefill_chunk", 1024)))

@@ -221,13 +221,16 @@ class LoadedModel:
             if os.path.exists(tmp):
                 os.remove(tmp)
 
-    def load_prefill(self, path, ids):
-        """The state save_prefill wrote for prompt `ids`; None when absent or not of this prompt length."""
+    def load_prefill(self, path, ids, n_prefill_queries):
+        """The state save_prefill wrote for prompt `ids`; None when absent, not of this prompt length or
+        recording fewer than the config's prefill queries (a prefill file copied from another config)."""
         from transformers import DynamicCache
         if not os.path.exists(path):
             return None
         state = self.torch.load(path)
-        if state["prompt_len"] != len(ids) or len(state["keys"]) != self.n_layers:
+        n_pf = min(n_prefill_queries, len(ids))
+        if state["prompt_len"] != len(ids) or len(state["keys"]) != self.n_layers or \
+                any(q.shape[1] != n_pf for q in state["queries"].values()):
             return None
         self.cache = DynamicCache.from_legacy_cache(tuple(zip(state["keys"], state["values"])))
         self.prompt_len = len(ids)
