@@ -16,6 +16,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "dump"))
 import cache_util  # noqa: E402
 import model_loading  # noqa: E402
 from attention_patch import AttentionPatch  # noqa: E402
+from kv_cache import growing_cache_class  # noqa: E402
 
 
 def model_context(model):
@@ -137,6 +138,7 @@ class LoadedModel:
         perm = model_loading.half_to_interleaved(self.d) if layout == "interleaved" else None
         self.patch = AttentionPatch(self.model, torch, perm)
         self.cache = None
+        self.Cache = growing_cache_class(transformers)  # DynamicCache without a copy per decoded token
         self.prompt_len = 0
         self.last_prefill = None  # (ids, first recorded query position, queries) of the cache held
         self.reused_tokens = 0  # positions the last prefill took from the previous prompt's cache
@@ -160,7 +162,6 @@ class LoadedModel:
         from there, chunk boundaries unchanged: the result is bit-equal to a prefill from scratch (the
         same operations on the same values; test closedloop.tiny), and cases built on one haystack (NIAH
         "haystack": "shared") pay one long prefill and a short one each."""
-        from transformers import DynamicCache
         torch = self.torch
         n_pf = min(n_prefill_queries, len(ids))
         first = len(ids) - n_pf
@@ -173,7 +174,7 @@ class LoadedModel:
                 if start > first:
                     store[l][:, :start - first] = old_store[l][:, first - old_first:start - old_first]
         else:
-            self.cache = DynamicCache()
+            self.cache = self.Cache()
         self.reused_tokens = start
         self.last_prefill = None
         self.patch.heads = None
@@ -224,7 +225,6 @@ class LoadedModel:
     def load_prefill(self, path, ids, n_prefill_queries):
         """The state save_prefill wrote for prompt `ids`; None when absent, not of this prompt length or
         recording fewer than the config's prefill queries (a prefill file copied from another config)."""
-        from transformers import DynamicCache
         if not os.path.exists(path):
             return None
         state = self.torch.load(path)
@@ -232,7 +232,7 @@ class LoadedModel:
         if state["prompt_len"] != len(ids) or len(state["keys"]) != self.n_layers or \
                 any(q.shape[1] != n_pf for q in state["queries"].values()):
             return None
-        self.cache = DynamicCache.from_legacy_cache(tuple(zip(state["keys"], state["values"])))
+        self.cache = self.Cache.from_legacy_cache(tuple(zip(state["keys"], state["values"])))
         self.prompt_len = len(ids)
         self.patch.heads = None
         store = {l: q.numpy() for l, q in state["queries"].items()}
@@ -247,8 +247,9 @@ class LoadedModel:
 
     def prefill_kv(self, layer):
         """Post-RoPE keys and values of the prompt: ([nkv, n, d], [nkv, n, d]) float32 numpy."""
-        k = self.cache.key_cache[layer][0, :, :self.prompt_len].float().numpy()
-        v = self.cache.value_cache[layer][0, :, :self.prompt_len].float().numpy()
+        # copies: the cache's buffer is written again by the next decode steps and prompts
+        k = self.cache.key_cache[layer][0, :, :self.prompt_len].float().numpy().copy()
+        v = self.cache.value_cache[layer][0, :, :self.prompt_len].float().numpy().copy()
         return k, v
 
     def step(self, token, position, step_index):

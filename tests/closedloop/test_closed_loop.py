@@ -163,7 +163,7 @@ from attention_patch import AttentionPatch
 ref = model_loading.tiny_random_llama(torch, transformers, seed=3).eval()
 pat = model_loading.tiny_random_llama(torch, transformers, seed=3).eval()
 patch = AttentionPatch(pat, torch)
-patch.fast_prefill = sys.argv[2] == "fast"
+patch.fast_exact = sys.argv[2] == "fast"
 ids = torch.tensor([list(np.random.default_rng(0).integers(3, 500, size=200))])
 worst = 0.0
 with torch.no_grad():
@@ -193,10 +193,11 @@ class Patch(unittest.TestCase):
         _, diff = self.check("eager")
         self.assertLess(diff, 1e-5)
 
-    def test_fast_prefill_equals_eager_up_to_rounding(self):
-        """The prefill's rearranged attention (AttentionPatch._prefill_attention: per KV head, q scaled
-        first, other matrix shapes) differs from the eager operations only by float rounding: decode
-        logits within 1e-5 of the logits' scale (a wrong mask or head mapping is off by O(1))."""
+    def test_fast_exact_equals_eager_up_to_rounding(self):
+        """The rearranged exact attention (AttentionPatch._exact_attention, prefill and decode: per KV
+        head, q scaled first, other matrix shapes) differs from the eager operations only by float
+        rounding: decode logits within 1e-5 of the logits' scale (a wrong mask or head mapping is off by
+        O(1))."""
         scale, diff = self.check("fast")
         self.assertGreater(scale, 1.0)
         self.assertLess(diff, 1e-5 * scale)
