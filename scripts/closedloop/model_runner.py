@@ -108,6 +108,13 @@ def load_cached_checkpoint(spec, cached, torch, transformers, load_source, log=N
     return m, tok, False
 
 
+def ids_digest(ids):
+    """SHA-1 of a prompt's token ids: a kept prefill (prefill/<case>.pt, possibly copied from another
+    results directory) is used only for the very same prompt."""
+    import hashlib
+    return hashlib.sha1(np.asarray(ids, dtype=np.int64).tobytes()).hexdigest()
+
+
 class LoadedModel:
     def __init__(self, spec, threads=0, seed=0):
         import torch
@@ -209,7 +216,7 @@ class LoadedModel:
         """The prefill's state (KV cache, first log-probs, prefill queries) to `path` (atomic), so that a
         resumed session skips the prefill."""
         torch = self.torch
-        state = {"prompt_len": self.prompt_len, "logp": torch.from_numpy(logp),
+        state = {"prompt_len": self.prompt_len, "logp": torch.from_numpy(logp), "ids_sha1": ids_digest(self.last_prefill[0]),
                  "keys": [k[:, :, :self.prompt_len].clone() for k in self.cache.key_cache],
                  "values": [v[:, :, :self.prompt_len].clone() for v in self.cache.value_cache],
                  "queries": {l: torch.from_numpy(q) for l, q in store.items()}}
@@ -223,14 +230,16 @@ class LoadedModel:
                 os.remove(tmp)
 
     def load_prefill(self, path, ids, n_prefill_queries):
-        """The state save_prefill wrote for prompt `ids`; None when absent, not of this prompt length or
-        recording fewer than the config's prefill queries (a prefill file copied from another config)."""
+        """The state save_prefill wrote for prompt `ids`; None when absent, of another prompt (its token
+        ids' digest) or recording another number of prefill queries than the config's (a prefill file
+        copied from another results directory is used when it is the same prompt's)."""
         if not os.path.exists(path):
             return None
         state = self.torch.load(path)
         n_pf = min(n_prefill_queries, len(ids))
         if state["prompt_len"] != len(ids) or len(state["keys"]) != self.n_layers or \
-                any(q.shape[1] != n_pf for q in state["queries"].values()):
+                any(q.shape[1] != n_pf for q in state["queries"].values()) or \
+                state.get("ids_sha1", ids_digest(ids)) != ids_digest(ids):  # files before the digest: trusted
             return None
         self.cache = self.Cache.from_legacy_cache(tuple(zip(state["keys"], state["values"])))
         self.prompt_len = len(ids)

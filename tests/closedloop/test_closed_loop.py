@@ -229,6 +229,14 @@ shared.prefill(b[:-60], 100, chunk=128)              # its first recorded query 
 out["reused_shorter"] = shared.reused_tokens
 shared.prefill(c, 100, chunk=128)
 out["reused_c"] = shared.reused_tokens
+# a kept prefill serves only the same prompt with the same number of recorded queries
+import os, tempfile
+path = os.path.join(tempfile.mkdtemp(), "p.pt")
+lp_b, q_b = shared.prefill(b, 100, chunk=128)
+shared.save_prefill(path, lp_b, q_b)
+out["load_same"] = shared.load_prefill(path, b, 100) is not None
+out["load_other_ids"] = shared.load_prefill(path, b[:-1] + [b[-1] % 400 + 5], 100) is None
+out["load_other_queries"] = shared.load_prefill(path, b, 50) is None
 print(json.dumps(out))
 """
 
@@ -250,6 +258,9 @@ class PrefixReuse(unittest.TestCase):
         self.assertTrue(out["kv_equal"])
         self.assertEqual(out["reused_shorter"], 384)  # min(common 560, first query 460) -> 384
         self.assertEqual(out["reused_c"], 0)
+        self.assertTrue(out["load_same"])
+        self.assertTrue(out["load_other_ids"])       # same length, another prompt: not this prefill
+        self.assertTrue(out["load_other_queries"])   # another prefill_queries: recomputed
 
 
 class Metrics(unittest.TestCase):
