@@ -15,6 +15,7 @@ import hashlib
 import json
 import os
 import shlex
+import signal
 import sys
 import time
 
@@ -298,6 +299,11 @@ def main(argv=None):
     ap.add_argument("--retro-bin", default=os.path.join(HERE, "..", "..", "build", "retro-bench"),
                     help="retro-bench, for the open-loop replay (\"open_loop\" section)")
     args = ap.parse_args(argv)
+
+    def terminated(signum, frame):  # Slurm's time limit, kill, a shell's background job: as Ctrl-C
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, terminated)
     try:
         return run(args)
     except (ConfigError, tasks.TaskError, user_cases.CasesError, ResultsError, backend.BackendError) as e:
@@ -370,6 +376,7 @@ def run(args):
                              for c in cases]
         manifest["model"] = dict(name=lm.name, source=lm.source, layers=lm.n_layers, q_heads=lm.nq,
                                  kv_heads=lm.nkv, head_dim=lm.d, layout=lm.layout, versions=lm.versions)
+        res.save_manifest(manifest)
         pdir = os.path.join(res.dir, "prompts")
         for c in cases:  # the prompts' token ids: the open-loop traces are dumped from these (--prompt-ids)
             write_atomic(os.path.join(pdir, c["id"] + ".json"), json.dumps(c["ids"]))

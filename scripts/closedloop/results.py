@@ -97,6 +97,11 @@ class ResultsDir:
         write_json(self.manifest_path(), m)
         return m
 
+    def save_manifest(self, m):
+        """The manifest as it stands (the cases and the model once known: a sweep still running can be
+        read by claims.py, plot and report)."""
+        write_json(self.manifest_path(), m)
+
     def end_session(self, m, status, **extra):
         m["status"] = status
         m["sessions"][-1].update(end=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), status=status, **extra)

@@ -155,6 +155,38 @@ class ClosedLoop(unittest.TestCase):
         self.assertEqual([f for _, _, fs in os.walk(d) for f in fs if ".tmp-" in f], [])
 
 
+class Interrupted(unittest.TestCase):
+    def test_sigterm_interrupts_cleanly_and_resumes(self):
+        """SIGTERM (Slurm's time limit, a kill) stops a sweep as Ctrl-C does: the manifest says
+        "interrupted" and lists the cases (written once they are built, so a running sweep can be read),
+        no temporary file is left, and --resume completes it."""
+        import signal
+        cfg = tiny_config("tiny-term", EXHAUSTIVE + LOSSY)
+        d = os.path.join(TMP, "results", "tiny-term")
+        p = subprocess.Popen([BIN, "run", cfg, "--results", os.path.join(TMP, "results")], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, start_new_session=True)
+        deadline = time.time() + 120
+        while time.time() < deadline and not (os.path.isdir(os.path.join(d, "parts")) and
+                                               len(os.listdir(os.path.join(d, "parts"))) >= 2):
+            time.sleep(0.05)
+        with open(os.path.join(d, "manifest.json")) as f:
+            self.assertEqual(len(json.load(f)["cases"]), 1)  # the running sweep's cases are on disk
+        os.killpg(p.pid, signal.SIGTERM)
+        p.communicate(timeout=60)
+        status = None
+        while time.time() < deadline:  # the runner (retro-bench's child) writes its status as it stops
+            with open(os.path.join(d, "manifest.json")) as f:
+                status = json.load(f)["status"]
+            if status != "running":
+                break
+            time.sleep(0.1)
+        self.assertEqual(status, "interrupted")
+        self.assertEqual([f for _, _, fs in os.walk(d) for f in fs if ".tmp-" in f], [])
+        r = run(cfg, "--resume")
+        self.assertEqual(r.returncode, 0, r.stderr[-3000:])
+        self.assertEqual(len(records("tiny-term")), 1 + len(EXHAUSTIVE + LOSSY))
+
+
 PATCH_CHECK = r"""
 import sys, numpy as np, torch, transformers
 sys.path.insert(0, sys.argv[1])
