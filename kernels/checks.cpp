@@ -592,18 +592,20 @@ void check_library_decode(Checker& c) {
             const std::string tag = fmt("B=%g Hkv=%g g=%g cap=%g d=%g", k.B, k.Hkv, k.g, k.cap, k.d) +
                                     (extra ? std::string(" plan 1 + extra state") : fmt(" plan %g", round));
             auto dlens = upload(lens);
-            // the lengths from the host (FlashInfer's planner, split), then from device memory (plan_device,
-            // unsplit: wave's device-resident step); the next round's plan() goes back to the split
-            for (const bool on_device : {false, true}) {
+            // the lengths from the host (FlashInfer's planner), then from device memory (plan_device: wave's
+            // device-resident step) split as the device's SM count asks, unsplit, and in 3 tiles; the next
+            // round's plan() goes back to the host's plan
+            for (const int how : {-1, 0, 1, 3}) {
+                const bool on_device = how >= 0;
                 DeviceBuffer<float> dout((size_t)k.B * Hq * k.d), dlse((size_t)k.B * Hq);
                 poison(dout), poison(dlse);
-                if (on_device) lib.plan_device(dlens.get());
+                if (on_device) lib.plan_device(dlens.get(), nullptr, how);
                 else lib.plan(lens.data());
                 lib.run(dq.get(), dk.get(), dv.get(), dout.get(), dlse.get(), nullptr, extra ? dxo.get() : nullptr,
                         extra ? dxl.get() : nullptr);
                 synchronize();
                 const auto out = download(dout), lse = download(dlse);
-                const std::string t = tag + (on_device ? " device lengths" : "");
+                const std::string t = tag + (on_device ? fmt(" device lengths, max tiles %g", how) : std::string());
                 c.expect_close(t + " out", out.data(), rout.data(), out.size(), 2e-3);
                 c.expect_close(t + " lse", lse.data(), rlse.data(), lse.size(), kTolLse);
             }

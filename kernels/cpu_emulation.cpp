@@ -207,7 +207,7 @@ void LibraryDecode::plan(const int32_t* lens, void*) {
         if (lens[i] < 1 || lens[i] > impl_->s.capacity) throw ParamError("library decode: length out of range");
     impl_->lens.assign(lens, lens + n);
 }
-void LibraryDecode::plan_device(const int32_t* lens, void* st) { plan(lens, st); }  // "device" memory is host memory
+void LibraryDecode::plan_device(const int32_t* lens, void* st, int) { plan(lens, st); }  // "device" memory is host memory
 void LibraryDecode::run(const float* q, const uint16_t* K, const uint16_t* V, float* out, float* lse, void* st,
                         const float* xo, const float* xl) {
     if (impl_->lens.empty()) throw Error("library decode: run() before plan()");

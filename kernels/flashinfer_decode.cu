@@ -94,13 +94,31 @@ __global__ void page_table_kernel(const int32_t* lens, int requests, int page, i
     for (int p = threadIdx.x; p < pages; p += blockDim.x) indices[start + p] = r * pages_per_request + p;
 }
 
-// The unsplit path's fixed schedule: block b is request b, its only KV tile; o_indptr the identity.
-__global__ void identity_schedule_kernel(int32_t* request, int32_t* tile, int32_t* o_indptr, int32_t* chunk,
-                                         int requests, int capacity) {
-    const int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < requests) request[i] = i, tile[i] = 0;
-    if (i <= requests) o_indptr[i] = i;
-    if (i == 0) *chunk = capacity;
+// The schedule of plan_device from the lengths on the device, as FlashInfer's planner lays it out on the
+// host (one block for everything: a few hundred requests): request r gets n_r = ceil(len_r / chunk) KV tiles
+// (1 when tiles_max is 1), blocks o_indptr[r] .. o_indptr[r+1] in order; the grid is launched for R *
+// tiles_max blocks and the ones past the last tile are masked off (block_valid_mask: FlashInfer's CUDA-graph
+// padding), so the launch needs no length from the host.
+__global__ void device_schedule_kernel(const int32_t* lens, int requests, int chunk, int tiles_max, int32_t* request,
+                                       int32_t* tile, int32_t* o_indptr, bool* valid, int32_t* chunk_out) {
+    __shared__ int32_t total;
+    if (threadIdx.x == 0) {
+        int32_t acc = 0;
+        for (int r = 0; r < requests; ++r) {
+            o_indptr[r] = acc;
+            acc += tiles_max == 1 ? 1 : min(tiles_max, max(1, (lens[r] + chunk - 1) / chunk));
+        }
+        o_indptr[requests] = acc;
+        total = acc;
+        *chunk_out = chunk;
+    }
+    __syncthreads();
+    for (int r = threadIdx.x; r < requests; r += blockDim.x)
+        for (int t = 0, b = o_indptr[r]; b < o_indptr[r + 1]; ++t, ++b) request[b] = r, tile[b] = t;
+    for (int b = threadIdx.x; b < requests * tiles_max; b += blockDim.x) {
+        valid[b] = b < total;
+        if (b >= total) request[b] = 0, tile[b] = 0;
+    }
 }
 
 template <uint32_t D>
@@ -153,11 +171,24 @@ struct LibraryDecode::Impl {
     PinnedBuffer<char> hbuf;
     flashinfer::DecodePlanInfo info;
     int32_t *indptr = nullptr, *last = nullptr, *indices = nullptr;
-    // plan_device: the page table (same layout as h_table) and the fixed unsplit schedule, on the device
-    bool unsplit = false;
+    // plan_device: the page table (same layout as h_table) and the schedule, built on the device
+    bool on_device = false;
+    int tiles_max = 1;                // KV tiles per request at most (1: unsplit)
     DeviceBuffer<int32_t> d_table2;
-    DeviceBuffer<int32_t> schedule;  // request [R] | tile [R] | o_indptr [R+1] | chunk size [1]
+    DeviceBuffer<int32_t> schedule;   // request [R*T] | tile [R*T] | o_indptr [R+1] | chunk size [1]
+    DeviceBuffer<bool> valid;         // [R*T] block_valid_mask
+    DeviceBuffer<uint16_t> tmp_v;     // [R*T, g, d] fp16 partial outputs (split)
+    DeviceBuffer<float> tmp_s;        // [R*T, g] their base-2 LSEs
 };
+
+namespace {
+int device_sms() {
+    int dev = 0, sms = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+        return 132;
+    return sms;
+}
+}  // namespace
 
 LibraryDecode::LibraryDecode(const DecodeShape& s, int page_tokens) : impl_(nullptr) {
     const std::string why = library_decode_unsupported(s.d, s.group);
@@ -214,32 +245,44 @@ void LibraryDecode::plan(const int32_t* lens, void* stream) {
         copy_h2d_async(m.d_table.get() + R + 1, last, (size_t)R * sizeof(int32_t), stream);
     }
     m.indptr = m.d_table.get(), m.last = m.indptr + R + 1, m.indices = m.last + R;
-    m.unsplit = false;
+    m.on_device = false;
 }
 
-void LibraryDecode::plan_device(const int32_t* d_lens, void* stream) {
+void LibraryDecode::plan_device(const int32_t* d_lens, void* stream, int max_tiles) {
     Impl& m = *impl_;
     const int R = m.requests;
-    if (m.schedule.size() == 0) {  // once: the identity schedule and the second page table
-        m.schedule = DeviceBuffer<int32_t>(3 * (size_t)R + 2);
-        m.d_table2 = DeviceBuffer<int32_t>(m.d_table.size());
-        identity_schedule_kernel<<<(R + 1 + 127) / 128, 128, 0, st(stream)>>>(
-            m.schedule.get(), m.schedule.get() + R, m.schedule.get() + 2 * R, m.schedule.get() + 3 * R + 1, R,
-            m.s.capacity);
-        ok(cudaGetLastError(), "unsplit schedule");
+    // tiles per request: enough blocks for two per SM when the requests alone are too few (the split
+    // FlashInfer's planner would choose from the lengths; here from the capacity, which the host knows)
+    int T = max_tiles > 0 ? max_tiles : std::max(1, (2 * device_sms() + R - 1) / R);
+    T = std::min(T, m.pages_per_request);
+    const int chunk_pages = (m.pages_per_request + T - 1) / T;
+    T = (m.pages_per_request + chunk_pages - 1) / chunk_pages;
+    if (m.schedule.size() == 0 || T != m.tiles_max) {  // sized once per tile count (in layout, not a timed step)
+        m.tiles_max = T;
+        m.schedule = DeviceBuffer<int32_t>(2 * (size_t)R * T + R + 2);
+        m.valid = DeviceBuffer<bool>((size_t)R * T);
+        if (T > 1) {
+            m.tmp_v = DeviceBuffer<uint16_t>((size_t)R * T * m.s.group * m.s.d);
+            m.tmp_s = DeviceBuffer<float>((size_t)R * T * m.s.group);
+        }
+        if (m.d_table2.size() == 0) m.d_table2 = DeviceBuffer<int32_t>(m.d_table.size());
     }
+    int32_t* sc = m.schedule.get();
+    device_schedule_kernel<<<1, 256, 0, st(stream)>>>(d_lens, R, chunk_pages * m.P, T, sc, sc + (size_t)R * T,
+                                                      sc + 2 * (size_t)R * T, m.valid.get(), sc + 2 * (size_t)R * T + R + 1);
+    ok(cudaGetLastError(), "device schedule");
     int32_t* indptr = m.d_table2.get();
     page_table_kernel<<<R, 128, 0, st(stream)>>>(d_lens, R, m.P, m.pages_per_request, indptr, indptr + R + 1,
                                                   indptr + 2 * R + 1);
     ok(cudaGetLastError(), "page table");
-    m.unsplit = true;
+    m.on_device = true;
     m.indptr = indptr, m.last = indptr + R + 1, m.indices = indptr + 2 * R + 1;
 }
 
 void LibraryDecode::run(const float* q, const uint16_t* K, const uint16_t* V, float* out, float* lse, void* stream,
                         const float* extra_out, const float* extra_lse) {
     Impl& m = *impl_;
-    if (m.pages.empty() && !m.unsplit) throw Error("library decode: run() before plan()");
+    if (m.pages.empty() && !m.on_device) throw Error("library decode: run() before plan()");
     const uint32_t d = (uint32_t)m.s.d, g = (uint32_t)m.s.group;
     const int64_t strides[3] = {(int64_t)m.P * d, (int64_t)m.s.capacity * d, (int64_t)d};  // page, head, token
     flashinfer::paged_kv_t<half, int32_t> kv(
@@ -255,23 +298,28 @@ void LibraryDecode::run(const float* q, const uint16_t* K, const uint16_t* V, fl
     char* ib = m.ibuf.get();
     half* tmp_v = nullptr;
     float* tmp_s = nullptr;
-    if (m.unsplit) {  // one block per request over its whole length (tmp_v null: FlashInfer's no-partition path)
-        const int R = m.requests;
-        p.padded_batch_size = (uint32_t)R;
-        p.request_indices = m.schedule.get(), p.kv_tile_indices = m.schedule.get() + R;
-        p.o_indptr = m.schedule.get() + 2 * R, p.kv_chunk_size_ptr = m.schedule.get() + 3 * R + 1;
-        p.block_valid_mask = nullptr;
+    if (m.on_device) {  // plan_device's schedule: R * tiles_max blocks, the ones past the last tile masked off
+        const size_t RT = (size_t)m.requests * m.tiles_max;
+        int32_t* sc = m.schedule.get();
+        p.padded_batch_size = (uint32_t)RT;
+        p.request_indices = sc, p.kv_tile_indices = sc + RT;
+        p.o_indptr = sc + 2 * RT, p.kv_chunk_size_ptr = sc + 2 * RT + m.requests + 1;
+        p.block_valid_mask = m.valid.get();
+        if (m.tiles_max > 1) {  // split: partial states merged by FlashInfer over o_indptr
+            tmp_v = reinterpret_cast<half*>(m.tmp_v.get());
+            tmp_s = m.tmp_s.get();
+        }  // else tmp_v null: FlashInfer's no-partition path, block b = request b over its whole length
     } else {
         p.padded_batch_size = (uint32_t)info.padded_batch_size;
         p.request_indices = reinterpret_cast<int32_t*>(ib + info.request_indices_offset);
         p.kv_tile_indices = reinterpret_cast<int32_t*>(ib + info.kv_tile_indices_offset);
         p.o_indptr = reinterpret_cast<int32_t*>(ib + info.o_indptr_offset);
         p.kv_chunk_size_ptr = reinterpret_cast<int32_t*>(ib + info.kv_chunk_size_ptr_offset);
-    }
-    if (!m.unsplit && info.split_kv) {
-        p.block_valid_mask = reinterpret_cast<bool*>(ib + info.block_valid_mask_offset);
-        tmp_v = reinterpret_cast<half*>(m.fbuf.get() + info.v_offset);
-        tmp_s = reinterpret_cast<float*>(m.fbuf.get() + info.s_offset);
+        if (info.split_kv) {
+            p.block_valid_mask = reinterpret_cast<bool*>(ib + info.block_valid_mask_offset);
+            tmp_v = reinterpret_cast<half*>(m.fbuf.get() + info.v_offset);
+            tmp_s = reinterpret_cast<float*>(m.fbuf.get() + info.s_offset);
+        }
     }
     cudaError_t e = cudaSuccess;
     if (d == 64)
