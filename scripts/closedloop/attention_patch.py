@@ -40,7 +40,7 @@ class AttentionPatch:
         self.heads = None
         self.step = 0
         self.record = None
-        self.fast_exact = True  # False: exact attention by the eager operations (the comparison's baseline)
+        self.fast_exact = True  # False: prefill chunks by the eager operations too (the comparison's baseline)
         self.stats = []  # one dict per (layer, KV head) attend call of the current step
         self.method_s = 0.0  # seconds spent in append + attend this run
         self._install(model)
@@ -86,7 +86,8 @@ class AttentionPatch:
                 raise PatchError("the closed loop decodes one sequence (batch 1)")
             out = self._attend_methods(heads, q[0, :, 0], k_new[0, :, 0], v_new[0, :, 0])
             attn_output = torch.from_numpy(out).to(x.dtype).reshape(1, 1, nq * d)
-        elif bsz == 1 and self.fast_exact:
+        elif T > 1 and bsz == 1 and self.fast_exact:  # a prefill chunk (a decode step: the eager path below;
+            # per-head products were no faster for one query on this machine's BLAS, docs/closed-loop.md)
             attn_output = self._exact_attention(q, k, v, attention_mask)
         else:
             kr, vr = mod.repeat_kv(k, self.group), mod.repeat_kv(v, self.group)
@@ -98,15 +99,15 @@ class AttentionPatch:
         return attn.o_proj(attn_output), None, cache
 
     def _exact_attention(self, q, k, v, attention_mask, block=256):
-        """Exact attention of a prefill chunk or a decode step, q: [1, nq, T, d] over k, v: [1, nkv, S, d]
-        (S >= T, the chunk's keys last). The eager path's operations rearranged for a 32K prompt on a few
-        cores: per KV head its group's queries in one matrix product (no repeat_kv copies of K and V: at
-        32K they were most of a decode step), q scaled before the product (one pass over [T, d] instead
-        of [T, S]), the causal mask added only where it is not zero (the chunk's own S - T.. S columns:
-        keys before the chunk are visible to every query; batch 1, no padding), query blocks of `block`
-        rows so that a score matrix stays ~0.2 GB at 32K. 1.4x faster than the eager path for a prefill
-        chunk at 32K (docs/closed-loop.md "Prefill cost"); equal to it up to float rounding (bit-equal for
-        a prefill when 1/sqrt(d) is a power of two, head_dim 64). Returns [1, T, nq*d]."""
+        """Exact attention of a prefill chunk, q: [1, nq, T, d] over k, v: [1, nkv, S, d] (S >= T, the
+        chunk's keys last). The eager path's operations rearranged for a 32K prompt on a few cores: per KV
+        head its group's queries in one matrix product (no repeat_kv copies of K and V), q scaled before
+        the product (one pass over [T, d] instead of [T, S]), the causal mask added only where it is not
+        zero (the chunk's own S - T.. S columns: keys before the chunk are visible to every query; batch
+        1, no padding), query blocks of `block` rows so that a score matrix stays ~0.2 GB at 32K. 1.4x
+        faster than the eager path for a chunk at 32K (docs/closed-loop.md "Prefill cost"); equal to it
+        up to float rounding (bit-equal when 1/sqrt(d) is a power of two, head_dim 64). Returns
+        [1, T, nq*d]."""
         torch = self.torch
         _, nq, T, d = q.shape
         S = k.shape[2]

@@ -226,10 +226,10 @@ class Patch(unittest.TestCase):
         self.assertLess(diff, 1e-5)
 
     def test_fast_exact_equals_eager_up_to_rounding(self):
-        """The rearranged exact attention (AttentionPatch._exact_attention, prefill and decode: per KV
-        head, q scaled first, other matrix shapes) differs from the eager operations only by float
-        rounding: decode logits within 1e-5 of the logits' scale (a wrong mask or head mapping is off by
-        O(1))."""
+        """The prefill's rearranged exact attention (AttentionPatch._exact_attention: per KV head, q
+        scaled first, other matrix shapes) differs from the eager operations only by float rounding:
+        prefill and decode logits within 1e-5 of the logits' scale (a wrong mask or head mapping is off
+        by O(1))."""
         scale, diff = self.check("fast")
         self.assertGreater(scale, 1.0)
         self.assertLess(diff, 1e-5 * scale)
