@@ -16,8 +16,9 @@
 //            then the cache admission scatter (off the critical path). One stream, CUDA events.
 //   device   with the KV in device memory (job.wave_kv_on_gpu, job.wave_device_gather): cluster_select ->
 //            estimate_attention -> gather_clusters (the ranked clusters' rows from the device store, the
-//            lengths on the device) -> FlashInfer unsplit over lengths it reads on the device: no ranked
-//            ids to the host, no lookup, no plan, no cache (every cluster is in device memory already).
+//            lengths on the device) -> FlashInfer over lengths and a split schedule built on the device
+//            (LibraryDecode::plan_device): no ranked ids to the host, no lookup, no host planner, no cache
+//            (every cluster is in device memory already).
 #include <algorithm>
 #include <chrono>
 #include <memory>
@@ -490,7 +491,8 @@ class WaveLayer {
     }
 
     /// A step with nothing on the host's critical path (device_gather()): the zones, the estimation,
-    /// the execution buffers and their lengths on the device, FlashInfer's unsplit decode over them.
+    /// the execution buffers and their lengths on the device, FlashInfer's decode over them (its page table
+    /// and split schedule built there too).
     template <class Rank, class Estimate, class Plan, class Attend>
     void device_step(int t, int n, int S, bool est, const Rank& rank, const Estimate& estimate, const Plan& plan,
                      const Attend& attend) {
