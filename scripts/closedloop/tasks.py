@@ -255,8 +255,10 @@ def _shared_haystack_cases(n, nb):
                     n_hay = pl - len(nb.head) - len(tails[j]) - sum(len(needles[i]) for i in chosen)
                     ids, needle_pos = nb.assemble(hay[:n_hay], [(at[i], order.index(i)) for i in chosen],
                                                   [needles[i] for i in order], tails[j])
+                    # everything the prompt depends on: the other needles (depths, their count), the
+                    # text's place in the list (it seeds the haystack), so an edited config is new cases
                     spec = {"text": text, "prompt_tokens": pl, "depth": depth, "variant": variant, "seed": seed,
-                            "num_keys": num_keys, "haystack": "shared"}
+                            "num_keys": num_keys, "haystack": "shared", "depths": depths, "text_index": ti}
                     cases.append(_niah_case(spec, ids, values[j], needle_pos, max_new,
                                             f"{text} {pl} d{depth} {variant} shared"))
     return cases
