@@ -105,7 +105,8 @@ class AttentionPatch:
         the product (one pass over [T, d] instead of [T, S]), the causal mask added only where it is not
         zero (the chunk's own S - T.. S columns: keys before the chunk are visible to every query; batch
         1, no padding), query blocks of `block` rows so that a score matrix stays ~0.2 GB at 32K. 1.4x
-        faster than the eager path for a chunk at 32K (docs/closed-loop.md "Prefill cost"); equal to it
+        faster than the eager path for a chunk at 32K (docs/closed-loop.md "Long prompts on a 2-core
+        machine"); equal to it
         up to float rounding (bit-equal when 1/sqrt(d) is a power of two, head_dim 64). Returns
         [1, T, nq*d]."""
         torch = self.torch

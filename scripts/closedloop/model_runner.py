@@ -177,8 +177,8 @@ class LoadedModel:
         if start:
             self.cache.crop(start)
             old_first, old_store = self.last_prefill[1], self.last_prefill[2]
-            for l in store:  # the recorded queries of the reused positions [first, start)
-                if start > first:
+            if start > first:  # the recorded queries of the reused positions [first, start)
+                for l in store:
                     store[l][:, :start - first] = old_store[l][:, first - old_first:start - old_first]
         else:
             self.cache = self.Cache()
@@ -237,15 +237,15 @@ class LoadedModel:
             return None
         state = self.torch.load(path)
         n_pf = min(n_prefill_queries, len(ids))
+        digest = ids_digest(ids)
         if state["prompt_len"] != len(ids) or len(state["keys"]) != self.n_layers or \
                 any(q.shape[1] != n_pf for q in state["queries"].values()) or \
-                state.get("ids_sha1", ids_digest(ids)) != ids_digest(ids):  # files before the digest: trusted
+                state.get("ids_sha1", digest) != digest:  # files before the digest: trusted
             return None
         self.cache = self.Cache.from_legacy_cache(tuple(zip(state["keys"], state["values"])))
         self.prompt_len = len(ids)
         self.patch.heads = None
         store = {l: q.numpy() for l, q in state["queries"].items()}
-        n_pf = next(iter(store.values())).shape[1] if store else 0
         self.last_prefill = (list(ids), len(ids) - n_pf, store)  # a later prompt may reuse its prefix
         return state["logp"].numpy(), store
 
