@@ -172,6 +172,25 @@ void bind_head_method(py::module_& m) {
             "and d2h_bytes (the method's own figures; no GPU block cache), fetch_bytes (= h2d_bytes, a run's "
             "fetch_bytes), fetch_tokens (KV tokens asked from CPU memory).")
         .def(
+            "clone",
+            [](HeadMethod& h, const py::object& params) -> py::object {
+                const nlohmann::json p = to_json(params, "params of method '" + h.method() + "'");
+                std::unique_ptr<HeadMethod> c;
+                {
+                    py::gil_scoped_release nogil;
+                    std::lock_guard<std::mutex> lk(h.mutex());
+                    c = h.clone_for(p);
+                }
+                if (!c) return py::none();
+                return py::cast(std::move(c));
+            },
+            py::arg("params"),
+            "A built copy for another point of this method that differs only in search-time parameters "
+            "(list-methods marks them; e.g. a budget k): the index is shared by copying, not rebuilt, and the "
+            "copy behaves as a new HeadMethod(params) built on the same prompt. Call before any append(). None "
+            "when the method cannot share its build (build a new HeadMethod). ValueError when a build "
+            "parameter differs.")
+        .def(
             "footprint",
             [](HeadMethod& h) {
                 Footprint f;

@@ -22,6 +22,7 @@ py::dict param_dict(const ParamSpec& s) {
     d["choices"] = py::cast(s.choices);
     d["description"] = s.description;
     d["source"] = s.source;
+    d["search"] = s.search;
     return d;
 }
 
@@ -47,7 +48,7 @@ void bind_registry(py::module_& m) {
         },
         "Every registered method in display order: list of dicts {name, description, paper, params: [{name, "
         "type ('int'|'number'|'bool'|'string'), default, min, max (None = unbounded), choices, description, "
-        "source}]}, as `retro-bench list-methods`; a loaded Python method (\"py:FILE:Class\") also has "
+        "source, search (search-time: build() never reads it, HeadMethod.clone shares a build across it)}]}, as `retro-bench list-methods`; a loaded Python method (\"py:FILE:Class\") also has "
         "source: {file, sha256}.");
     m.def(
         "resolve_params",

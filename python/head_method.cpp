@@ -4,6 +4,7 @@
 
 #include "bench/head_run.hpp"
 #include "core/error.hpp"
+#include "methods/params.hpp"
 
 namespace retro {
 
@@ -48,6 +49,38 @@ void HeadMethod::build(const float* keys, const float* values, int n, const floa
     ctx_.slice = &slice_;
     m_->build(ctx_, kv());
     built_ = true;
+}
+
+std::unique_ptr<HeadMethod> HeadMethod::clone_for(const nlohmann::json& params) const {
+    require_built("clone");
+    const std::string where = "HeadMethod('" + method_ + "').clone: ";
+    if (visible() != prompt_len())
+        throw ParamError(where + std::to_string(visible() - prompt_len()) +
+                         " decode token(s) appended; a build is shared before any append");
+    HeadMethodOptions opt;
+    opt.layer = ctx_.layer;
+    opt.kv_head = ctx_.kv_head;
+    opt.seed_given = true;
+    opt.seed = ctx_.seed;
+    opt.storage = ctx_.storage;
+    auto c = std::make_unique<HeadMethod>(method_, params, ctx_.head_dim, ctx_.group, opt);
+    const MethodInfo& info = find_method(method_);
+    std::string differ;
+    for (const auto& s : info.params)
+        if (!s.search && c->params_.at(s.name) != params_.at(s.name))
+            differ += (differ.empty() ? "" : ", ") + s.name + " " + params_.at(s.name).dump() + " -> " +
+                      c->params_.at(s.name).dump();
+    if (!differ.empty())
+        throw ParamError(where + "build parameter(s) differ (" + differ +
+                         "): only search-time ones may (list-methods marks them); build a new HeadMethod");
+    auto m = m_->clone_built(*c->m_);
+    if (!m) return nullptr;
+    c->m_ = std::move(m);
+    c->slice_ = slice_;
+    c->ctx_.prompt_len = ctx_.prompt_len;
+    c->ctx_.slice = &c->slice_;
+    c->built_ = true;
+    return c;
 }
 
 void HeadMethod::append(const float* keys, const float* values, int m) {

@@ -55,6 +55,14 @@ class HeadMethod {
 
     Footprint footprint() const;
 
+    /// A built HeadMethod for `params` (this method's; resolved here) that shares this instance's build:
+    /// the method's index copied (Method::clone_built), the prompt's KV and prefill queries copied,
+    /// nothing appended; the seed is this one's (the seed ignores search-time parameters). It behaves
+    /// exactly as a new HeadMethod for `params` built on the same prompt. Returns nullptr when the method
+    /// cannot share its build (build a new one). Throws ParamError when this instance is not built, has
+    /// decode tokens appended, or `params` differ from its own in a build parameter (named).
+    std::unique_ptr<HeadMethod> clone_for(const nlohmann::json& params) const;
+
     const std::string& method() const { return method_; }
     const nlohmann::json& params() const { return params_; }
     const MethodContext& context() const { return ctx_; }

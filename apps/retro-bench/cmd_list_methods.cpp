@@ -50,7 +50,8 @@ const CommandRegistrar reg(50, [](CLI::App& app) {
                 nlohmann::json ps = nlohmann::json::array();
                 for (const auto& s : m.params)
                     ps.push_back({{"name", s.name}, {"type", param_type_name(s.type)}, {"default", s.default_value},
-                                  {"range", range_text(s)}, {"description", s.description}, {"source", s.source}});
+                                  {"range", range_text(s)}, {"description", s.description}, {"source", s.source},
+                                  {"search", s.search}});
                 j.push_back({{"name", m.name}, {"description", m.description}, {"paper", m.paper}, {"params", ps}});
                 if (!m.source.is_null()) j.back()["source"] = m.source;
             }
@@ -65,10 +66,11 @@ const CommandRegistrar reg(50, [](CLI::App& app) {
                            m.source["sha256"].get<std::string>().substr(0, 16));
             if (m.paper != "-") fmt::print("  paper: {}\n", m.paper);
             for (const auto& s : m.params)
-                fmt::print("    {:<19} {:<7} default {:<9} {:<17} {}  [source: {}]\n", s.name,
+                fmt::print("    {:<19} {:<7} default {:<9} {:<17} {}{}  [source: {}]\n", s.name,
                            param_type_name(s.type),
                            s.default_value.is_string() ? s.default_value.get<std::string>() : s.default_value.dump(),
-                           range_text(s), s.description, s.source);
+                           range_text(s), s.description,
+                           s.search ? " (search-time: points differing only here share a build)" : "", s.source);
             if (m.params.empty()) fmt::print("    (no parameters)\n");
             fmt::print("\n");
         }

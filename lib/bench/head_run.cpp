@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "core/hash.hpp"
+#include "methods/params.hpp"
 
 namespace retro {
 
@@ -20,7 +21,8 @@ MethodContext head_context(const HeadSlice& slice, DType storage) {
 }
 
 unsigned method_seed(const std::string& method, const nlohmann::json& params, int layer, int kv_head) {
-    return (unsigned)fnv1a64(method + params.dump() + "/" + std::to_string(layer) + "/" + std::to_string(kv_head));
+    const nlohmann::json build = build_params(find_method(method), params);
+    return (unsigned)fnv1a64(method + build.dump() + "/" + std::to_string(layer) + "/" + std::to_string(kv_head));
 }
 
 HeadPart new_head_part(const std::string& run_id, const HeadSlice& slice, const std::vector<int>& steps,

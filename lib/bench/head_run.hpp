@@ -16,8 +16,10 @@ namespace retro {
 MethodContext head_context(const HeadSlice& slice, DType storage);
 
 /// The seed `retro-bench run` gives a method instance (MethodContext::seed): a hash of the method, its
-/// resolved parameters and the head, not of the system point (a cache sweep replays the same selections
-/// under every cache setting). The Python binding uses it too, so its selections match a run's.
+/// resolved build parameters (search-time ones left out, ParamSpec::search: points that differ only in
+/// them build the same index, so one build can serve them all) and the head, not of the system point (a
+/// cache sweep replays the same selections under every cache setting). The Python binding uses it too,
+/// so its selections match a run's.
 unsigned method_seed(const std::string& method, const nlohmann::json& params, int layer, int kv_head);
 
 /// An empty part of `run_id` for the slice's (layer, KV head) over `steps`, with a sample list for

@@ -6,6 +6,7 @@
 #include <faiss/IndexFlat.h>
 #include <faiss/IndexHNSW.h>
 #include <faiss/IndexIVFFlat.h>
+#include <faiss/clone_index.h>
 #include <faiss/impl/AuxIndexStructures.h>
 #include <faiss/impl/DistanceComputer.h>
 #include <faiss/impl/FaissException.h>
@@ -118,6 +119,23 @@ AnnIndex::AnnIndex(int d, const AnnParams& p) : impl_(std::make_unique<Impl>()),
 AnnIndex::~AnnIndex() = default;
 AnnIndex::AnnIndex(AnnIndex&&) noexcept = default;
 AnnIndex& AnnIndex::operator=(AnnIndex&&) noexcept = default;
+
+AnnIndex::AnnIndex(const AnnIndex& o) : impl_(std::make_unique<Impl>()), d_(o.d_), ids_(o.ids_) {
+    const Impl& s = *o.impl_;
+    Impl& m = *impl_;
+    m.p = s.p;
+    m.dim = s.dim;
+    m.max_norm2 = s.max_norm2;
+    m.metric = s.metric;
+    // the copy's quantizer stays empty: the cloned IVF index owns its own (own_fields), and search
+    // reaches it through the index; scratch (visited table, buffers) is per instance
+    if (s.index) m.index.reset(faiss::clone_index(s.index.get()));
+}
+
+AnnIndex& AnnIndex::operator=(const AnnIndex& o) {
+    if (this != &o) *this = AnnIndex(o);
+    return *this;
+}
 
 int AnnIndex::nlist() const {
     if (!impl_->index || impl_->p.kind != AnnKind::ivf) return 0;
@@ -304,6 +322,10 @@ class FaissMethod final : public Method {
   public:
     explicit FaissMethod(FaissParams p) : p_(p), index_(1, p.ann) {}
 
+    std::unique_ptr<Method> clone_built(const Method& fresh) const override {
+        return copy_built(*this, fresh, &FaissMethod::p_);
+    }
+
     void build(const MethodContext& ctx, const KVView& prompt) override {
         ctx_ = ctx;
         index_ = AnnIndex(prompt.d, p_.ann);
@@ -458,6 +480,7 @@ MethodInfo faiss_flat_method_info() {
                     "static pattern";
     m.paper = "Liu et al., RetrievalAttention (2024), §4.1 baseline 'Flat'; Douze et al., The Faiss library";
     m.params = common_params(false);
+    mark_search_params(m, {"k", "gqa", "placement"});
     m.make = [](const nlohmann::json& j) { return std::make_unique<FaissMethod>(common_from(j, AnnKind::flat)); };
     return m;
 }
@@ -476,6 +499,7 @@ MethodInfo faiss_ivf_method_info() {
                         "MInference retr_attn.py set_nprobe(150): ~30% of the keys, RetrievalAttention §4.2 "
                         "('IVF scans 30%')",
                         1e-9, 1e7});
+    mark_search_params(m, {"k", "gqa", "placement", "nprobe"});
     m.check = [](const nlohmann::json& j) {
         const double np = j.at("nprobe").get<double>();
         if (np >= 1 && np != std::floor(np))
@@ -506,6 +530,7 @@ MethodInfo faiss_hnsw_method_info() {
                         "HNSW search beam width; the search uses max(ef_search, k) (FAISS stops after ef_search "
                         "closer candidates)",
                         "FAISS HNSW default efSearch", 1, 1e7});
+    mark_search_params(m, {"k", "gqa", "placement", "ef_search"});
     m.make = [](const nlohmann::json& j) {
         FaissParams p = common_from(j, AnnKind::hnsw);
         p.ann.hnsw_m = j.at("M").get<int>();

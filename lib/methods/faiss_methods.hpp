@@ -53,6 +53,9 @@ class AnnIndex {
     ~AnnIndex();
     AnnIndex(AnnIndex&&) noexcept;
     AnnIndex& operator=(AnnIndex&&) noexcept;
+    /// A deep copy (faiss::clone_index: an IVF copy owns a copy of its coarse quantizer).
+    AnnIndex(const AnnIndex& o);
+    AnnIndex& operator=(const AnnIndex& o);
 
     /// Builds (IVF: trains the coarse quantizer on these keys) over keys [n, d] with ids [n]. The
     /// l2_transform's max norm M is fixed here. n = 0 leaves the index empty (searches return nothing).

@@ -4,6 +4,7 @@
 // the GQA group attends exactly and which clusters it estimates (select). It reports its own work and
 // data movement; every accuracy metric is computed by the harness from the Selection.
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -122,7 +123,26 @@ class Method {
 
     /// Memory kept after build/append.
     virtual Footprint footprint() const { return {}; }
+
+    /// A copy of this built method (index and all, nothing appended since build) for another point of
+    /// the same method whose parameters differ from this one's only in search-time ones
+    /// (ParamSpec::search): `fresh` is that point's method as MethodInfo::make returns it, unbuilt. The
+    /// copy keeps this build and takes `fresh`'s parameters; it then behaves exactly as `fresh` built
+    /// on the same prompt would. nullptr: this method cannot share its build (the caller builds anew).
+    /// A copy must not keep pointers into this object (MethodContext::slice is read in build() only).
+    virtual std::unique_ptr<Method> clone_built(const Method& fresh) const { return nullptr; }
 };
+
+/// clone_built for a copyable method class T whose parameters are the member `params`: a copy of
+/// `built` with `fresh`'s parameters, or nullptr when `fresh` is not a T.
+template <class T, class P>
+std::unique_ptr<Method> copy_built(const T& built, const Method& fresh, P T::*params) {
+    const T* f = dynamic_cast<const T*>(&fresh);
+    if (f == nullptr) return nullptr;
+    auto c = std::make_unique<T>(built);
+    (*c).*params = (*f).*params;
+    return c;
+}
 
 /// Resolves a token budget: b >= 1 is an absolute count, 0 < b < 1 a fraction of n (rounded, at least
 /// 1); the result is clamped to [0, n].

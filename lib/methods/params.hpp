@@ -25,6 +25,10 @@ struct ParamSpec {
     double min = -std::numeric_limits<double>::infinity();
     double max = std::numeric_limits<double>::infinity();
     std::vector<std::string> choices;  ///< for strings: allowed values (empty = any)
+    /// Search-time: build() never reads it, so points that differ only in such parameters can share
+    /// one built index (Method::clone_built; the closed loop builds once per case and budget group),
+    /// and the per-head seed ignores it (bench/head_run method_seed). ann-benchmarks' "query args".
+    bool search = false;
 };
 
 struct MethodInfo {
@@ -79,5 +83,13 @@ const MethodInfo& find_method(const std::string& name);
 nlohmann::json resolve_params(const MethodInfo& m, const nlohmann::json& given);
 
 const char* param_type_name(ParamType t);
+
+/// Marks the named parameters of `m` search-time (ParamSpec::search). Throws std::logic_error for a
+/// name `m` does not declare (a registry entry's own mistake).
+void mark_search_params(MethodInfo& m, const std::vector<std::string>& names);
+
+/// `params` (resolved) without the method's search-time parameters: what a build depends on. Points
+/// with equal build_params share a build.
+nlohmann::json build_params(const MethodInfo& m, const nlohmann::json& params);
 
 }  // namespace retro

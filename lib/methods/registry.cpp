@@ -1,6 +1,7 @@
 #include <algorithm>
 #include <cmath>
 #include <unordered_set>
+#include <stdexcept>
 
 #include "core/error.hpp"
 #include "methods/builtin_methods.hpp"
@@ -175,6 +176,22 @@ nlohmann::json resolve_params(const MethodInfo& m, const nlohmann::json& given) 
             throw ConfigError("method '" + m.name + "': " + e.what());
         }
     }
+    return out;
+}
+
+void mark_search_params(MethodInfo& m, const std::vector<std::string>& names) {
+    for (const auto& n : names) {
+        const auto it = std::find_if(m.params.begin(), m.params.end(), [&](const ParamSpec& s) { return s.name == n; });
+        if (it == m.params.end())
+            throw std::logic_error("method '" + m.name + "': no parameter '" + n + "' to mark search-time");
+        it->search = true;
+    }
+}
+
+nlohmann::json build_params(const MethodInfo& m, const nlohmann::json& params) {
+    nlohmann::json out = params;
+    for (const auto& s : m.params)
+        if (s.search && out.is_object()) out.erase(s.name);
     return out;
 }
 

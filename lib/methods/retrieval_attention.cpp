@@ -33,6 +33,10 @@ class RetrievalAttention final : public Method {
   public:
     explicit RetrievalAttention(RaParams p) : p_(p) {}
 
+    std::unique_ptr<Method> clone_built(const Method& fresh) const override {
+        return copy_built(*this, fresh, &RetrievalAttention::p_);
+    }
+
     void build(const MethodContext& ctx, const KVView& prompt) override {
         ctx_ = ctx;
         const int d = prompt.d, g = ctx.group;
@@ -156,6 +160,7 @@ MethodInfo retrieval_attention_method_info() {
          "last prefill queries per query head used as training queries; 0 = all in the trace",
          "the paper uses all prefill queries", 0, 1e9},
     };
+    mark_search_params(m, {"k", "search_L"});
     m.check_trace = [](const nlohmann::json& j, const TraceInfo& t) {
         // build() needs prefill queries only when sink and window leave prompt tokens to index
         const int P = t.prompt_len, ib = std::min(j.at("sink").get<int>(), P);

@@ -76,18 +76,41 @@ def run_id(run, cfg):
     return stem + "-" + hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:10]
 
 
-class Decoder:
-    """Decode loops of one case on top of its prefill: the reference (heads None) or a method."""
+def build_key(run, search_params):
+    """What a run's index depends on: its method and parameters without the search-time ones
+    (ParamSpec::search, `search_params` {method: names}); runs with equal keys share one build."""
+    skip = search_params.get(run["method"], set())
+    return json.dumps([run["method"], run.get("method_source"),
+                       {k: v for k, v in run["params"].items() if k not in skip}], sort_keys=True)
 
-    def __init__(self, lm, rb, cfg, case, logp0, prefill_q):
+
+def build_groups(runs, search_params):
+    """`runs` cut into maximal stretches of consecutive runs with equal build_key, in order."""
+    groups = []
+    for r in runs:
+        if groups and build_key(groups[-1][-1], search_params) == build_key(r, search_params):
+            groups[-1].append(r)
+        else:
+            groups.append([r])
+    return groups
+
+
+class Decoder:
+    """Decode loops of one case on top of its prefill: the reference (heads None) or a method.
+    A method's heads built for one run are kept, unappended, while later runs of the case have the same
+    build_key: those runs decode on copies of them (HeadMethod.clone: a budget sweep builds each index
+    once per case), so does a fidelity case's second loop (teacher-forced, then greedy)."""
+
+    def __init__(self, lm, rb, cfg, case, logp0, prefill_q, search_params=None):
         self.lm, self.rb, self.cfg, self.case = lm, rb, cfg, case
         self.logp0, self.prefill_q = logp0, prefill_q
         self.pl = len(case["ids"])
+        self.search_params = search_params or {}
+        self.shared = None  # (build_key, heads): the last build, nothing appended
 
-    def build(self, run):
-        """One HeadMethod per (layer >= dense_layers, KV head) on the prompt's KV. Returns seconds."""
+    def _build_heads(self, run):
+        """One HeadMethod per (layer >= dense_layers, KV head) on the prompt's KV."""
         lm, rb = self.lm, self.rb
-        t0 = time.perf_counter()
         heads = []
         g = lm.nq // lm.nkv
         for l in range(lm.n_layers):
@@ -106,14 +129,44 @@ class Decoder:
                 m.build(K[h], np.ascontiguousarray(V[h]), PQ[h * g:(h + 1) * g] if PQ is not None else None)
                 row.append(m)
             heads.append(row)
-        lm.patch.heads = heads
-        return time.perf_counter() - t0
+        return heads
+
+    @staticmethod
+    def _copies(heads, params):
+        """Copies of built heads for `params`, or None when the method cannot share its build."""
+        out = []
+        for row in heads:
+            if row is None:
+                out.append(None)
+                continue
+            copies = [m.clone(params) for m in row]
+            if any(c is None for c in copies):
+                return None
+            out.append(copies)
+        return out
+
+    def build(self, run):
+        """The run's heads into the patch: copies of the kept build when its build_key matches, else a
+        new build (kept when the method can share it). Returns (seconds, shared)."""
+        t0 = time.perf_counter()
+        key = build_key(run, self.search_params)
+        shared = self.shared is not None and self.shared[0] == key
+        if not shared:
+            self.shared = None  # the previous build's memory back first
+            built = self._build_heads(run)
+        heads = self._copies(self.shared[1] if shared else built, run["params"])
+        if heads is None:  # cannot share: the run decodes on its own build
+            heads = built
+        elif not shared:
+            self.shared = (key, built)
+        self.lm.patch.heads = heads
+        return time.perf_counter() - t0, shared
 
     def _steps(self, run, tokens, greedy):
         """Feeds tokens (teacher-forced) or its own argmax (greedy, starting from the prefill's)."""
         lm = self.lm
         lm.reset()
-        build_s = self.build(run) if run is not None else 0.0
+        build_s, shared = self.build(run) if run is not None else (0.0, False)
         lm.patch.stats, lm.patch.method_s = [], 0.0
         step_ms, logps, out = [], [], []
         tok = int(np.argmax(self.logp0)) if greedy else None
@@ -130,7 +183,7 @@ class Decoder:
             else:
                 logps.append(logp)
         st = np.array(lm.patch.stats) if lm.patch.stats else np.zeros((0, 3))
-        info = dict(build_s=build_s, step_ms=step_ms, method_s=lm.patch.method_s,
+        info = dict(build_s=build_s, build_shared=shared, step_ms=step_ms, method_s=lm.patch.method_s,
                     exact_frac=float(st[:, 0].mean()) if len(st) else 1.0,
                     est_frac=float(st[:, 1].mean()) if len(st) else 0.0,
                     h2d_bytes_per_step=float(st[:, 2].sum() / max(1, n)) if len(st) else 0.0)
@@ -144,8 +197,9 @@ class Decoder:
         return self._steps(run, self.case["greedy_tokens"], greedy=True)
 
 
-def run_case(lm, rb, cfg, case, runs, res, tok):
-    """Prefill once, the reference, then every pending run of this case."""
+def run_case(lm, rb, cfg, case, runs, res, tok, search_params=None):
+    """Prefill once, the reference, then every pending run of this case (consecutive runs with equal
+    build_key share one build per case)."""
     t0 = time.perf_counter()
     ppath = os.path.join(res.dir, "prefill", case["id"] + ".pt")  # the prefill, kept for resumed sessions
     loaded = lm.load_prefill(ppath, case["ids"], int(cfg.get("prefill_queries", 64)))
@@ -160,7 +214,7 @@ def run_case(lm, rb, cfg, case, runs, res, tok):
     log(f"case {case['id']} ({case['desc']}, {len(case['ids'])} tokens): prefill {prefill_s:.1f} s"
         + (" (loaded)" if loaded is not None else "")
         + (f" ({reused} leading tokens reused from the previous prompt)" if reused else ""))
-    dec = Decoder(lm, rb, cfg, case, logp0, pq)
+    dec = Decoder(lm, rb, cfg, case, logp0, pq, search_params)
     decode = (lambda ids: tok.decode(ids, skip_special_tokens=True)) if tok is not None else \
         (lambda ids: " ".join(map(str, ids)))
     targets = case["continuation"][1:]
@@ -334,6 +388,7 @@ def run(args):
         if source:
             r["method_source"] = source
         r["id"] = run_id(r, cfg)
+    search_params = {m["name"]: {p["name"] for p in m["params"] if p.get("search")} for m in rb.methods()}
     import model_runner
     ctx = model_runner.model_context(cfg["model"])  # ModelError for a model the loaders cannot read
     tasks.check_lengths(cfg, ctx, args.config)
@@ -381,13 +436,15 @@ def run(args):
         for c in cases:  # the prompts' token ids: the open-loop traces are dumped from these (--prompt-ids)
             write_atomic(os.path.join(pdir, c["id"] + ".json"), json.dumps(c["ids"]))
         if args.worker:
-            # a worker takes every N-th run and completes it on every case before the next one (the
-            # prefills and references come from disk: run stage "prefill + reference" first)
+            # a worker takes every N-th group of runs that share a build (build_key: a budget sweep of one
+            # index) and completes it on every case before the next one (the prefills and references come
+            # from disk: run stage "prefill + reference" first)
             i_w, n_w = (int(x) for x in args.worker.split("/"))
-            for run in runs[i_w::n_w]:
+            for group in build_groups(runs, search_params)[i_w::n_w]:
                 for case in cases:
-                    if (not args.only_kind or case["kind"] == args.only_kind) and not res.has_part(run["id"], case["id"]):
-                        run_case(lm, rb, cfg, case, [run], res, lm.tok)
+                    todo = [r for r in group if not res.has_part(r["id"], case["id"])]
+                    if todo and (not args.only_kind or case["kind"] == args.only_kind):
+                        run_case(lm, rb, cfg, case, todo, res, lm.tok, search_params)
         # shorter prompts first (in 1024-token buckets: an interrupted long grid has its cheap cases done),
         # then in the order of their token ids: prompts that share a prefix (one haystack, several
         # questions) come one after the other and each prefill reuses the previous one's (LoadedModel.prefill)
@@ -398,7 +455,7 @@ def run(args):
             if not todo and res.has_part(REFERENCE, case["id"]):
                 continue
             log(f"case {i + 1}/{len(cases)}: {len(todo)} run(s) to do")
-            run_case(lm, rb, cfg, case, todo, res, lm.tok)
+            run_case(lm, rb, cfg, case, todo, res, lm.tok, search_params)
         if args.worker or args.only_kind:
             status = "partial"
             return 0

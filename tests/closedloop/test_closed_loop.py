@@ -8,6 +8,7 @@ decode through the retro_bench binding.
 - a method that keeps only the sinks (streaming window 1) and oracle k = 4 measurably diverge, and with
   dense_layers covering every layer the sink-only method equals full again (the option works);
 - resume: a second session computes nothing; a deleted part file is recomputed alone;
+- a budget sweep builds each index once per case (HeadMethod.clone) and equals its points run alone;
 - bad input (unknown method or parameter, a model the loaders cannot read, a prompt beyond the model's
   context) is a clear error before any model work.
 
@@ -153,6 +154,35 @@ class ClosedLoop(unittest.TestCase):
         self.assertEqual(after[victim]["fidelity"]["kl_mean"],
                          [x for x in before if x["run_id"] == victim][0]["fidelity"]["kl_mean"])
         self.assertEqual([f for _, _, fs in os.walk(d) for f in fs if ".tmp-" in f], [])
+
+
+class SharedBuild(unittest.TestCase):
+    def test_budget_sweep_builds_once_and_equals_separate_builds(self):
+        """Runs that differ only in search-time parameters (a budget sweep) build each index once per
+        case and decode on copies of it: every loop after the first reports build_shared, and the
+        results equal those of the same point run alone (its own build)."""
+        sweep = [{"name": "faiss_hnsw", "params": {"k": [4, 12], "sink": 2, "window": 4}},
+                 {"name": "retrieval_attention", "params": {"k": [4, 12], "sink": 2, "window": 4, "nq": 8}}]
+        alone = [{"name": m["name"], "params": dict(m["params"], k=12)} for m in sweep]
+        for name, methods in (("tiny-sweep", sweep), ("tiny-alone", alone)):
+            r = run(tiny_config(name, methods))
+            self.assertEqual(r.returncode, 0, r.stderr[-3000:])
+        recs = {x["run_id"]: x for x in records("tiny-sweep") if x["method"] != "reference"}
+        self.assertEqual(len(recs), 4)
+        for rid, rec in recs.items():
+            p = parts("tiny-sweep", rid)
+            first = rec["params"]["k"] == 4  # the first point of its method builds, the second copies
+            self.assertEqual(p["tf"]["build_shared"], not first, rec["label"])
+            self.assertTrue(p["gen"]["build_shared"], rec["label"])  # the greedy loop copies the kept build
+            if first:
+                continue
+            q = parts("tiny-alone", rid)  # the same run id: the same point, built on its own there
+            self.assertFalse(q["tf"]["build_shared"])
+            self.assertGreater(max(p["kl"]), 1e-4, rec["label"])  # lossy: the comparison can tell runs apart
+            for key in ("kl", "tokens"):
+                self.assertEqual(p[key], q[key], f"{rec['label']}: {key}")
+            for loop in ("tf", "gen"):
+                self.assertEqual(p[loop]["exact_frac"], q[loop]["exact_frac"], rec["label"])
 
 
 class Interrupted(unittest.TestCase):

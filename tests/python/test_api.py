@@ -181,6 +181,51 @@ class TraceAndHead(unittest.TestCase):
         self.assertNotEqual(a.seed, b.seed)
         self.assertEqual(rb.HeadMethod("magicpig", {}, 64, 3, seed=7).seed, 7)
 
+    def test_clone_shares_a_build_across_search_time_parameters(self):
+        """HeadMethod.clone: a copy of a built index for another budget attends as a new build of that
+        point does; the original is untouched; build parameters, appended tokens and methods that cannot
+        share are refused or answered None."""
+        h, P = self.h, self.h["prompt_len"]
+        base = {"k": 16, "sink": 8, "window": 16, "nq": 10, "build_L": 40}
+
+        def built(params, **kw):
+            m = self.method("retrieval_attention", params, layer=0, kv_head=1, **kw)
+            m.build(h["keys"][:P], h["values"][:P], h["prefill_queries"])
+            return m
+
+        def decode(m):
+            outs = []
+            for t in range(h["num_steps"]):
+                m.append(h["keys"][P + t], h["values"][P + t])
+                r = m.attend(h["queries"][:, t, :], t)
+                outs.append((r["out"], [ids.tolist() for ids in r["exact_ids"]]))
+            return outs
+
+        def same(a, b):
+            for (oa, ia), (ob, ib) in zip(a, b):
+                np.testing.assert_array_equal(oa, ob)
+                self.assertEqual(ia, ib)
+
+        m = built(base)
+        search = {p["name"] for p in next(x for x in rb.methods() if x["name"] == "retrieval_attention")["params"]
+                  if p["search"]}
+        self.assertEqual(search, {"k", "search_L"})
+        other = dict(base, k=40, search_L=60)
+        c = m.clone(other)
+        self.assertTrue(c.built)
+        self.assertEqual((c.params, c.seed, c.n_visible), (rb.resolve_params("retrieval_attention", other), m.seed, P))
+        same(decode(c), decode(built(other)))
+        same(decode(m), decode(built(base)))  # the copy's appends never reached the original
+        with self.assertRaisesRegex(ValueError, "decode token.*appended"):
+            m.clone(other)
+        with self.assertRaisesRegex(ValueError, r"build parameter\(s\) differ \(M 35 -> 20\)"):
+            built(base).clone(dict(base, M=20))
+        with self.assertRaisesRegex(ValueError, "call build"):
+            self.method("retrieval_attention", base).clone(base)
+        q = self.method("quest", {"k": 64})
+        q.build(h["keys"][:P], h["values"][:P])
+        self.assertIsNone(q.clone({"k": 64}))  # quest shares no build (its page bounds cost nothing)
+
     def test_threads_share_nothing(self):
         """Two methods attended from two threads (the GIL released in C++) give the serial results."""
         h, P = self.h, self.h["prompt_len"]

@@ -108,10 +108,11 @@ struct Replay {
 
 /// Builds `m` over the prompt, then appends and selects every decode step like the runner, evaluating
 /// each selection (the evaluator throws on duplicate or out-of-range ids, naming `name`).
+/// `built`: `m` is built over this prompt already (a copy from Method::clone_built): no build here.
 inline Replay replay(Method& m, const HeadSlice& h, const std::string& name,
-                     const std::vector<int>& recall_k = {10, 100}, int layer = 0) {
+                     const std::vector<int>& recall_k = {10, 100}, int layer = 0, bool built = false) {
     const int d = h.head_dim;
-    m.build(context_of(h, layer), KVView{h.keys.data(), h.values.data(), h.prompt_len, d});
+    if (!built) m.build(context_of(h, layer), KVView{h.keys.data(), h.values.data(), h.prompt_len, d});
     Evaluator ev(h, recall_k);
     Replay r;
     std::vector<float> q((size_t)h.group * d);
