@@ -16,6 +16,9 @@ struct ClosedLoopRun {
     std::string results_root = "results";
     bool resume = false, force = false;
     bool validate_only = false;  ///< check and print the runs, launch nothing
+    /// "I/N": only the I-th of N groups of cases (cases sharing a prompt prefix stay together; every run
+    /// of those cases); empty = every case. docs/closed-loop.md "Sharded".
+    std::string shard;
 };
 
 /// Checks the config (ConfigError naming the file and key or method parameter), prints the runs and,

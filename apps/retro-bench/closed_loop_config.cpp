@@ -74,12 +74,14 @@ int run_closed_loop_config(const json& j, const std::string& origin, const Close
     const std::string script = find_script("scripts/closedloop/closed_loop.py", "RETRO_CLOSED_LOOP_SCRIPT");
     std::string pypath = (fs::path(exe_dir()) / "python").string();  // build/python: the retro_bench binding
     if (const char* e = std::getenv("PYTHONPATH"); e && *e) pypath += std::string(":") + e;
-    std::string command = "retro-bench run " + origin + (opt.resume ? " --resume" : "") + (opt.force ? " --force" : "");
+    std::string command = "retro-bench run " + origin + (opt.resume ? " --resume" : "") + (opt.force ? " --force" : "") +
+                          (opt.shard.empty() ? "" : " --shard " + opt.shard);
     std::vector<std::string> args = {py, "-B", script, origin, "--runs-json", runs.dump(), "--results",
                                      opt.results_root, "--command", command, "--retro-bin",
                                      (fs::path(exe_dir()) / "retro-bench").string()};
     if (opt.resume) args.push_back("--resume");
     if (opt.force) args.push_back("--force");
+    if (!opt.shard.empty()) args.insert(args.end(), {"--case-shard", opt.shard});
     // RETRO_HOST_JSON: this binary's host_info() (git revision, BLAS, CPU, version), for the runner's manifest
     // "host" as an open-loop run records it (the report's header reads git_revision and blas there)
     return spawn_wait(args, {{"PYTHONPATH", pypath}, {"RETRO_HOST_JSON", host_info().dump()}}, "Python interpreter",

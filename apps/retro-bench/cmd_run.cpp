@@ -117,7 +117,8 @@ const CommandRegistrar reg(10, [](CLI::App& app) {
     sub->add_flag("--force", a->force, "delete an existing results directory first");
     sub->add_option("--threads", a->threads, "worker threads over heads (0 = all cores; default: config)");
     sub->add_option("--shard", a->shard, "run only shard I of N (I/N, counted from 0) of the sweep's units "
-                    "into the shared results directory; the last shard to finish merges (docs/cluster.md)");
+                    "into the shared results directory; the last shard to finish merges (docs/cluster.md); a closed-loop "
+                    "config: the I-th of N groups of cases, every run (docs/closed-loop.md)");
     sub->add_option("--shard-plan", a->shard_plan, "print how N shards would split the sweep (units and "
                     "estimated cost per shard) and exit; nothing is generated or run")->check(CLI::Range(1, 100000));
     sub->add_flag("-q,--quiet", a->quiet, "no progress output");
@@ -140,8 +141,9 @@ const CommandRegistrar reg(10, [](CLI::App& app) {
                                                    .force = a->force, .wait_lock = a->wait_lock,
                                                    .threads = a->threads});
             if (is_closed_loop_config(j))  // the Python side over the binding (closed_loop_config.cpp)
-                return run_closed_loop_config(
-                    j, a->config, ClosedLoopRun{.results_root = a->results, .resume = a->resume, .force = a->force});
+                return run_closed_loop_config(j, a->config,
+                                              ClosedLoopRun{.results_root = a->results, .resume = a->resume,
+                                                            .force = a->force, .shard = a->shard});
         }
         const RunConfig cfg = load_config(a->config);
         if (a->shard_plan > 0) {

@@ -25,6 +25,12 @@ class Wave final : public Method {
   public:
     explicit Wave(WaveParams p) : p_(p) {}
 
+    std::unique_ptr<Method> clone_built(const Method& fresh) const override {
+        auto c = copy_built(*this, fresh, &Wave::p_);
+        if (c) static_cast<Wave&>(*c).head_.set_search_params(static_cast<const Wave&>(fresh).p_);
+        return c;
+    }
+
     void build(const MethodContext& ctx, const KVView& prompt) override {
         ctx_ = ctx;
         head_ = WaveHead(p_, ctx.layer, ctx.kv_head);
@@ -194,6 +200,7 @@ MethodInfo wave_method_info() {
          "k-means init: 0 = evenly spaced tokens (public code), else seeded offsets in each stride",
          "ours", 0, 4294967295.0},
     };
+    mark_search_params(m, {"retrieval", "estimation", "gqa"});
     m.check = check_wave;
     m.make = [](const nlohmann::json& j) { return std::make_unique<Wave>(wave_params_from_json(j)); };
     return m;

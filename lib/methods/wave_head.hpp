@@ -82,6 +82,9 @@ class WaveHead {
     Footprint footprint(int n, int head_dim, double elem_bytes) const;
 
     const WaveParams& params() const { return p_; }
+    /// Another point's parameters for this built head: `p` may differ from the build's only in the
+    /// search-time fields (retrieval, estimation, gqa: Wave's clone_built).
+    void set_search_params(const WaveParams& p) { p_ = p; }
     const WaveIndex& index() const { return index_; }
     const std::vector<int>& nonempty() const { return nonempty_; }  ///< clusters with members, ascending
     int idx_end() const { return idx_end_; }  ///< the index holds tokens [sink, idx_end)

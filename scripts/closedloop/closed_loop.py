@@ -84,6 +84,24 @@ def build_key(run, search_params):
                        {k: v for k, v in run["params"].items() if k not in skip}], sort_keys=True)
 
 
+def case_shard(order, spec, chunk):
+    """The ids of the cases shard "I/N" runs: `order` [(index, case)] cut into groups of cases whose
+    prompts share their first `chunk` tokens (a haystack's cases: their prefills reuse each other's), the
+    groups dealt out in turn in that order."""
+    try:
+        i, n = (int(x) for x in spec.split("/"))
+        if not 0 <= i < n:
+            raise ValueError
+    except ValueError:
+        raise ConfigError(f"--case-shard {spec!r}: expected I/N with 0 <= I < N") from None
+    keys = []
+    for _, c in order:
+        k = tuple(c["ids"][:chunk])
+        if k not in keys:
+            keys.append(k)
+    return {c["id"] for _, c in order if keys.index(tuple(c["ids"][:chunk])) % n == i}
+
+
 def build_groups(runs, search_params):
     """`runs` cut into maximal stretches of consecutive runs with equal build_key, in order."""
     groups = []
@@ -347,6 +365,10 @@ def main(argv=None):
     ap.add_argument("--worker", default=None, metavar="I/N",
                     help="run every N-th run starting at I (0-based) on cases whose prefill and reference "
                          "are done (parallel workers; a last session without it writes runs.jsonl)")
+    ap.add_argument("--case-shard", default=None, metavar="I/N",
+                    help="run every run on the I-th of N groups of cases (cases sharing their first prefill chunk "
+                         "form a group: a haystack's cases, whose prefills reuse each other's); `retro-bench run "
+                         "--shard I/N` passes it. The shard that finds every part done writes runs.jsonl")
     ap.add_argument("--aggregate-only", action="store_true",
                     help="compute nothing: runs.jsonl, cases.csv and the open-loop correlation from the part "
                          "files on disk (runs missing cases are marked complete=false)")
@@ -448,8 +470,11 @@ def run(args):
         # shorter prompts first (in 1024-token buckets: an interrupted long grid has its cheap cases done),
         # then in the order of their token ids: prompts that share a prefix (one haystack, several
         # questions) come one after the other and each prefill reuses the previous one's (LoadedModel.prefill)
-        for i, case in sorted(enumerate(cases), key=lambda ic: (len(ic[1]["ids"]) // 1024, ic[1]["ids"])):
-            if args.worker or (args.only_kind and case["kind"] != args.only_kind):
+        order = sorted(enumerate(cases), key=lambda ic: (len(ic[1]["ids"]) // 1024, ic[1]["ids"]))
+        mine = case_shard(order, args.case_shard, int(cfg.get("prefill_chunk", 1024))) if args.case_shard else None
+        for i, case in order:
+            if args.worker or (args.only_kind and case["kind"] != args.only_kind) or \
+                    (mine is not None and case["id"] not in mine):
                 continue
             todo = [r for r in runs if not res.has_part(r["id"], case["id"])]
             if not todo and res.has_part(REFERENCE, case["id"]):
@@ -459,9 +484,13 @@ def run(args):
         if args.worker or args.only_kind:
             status = "partial"
             return 0
+        if args.case_shard and not all(res.has_part(r["id"], c["id"]) for r in runs + [{"id": REFERENCE}] for c in cases):
+            status = "partial"
+            log(f"shard {args.case_shard} done; other shards' cases remain (the last shard writes runs.jsonl)")
+            return 0
         records = aggregate(res, runs, cases, lm.name)
         print_table(records)
-        if cfg.get("open_loop") and not args.only_kind:
+        if cfg.get("open_loop") and not args.only_kind and not args.case_shard:
             import offline_online
             del lm  # the model's memory back before the dump and the replay
             ol = offline_online.run(cfg, cases, res.dir, args.results, records, args.retro_bin, HERE)

@@ -117,6 +117,48 @@ class Accepted(unittest.TestCase):
         self.assertEqual(o["task"]["cases"], 3)  # the fidelity line's greedy tokens and the two tasks
 
 
+class Sharded(unittest.TestCase):
+    def test_shards_split_cases_by_shared_prefix_and_the_last_aggregates(self):
+        """`retro-bench run --shard I/N` on a closed-loop config: cases whose prompts share their first
+        prefill chunk stay in one shard (the second reuses the first's prefill); a shard runs every run on
+        its cases only; the shard that completes the grid writes runs.jsonl."""
+        d = os.path.join(TMP, "sharded")
+        os.makedirs(d, exist_ok=True)
+        a = ids(150, 10)
+        lines = [{"id": "a", "prompt_ids": a, "answers": ["x"], "max_new_tokens": 2},
+                 {"id": "b", "prompt_ids": a[:64] + ids(90, 11), "answers": ["x"], "max_new_tokens": 2},
+                 {"id": "c", "prompt_ids": ids(150, 12), "answers": ["x"], "max_new_tokens": 2}]
+        with open(os.path.join(d, "cases.jsonl"), "w") as f:
+            f.write("\n".join(json.dumps(x) for x in lines) + "\n")
+        cfg = {"name": "sharded", "experiment": "closed-loop", "model": "tiny-random-llama", "prefill_queries": 16,
+               "prefill_chunk": 64, "threads": 1, "cases": "cases.jsonl",
+               "methods": [{"name": x["method"], "params": x["params"]} for x in RUNS]}
+        path = os.path.join(d, "config.json")
+        with open(path, "w") as f:
+            json.dump(cfg, f)
+        out = os.path.join(d, "results", "sharded")
+        done = []
+        for i in (0, 1):
+            r = subprocess.run([BIN, "run", path, "--results", os.path.join(d, "results"), "--shard", f"{i}/2"]
+                               + (["--resume"] if i else []), capture_output=True, text=True)
+            self.assertEqual(r.returncode, 0, r.stderr[-3000:])
+            with open(os.path.join(out, "manifest.json")) as f:
+                ids_of = {c["desc"].split(" ")[0]: c["id"] for c in json.load(f)["cases"]}
+            have = {line for line, cid in ids_of.items() if os.path.exists(os.path.join(out, "parts", "reference", cid + ".json"))}
+            done.append((have - set().union(*[x[0] for x in done]) if done else have, r.stderr))
+            self.assertEqual(os.path.exists(os.path.join(out, "runs.jsonl")), i == 1, r.stderr[-2000:])
+        lines_of = {1: "cases.jsonl:1", 2: "cases.jsonl:2", 3: "cases.jsonl:3"}
+        shards = [{k for k, v in lines_of.items() if v in x[0]} for x in done]
+        self.assertEqual(sorted(map(sorted, shards)), [[1, 2], [3]])  # a and b (one prefix) together
+        ab = done[0] if shards[0] == {1, 2} else done[1]
+        self.assertIn("leading tokens reused from the previous prompt", ab[1])
+        self.assertIn("other shards' cases remain", done[0][1])
+        with open(os.path.join(out, "runs.jsonl")) as f:
+            recs = [json.loads(x) for x in f]
+        self.assertEqual(sorted(x["method"] for x in recs), ["oracle_topk", "reference", "streaming"])
+        self.assertTrue(all(x["task"]["cases"] == 3 for x in recs if "task" in x), recs)
+
+
 class Refused(unittest.TestCase):
     GOOD = {"prompt_ids": [5, 6, 7], "answers": ["1"], "max_new_tokens": 2}
 
