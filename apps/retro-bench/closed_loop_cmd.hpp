@@ -19,6 +19,7 @@ struct ClosedLoopRun {
     /// "I/N": only the I-th of N groups of cases (cases sharing a prompt prefix stay together; every run
     /// of those cases); empty = every case. docs/closed-loop.md "Sharded".
     std::string shard;
+    int threads = -1;  ///< > 0: overrides the config's "threads" (a shard's cores); otherwise the config's
 };
 
 /// Checks the config (ConfigError naming the file and key or method parameter), prints the runs and,

@@ -143,7 +143,8 @@ const CommandRegistrar reg(10, [](CLI::App& app) {
             if (is_closed_loop_config(j))  // the Python side over the binding (closed_loop_config.cpp)
                 return run_closed_loop_config(j, a->config,
                                               ClosedLoopRun{.results_root = a->results, .resume = a->resume,
-                                                            .force = a->force, .shard = a->shard});
+                                                            .force = a->force, .shard = a->shard,
+                                                            .threads = a->threads});
         }
         const RunConfig cfg = load_config(a->config);
         if (a->shard_plan > 0) {

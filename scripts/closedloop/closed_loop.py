@@ -369,6 +369,9 @@ def main(argv=None):
                     help="run every run on the I-th of N groups of cases (cases sharing their first prefill chunk "
                          "form a group: a haystack's cases, whose prefills reuse each other's); `retro-bench run "
                          "--shard I/N` passes it. The shard that finds every part done writes runs.jsonl")
+    ap.add_argument("--threads", type=int, default=None,
+                    help="> 0: overrides the config's \"threads\" (torch, BLAS and the methods' OpenMP; a shard's "
+                         "cores; not part of a run's id)")
     ap.add_argument("--aggregate-only", action="store_true",
                     help="compute nothing: runs.jsonl, cases.csv and the open-loop correlation from the part "
                          "files on disk (runs missing cases are marked complete=false)")
@@ -398,6 +401,8 @@ def run(args):
     with open(args.config, encoding="utf-8") as f:
         cfg = json.load(f)
     check_config(cfg, args.config)
+    if args.threads is not None and args.threads > 0:
+        cfg["threads"] = args.threads
     runs = json.loads(args.runs_json)
     rb = backend.load()
     if int(cfg.get("threads", 0)) > 0:

@@ -32,7 +32,7 @@ RETRO_BENCH=${RETRO_BENCH:-$here/../../build/retro-bench}
 RETRO_BENCH=$(readlink -f "$RETRO_BENCH")
 [[ -x "$RETRO_BENCH" ]] || { echo "sweep.sh: retro-bench binary not found: $RETRO_BENCH (set RETRO_BENCH)" >&2; exit 2; }
 py=${RETRO_PYTHON:-python3}
-read -r name backend < <("$py" -c 'import json,sys; c=json.load(open(sys.argv[1])); print(c["name"], c.get("backend","cpu"))' "$config")
+read -r name backend experiment < <("$py" -c 'import json,sys; c=json.load(open(sys.argv[1])); print(c["name"], c.get("backend","cpu"), c.get("experiment","replay"))' "$config")
 if [[ -z "${GPUS_PER_TASK:-}" ]]; then
   GPUS_PER_TASK=0
   [[ "$backend" == cuda ]] && GPUS_PER_TASK=1
@@ -57,6 +57,11 @@ shard_opts=(--array="$array" --cpus-per-task="$CPUS_PER_TASK" --output="$LOG_DIR
 array_id=$(sbatch --parsable "${common[@]}" "${shard_opts[@]}" "$@" \
   "$here/shard.sbatch" "$RETRO_BENCH" "$config" "$RESULTS" "$SHARDS")
 array_id=${array_id%%;*}
+if [[ "$experiment" == closed-loop ]]; then  # its shards are groups of cases; the last one aggregates
+  echo "array $array_id"
+  echo "merge none (closed loop: the shard that completes the grid writes runs.jsonl)"
+  exit 0
+fi
 merge_id=$(sbatch --parsable "${common[@]}" --dependency="afterok:$array_id" --kill-on-invalid-dep=yes --cpus-per-task=1 \
   --output="$LOG_DIR/$name-merge-%j.out" "$@" "$here/merge.sbatch" "$RETRO_BENCH" "$RESULTS/$name")
 merge_id=${merge_id%%;*}

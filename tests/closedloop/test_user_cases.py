@@ -119,7 +119,7 @@ class Accepted(unittest.TestCase):
 
 class Sharded(unittest.TestCase):
     def test_shards_split_cases_by_shared_prefix_and_the_last_aggregates(self):
-        """`retro-bench run --shard I/N` on a closed-loop config: cases whose prompts share their first
+        """`retro-bench run --shard I/N --threads 1` on a closed-loop config: cases whose prompts share their first
         prefill chunk stay in one shard (the second reuses the first's prefill); a shard runs every run on
         its cases only; the shard that completes the grid writes runs.jsonl."""
         d = os.path.join(TMP, "sharded")
@@ -131,7 +131,7 @@ class Sharded(unittest.TestCase):
         with open(os.path.join(d, "cases.jsonl"), "w") as f:
             f.write("\n".join(json.dumps(x) for x in lines) + "\n")
         cfg = {"name": "sharded", "experiment": "closed-loop", "model": "tiny-random-llama", "prefill_queries": 16,
-               "prefill_chunk": 64, "threads": 1, "cases": "cases.jsonl",
+               "prefill_chunk": 64, "threads": 2, "cases": "cases.jsonl",
                "methods": [{"name": x["method"], "params": x["params"]} for x in RUNS]}
         path = os.path.join(d, "config.json")
         with open(path, "w") as f:
@@ -140,10 +140,12 @@ class Sharded(unittest.TestCase):
         done = []
         for i in (0, 1):
             r = subprocess.run([BIN, "run", path, "--results", os.path.join(d, "results"), "--shard", f"{i}/2"]
-                               + (["--resume"] if i else []), capture_output=True, text=True)
+                               + (["--resume"] if i else []) + ["--threads", "1"], capture_output=True, text=True)
             self.assertEqual(r.returncode, 0, r.stderr[-3000:])
             with open(os.path.join(out, "manifest.json")) as f:
-                ids_of = {c["desc"].split(" ")[0]: c["id"] for c in json.load(f)["cases"]}
+                m = json.load(f)
+            self.assertEqual(m["config"]["threads"], 1)  # --threads overrides the config's 2
+            ids_of = {c["desc"].split(" ")[0]: c["id"] for c in m["cases"]}
             have = {line for line, cid in ids_of.items() if os.path.exists(os.path.join(out, "parts", "reference", cid + ".json"))}
             done.append((have - set().union(*[x[0] for x in done]) if done else have, r.stderr))
             self.assertEqual(os.path.exists(os.path.join(out, "runs.jsonl")), i == 1, r.stderr[-2000:])

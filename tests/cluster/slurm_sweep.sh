@@ -5,7 +5,9 @@
 #      waits for the merge job and compares the merged results with the one-machine run (equal metrics),
 #   3. submits it again, kills one shard mid-run (SIGKILL), shows the merge refused naming that shard,
 #      reruns that shard alone (ONLY=i) and compares again,
-#   4. stops every daemon it started, by PID, on every exit path (trap).
+#   4. submits a closed-loop config (the tiny random Llama, three own cases, two sharing a prefix) as 2
+#      shards: no merge job, the last shard writes runs.jsonl with every case (skipped without the dump venv),
+#   5. stops every daemon it started, by PID, on every exit path (trap).
 # Exit 77 (ctest: skipped) only when Slurm cannot be installed here.
 # Usage: slurm_sweep.sh RETRO_BENCH_BINARY
 set -euo pipefail
@@ -125,3 +127,30 @@ state=$(wait_done "$merge_id" 90)
 [[ "$state" == COMPLETED ]] || { echo "FAIL: merge job after the rerun ended $state" >&2; tail -n 20 "$killed"/slurm-logs/* >&2; exit 1; }
 "$RETRO_PYTHON" "$root/tests/cluster/same_results.py" one/tiny-sweep "$killed/tiny-sweep"
 echo "PASS: shard 1 rerun alone completed the sweep"
+
+# ---- a closed-loop config as 2 shards of cases (needs the dump venv, as the closed-loop tests) ----
+if [[ -x "${RETRO_DUMP_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/retro-bench/dump-venv}/bin/python" || -n "${RETRO_CLOSED_LOOP_PYTHON:-}" ]]; then
+  "$RETRO_PYTHON" - <<'PY'
+import json, random
+r = random.Random(3)
+ids = lambda n: [r.randrange(3, 512) for _ in range(n)]
+a = ids(150)
+cases = [a, a[:64] + ids(90), ids(150)]
+with open("cl-cases.jsonl", "w") as f:
+    for p in cases:
+        f.write(json.dumps({"prompt_ids": p, "answers": ["x"], "max_new_tokens": 2}) + "\n")
+json.dump({"name": "tiny-cl", "experiment": "closed-loop", "model": "tiny-random-llama", "prefill_queries": 16,
+           "prefill_chunk": 64, "threads": 2, "cases": "cl-cases.jsonl",
+           "methods": [{"name": "oracle_topk", "params": {"k": [8, 100000]}}]}, open("cl.json", "w"))
+PY
+  out=$(env SHARDS=2 CPUS_PER_TASK=1 RESULTS=clres RETRO_BENCH="$bin" bash "$root/scripts/slurm/sweep.sh" cl.json)
+  array_id=$(awk '/^array/{print $2}' <<<"$out")
+  grep -q "^merge none" <<<"$out" || { echo "FAIL: sweep.sh on a closed-loop config printed: $out" >&2; exit 1; }
+  state=$(wait_done "$array_id" 120)
+  [[ "$state" == COMPLETED ]] || { echo "FAIL: closed-loop shards ended $state" >&2; tail -n 30 clres/slurm-logs/* >&2; exit 1; }
+  n=$("$RETRO_PYTHON" -c 'import json; r=[json.loads(l) for l in open("clres/tiny-cl/runs.jsonl")]; print(len(r), *sorted({x["task"]["cases"] for x in r}))')
+  [[ "$n" == "3 3" ]] || { echo "FAIL: closed-loop runs.jsonl: expected 3 records of 3 cases, got '$n'" >&2; exit 1; }
+  echo "PASS: a closed-loop config as 2 Slurm shards; the last one aggregated every case"
+else
+  echo "note: no dump venv: the closed-loop shards were not tried"
+fi
