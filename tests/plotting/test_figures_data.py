@@ -708,6 +708,31 @@ class ClosedLoopFiguresTest(U.TempDirMixin, unittest.TestCase):
                 self.assertAlmostEqual(a["x"], b["x"], places=9)
                 self.assertGreater(a["y"], b["y"])
 
+    def test_a_grid_in_progress_is_drawn_on_its_common_cases(self):
+        """No runs.jsonl yet (a grid still running, or shards not all done): the records come from the
+        manifest's runs that have part files, and every point stands on the cases all of them have done."""
+        d = os.path.join(self.tmp, "cl")
+        shutil.copytree(U.fixture("closed-loop-tiny"), d)
+        os.remove(os.path.join(d, "runs.jsonl"))
+        with open(os.path.join(d, "manifest.json")) as f:
+            m = json.load(f)
+        task = [c["id"] for c in m["cases"] if c["answer"] is not None and c["prompt_len"] == 200]
+        victim = m["resolved"]["runs"][0]["id"]
+        os.remove(os.path.join(d, "parts", victim, task[0] + ".json"))  # that run has not done this case yet
+        shutil.rmtree(os.path.join(d, "parts", m["resolved"]["runs"][1]["id"]))  # nor this one any case
+        res = R.load(d)
+        self.assertEqual([r["run_id"] for r in res.runs], ["reference"] + [r["id"] for r in m["resolved"]["runs"]
+                                                                        if r["id"] != m["resolved"]["runs"][1]["id"]])
+        self.assertTrue(all(r["complete"] is False for r in res.runs))
+        full = {(q["run_id"], p["context"]): q for p in data("closed_loop_accuracy", load("closed-loop-tiny"))["panels"]
+                for ser in p["series"] for q in ser["points"]}
+        for p in data("closed_loop_accuracy", res)["panels"]:
+            for ser in p["series"]:
+                for q in ser["points"]:
+                    want = full[(q["run_id"], p["context"])]["cases"] - (1 if p["context"] == 200 else 0)
+                    self.assertEqual(q["cases"], want, (q["run_id"], p["context"]))
+        self.assertTrue(data("closed_loop_kl", res)["panels"])
+
     def test_two_models(self):
         res = R.load(U.fixture("closed-loop-smollm2"), others=[U.fixture("closed-loop-tiny")])
         from retroplot import closed as C

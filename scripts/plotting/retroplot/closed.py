@@ -10,6 +10,8 @@ prompt lengths (NIAH "prompt_tokens": [16384, 32768], a cases file): the figures
 pooled over every scored position, accuracy the mean over the scored cases; the budget, exact_frac, the mean
 over the decode loops behind the value: the teacher-forced loops for KL and top-1, the scored generations for
 accuracy); without part files, one panel per model from the records (their exact_frac over every loop).
+A grid still running (part files, no runs.jsonl yet: results.py makes its records from the manifest) is
+drawn on the cases every one of its runs has done.
 
 Several directories (`retro-bench plot DIR OTHER...`) are read together: each run belongs to the model its
 record (or its directory's manifest) names. Pure Python: no matplotlib, no numpy."""
@@ -163,6 +165,12 @@ def points(res):
     groups = OrderedDict()
     for d in directories(res):
         cases = _case_lengths(d)
+        if any(r.get("in_progress") for r in d.runs):  # a grid still running: the cases every run has done,
+            # so that every point of a panel stands on the same cases
+            done = [{os.path.splitext(os.path.basename(f))[0]
+                     for f in glob.glob(os.path.join(d.path, "parts", r.get("run_id", ""), "*.json"))} for r in d.runs]
+            common = set.intersection(*done) if done else set()
+            cases = {k: v for k, v in cases.items() if k in common}
         for r in d.runs:
             vals = _from_parts(d, r, cases) if cases else None
             source = "parts"

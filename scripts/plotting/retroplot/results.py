@@ -105,6 +105,8 @@ class Results:
             for p in sorted(glob.glob(os.path.join(self.path, "runs", "*.json"))):
                 runs.append(_read_json(p))
             runs.sort(key=lambda r: r.get("index", 0))
+            if not runs:
+                runs = self._closed_loop_runs_in_progress()
         cfg_runs = (self.manifest.get("config") or {}).get("runs") or []
         for r in runs:
             r.setdefault("params", {})
@@ -112,6 +114,25 @@ class Results:
             if not isinstance(r.get("system"), dict):
                 r["system"] = self._system_point(r, cfg_runs)
         return runs
+
+    def _closed_loop_runs_in_progress(self):
+        """A closed-loop grid still running (or sharded, its last shard not done) has part files but no
+        runs.jsonl yet: one record per run of the manifest that has part files (the reference first), marked
+        complete false; the closed-loop figures compute their points from the part files
+        (retroplot/closed.py). [] for any other directory."""
+        m = self.manifest
+        if m.get("experiment") != "closed-loop":
+            return []
+        model = (m.get("model") or {}).get("name") if isinstance(m.get("model"), dict) else None
+        runs = [{"run_id": "reference", "method": "reference", "label": "full attention (the model's own, eager)"}]
+        runs += [{"run_id": r.get("id"), "method": r.get("method"), "params": r.get("params") or {},
+                  "label": r.get("label") or r.get("method")} for r in (m.get("resolved") or {}).get("runs") or []]
+        out = []
+        for r in runs:
+            if r["run_id"] and glob.glob(os.path.join(self.path, "parts", r["run_id"], "*.json")):
+                r.update(model=model, complete=False, in_progress=True)
+                out.append(r)
+        return out
 
     @staticmethod
     def _system_point(r, cfg_runs):
