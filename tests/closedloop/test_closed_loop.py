@@ -183,6 +183,23 @@ class SharedBuild(unittest.TestCase):
                 self.assertEqual(p[key], q[key], f"{rec['label']}: {key}")
             for loop in ("tf", "gen"):
                 self.assertEqual(p[loop]["exact_frac"], q[loop]["exact_frac"], rec["label"])
+        # workers (closed_loop.py --worker I/N) take whole groups of runs that share a build: worker 0 the
+        # HNSW budgets, worker 1 RetrievalAttention's; their parts equal the single session's
+        cfg = tiny_config("tiny-workers", sweep)
+        runs = [{"method": m["name"], "params": dict(m["params"], k=k), "label": f"{m['name']} k={k}"}
+                for m in sweep for k in m["params"]["k"]]
+        env = dict(os.environ, PYTHONPATH=os.path.join(os.path.dirname(BIN), "python"))
+        for i in (0, 1):
+            r = subprocess.run([os.path.join(VENV, "bin", "python"), "-B", os.path.join(ROOT, "scripts", "closedloop", "closed_loop.py"),
+                                cfg, "--runs-json", json.dumps(runs), "--results", os.path.join(TMP, "results"),
+                                "--worker", f"{i}/2"] + (["--resume"] if i else []), capture_output=True, text=True, env=env)
+            self.assertEqual(r.returncode, 0, r.stderr[-3000:])
+            done = sorted(d.split("-")[0] for d in os.listdir(os.path.join(TMP, "results", "tiny-workers", "parts"))
+                          if d != "reference")
+            self.assertEqual(done, ["faiss_hnsw"] * 2 if i == 0 else ["faiss_hnsw"] * 2 + ["retrieval_attention"] * 2)
+        for rid in recs:
+            p, q = parts("tiny-sweep", rid), parts("tiny-workers", rid)
+            self.assertEqual((p["kl"], p["tokens"], p["tf"]["build_shared"]), (q["kl"], q["tokens"], q["tf"]["build_shared"]))
 
 
 class Interrupted(unittest.TestCase):
