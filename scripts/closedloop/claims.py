@@ -2,7 +2,7 @@
 """The answer to the papers (issue 27 #4): per context, each closed-loop run's NIAH accuracy minus full
 attention's on the same cases, at its exact-token budget (docs/closed-loop.md):
 
-    python3 scripts/closedloop/claims.py RESULTS_DIR [RESULTS_DIR ...] [--json]
+    python3 scripts/closedloop/claims.py RESULTS_DIR [RESULTS_DIR ...] [--json] [--common]
 
 Read from the part files (parts/<run_id>/<case_id>.json, parts/reference/...), not from runs.jsonl: the
 records pool every context of a directory, and a sweep still running (or split over workers) has parts
@@ -175,10 +175,23 @@ def _reference(parts, expected):
             "accuracy": correct / len(scored) if scored else None}
 
 
-def claims(paths):
+def _keep_common(g):
+    """A group restricted to the cases the reference and every run of it have (a grid in progress: every
+    row then stands on the same cases); expected becomes their number."""
+    have = [{p["case"] for p in g["reference"]}] + [{p["case"] for p in r["parts"]} for r in g["runs"].values()]
+    common = set.intersection(*have)
+    g["reference"] = [p for p in g["reference"] if p["case"] in common]
+    g["expected"] = len(common)
+    for r in g["runs"].values():
+        r["parts"] = [p for p in r["parts"] if p["case"] in common]
+        r["expected"] = len(common)
+
+
+def claims(paths, common=False):
     """The numbers behind the tables. paths: closed-loop results directories (ClaimsError for one that is
-    not). Returns {"dirs": [...], "contexts": [{model, context, label, dirs, reference, rows, matched}]},
-    contexts by model (first appearance) then length, rows by method then exact_frac."""
+    not); common: every (model, context) on the cases all its runs and the reference have. Returns
+    {"dirs": [...], "contexts": [{model, context, label, dirs, reference, rows, matched}]}, contexts by
+    model (first appearance) then length, rows by method then exact_frac."""
     dirs, seen = [], set()
     for p in paths:
         if os.path.realpath(p) not in seen:  # the same directory twice would count its cases twice
@@ -189,6 +202,8 @@ def claims(paths):
     out = []
     for (model, ctx) in sorted(groups, key=lambda k: (models.index(k[0]), k[1])):
         g = groups[(model, ctx)]
+        if common:
+            _keep_common(g)
         rows = [run_row(r["run"], r["parts"], r["expected"]) for r in g["runs"].values()]
         rows.sort(key=lambda r: (r["method"], r["exact_frac"] is None, r["exact_frac"] or 0.0, r["label"]))
         out.append({"model": model, "context": ctx, "label": context_label(ctx), "dirs": g["dirs"],
@@ -254,9 +269,11 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description="Closed-loop NIAH accuracy minus full attention's, per context.")
     ap.add_argument("dirs", nargs="+", metavar="RESULTS_DIR", help="closed-loop results directories")
     ap.add_argument("--json", action="store_true", help="print the numbers as JSON instead of Markdown")
+    ap.add_argument("--common", action="store_true",
+                    help="per context, only the cases that full attention and every run have (a grid in progress)")
     args = ap.parse_args(argv)
     try:
-        result = claims(args.dirs)
+        result = claims(args.dirs, common=args.common)
     except ClaimsError as e:
         print(f"claims.py: error: {e}", file=sys.stderr)
         return 2

@@ -138,6 +138,15 @@ class Claims(unittest.TestCase):
         self.assertEqual((r["accuracy"], r["full_accuracy"], r["diff_points"]), (1.0, 1.0, 0.0))
         self.assertIn("| 3/4 cases |", claims.markdown(self.res))
 
+    def test_common_cases(self):
+        """--common: every row of a context on the cases all runs and the reference have (a4 is missing
+        from streaming-dddd, so 16K keeps a1..a3 for every run)."""
+        c = next(x for x in claims.claims([self.a, self.b], common=True)["contexts"] if x["label"] == "16K")
+        self.assertEqual({(r["cases"], r["expected"]) for r in c["rows"]}, {(3, 3)})
+        self.assertEqual((c["reference"]["cases"], c["reference"]["expected"]), (3, 3))
+        r = next(r for r in c["rows"] if r["run_id"] == "oracle_topk-bbbb")
+        self.assertNotEqual(r["cases"], self.row("16K", "oracle_topk-bbbb")["cases"])  # 4 without --common
+
     def test_order(self):
         self.assertEqual([r["run_id"] for r in self.ctx("16K")["rows"]],
                          ["oracle_topk-bbbb", "oracle_topk-aaaa", "streaming-cccc", "streaming-dddd"])
