@@ -129,7 +129,25 @@ AnnIndex::AnnIndex(const AnnIndex& o) : impl_(std::make_unique<Impl>()), d_(o.d_
     m.metric = s.metric;
     // the copy's quantizer stays empty: the cloned IVF index owns its own (own_fields), and search
     // reaches it through the index; scratch (visited table, buffers) is per instance
-    if (s.index) m.index.reset(faiss::clone_index(s.index.get()));
+    if (!s.index) return;
+    if (s.p.kind == AnnKind::hnsw) {
+        // FAISS 1.7.3's clone_index turns an IndexHNSWFlat into a plain IndexHNSW (UBSan caught the
+        // search's downcast): copy the graph here and give the copy its own storage
+        const auto& src = static_cast<const faiss::IndexHNSWFlat&>(*s.index);
+        auto h = std::make_unique<faiss::IndexHNSWFlat>();
+        h->d = src.d;
+        h->ntotal = src.ntotal;
+        h->is_trained = src.is_trained;
+        h->metric_type = src.metric_type;
+        h->metric_arg = src.metric_arg;
+        h->hnsw = src.hnsw;
+        delete h->storage;
+        h->storage = faiss::clone_index(src.storage);
+        h->own_fields = true;
+        m.index = std::move(h);
+    } else {
+        m.index.reset(faiss::clone_index(s.index.get()));
+    }
 }
 
 AnnIndex& AnnIndex::operator=(const AnnIndex& o) {
