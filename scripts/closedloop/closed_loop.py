@@ -12,6 +12,7 @@ exact (Quest's setting). One part file per (run, case) makes an interrupted swee
 
 import argparse
 import hashlib
+import itertools
 import json
 import os
 import shlex
@@ -94,23 +95,15 @@ def case_shard(order, spec, chunk):
             raise ValueError
     except ValueError:
         raise ConfigError(f"--case-shard {spec!r}: expected I/N with 0 <= I < N") from None
-    keys = []
+    group = {}  # first chunk -> its group's number, in order of first appearance
     for _, c in order:
-        k = tuple(c["ids"][:chunk])
-        if k not in keys:
-            keys.append(k)
-    return {c["id"] for _, c in order if keys.index(tuple(c["ids"][:chunk])) % n == i}
+        group.setdefault(tuple(c["ids"][:chunk]), len(group))
+    return {c["id"] for _, c in order if group[tuple(c["ids"][:chunk])] % n == i}
 
 
 def build_groups(runs, search_params):
     """`runs` cut into maximal stretches of consecutive runs with equal build_key, in order."""
-    groups = []
-    for r in runs:
-        if groups and build_key(groups[-1][-1], search_params) == build_key(r, search_params):
-            groups[-1].append(r)
-        else:
-            groups.append([r])
-    return groups
+    return [list(g) for _, g in itertools.groupby(runs, key=lambda r: build_key(r, search_params))]
 
 
 class Decoder:
@@ -411,11 +404,12 @@ def run(args):
         rb.set_threads(int(cfg["threads"]))
     for r in runs:  # the same registry the C++ side checked: resolved params round-trip unchanged
         r["params"] = rb.resolve_params(r["method"], r["params"])  # loads a "py:FILE:Class" method
-        source = next(m.get("source") for m in rb.methods() if m["name"] == r["method"])
-        if source:
-            r["method_source"] = source
+    methods = {m["name"]: m for m in rb.methods()}  # after the resolutions: Python methods registered
+    for r in runs:
+        if methods[r["method"]].get("source"):
+            r["method_source"] = methods[r["method"]]["source"]
         r["id"] = run_id(r, cfg)
-    search_params = {m["name"]: {p["name"] for p in m["params"] if p.get("search")} for m in rb.methods()}
+    search_params = {name: {p["name"] for p in m["params"] if p.get("search")} for name, m in methods.items()}
     import model_runner
     ctx = model_runner.model_context(cfg["model"])  # ModelError for a model the loaders cannot read
     tasks.check_lengths(cfg, ctx, args.config)

@@ -123,14 +123,13 @@ class Results:
         m = self.manifest
         if m.get("experiment") != "closed-loop":
             return []
-        model = (m.get("model") or {}).get("name") if isinstance(m.get("model"), dict) else None
         runs = [{"run_id": "reference", "method": "reference", "label": "full attention (the model's own, eager)"}]
         runs += [{"run_id": r.get("id"), "method": r.get("method"), "params": r.get("params") or {},
                   "label": r.get("label") or r.get("method")} for r in (m.get("resolved") or {}).get("runs") or []]
         out = []
         for r in runs:
             if r["run_id"] and glob.glob(os.path.join(self.path, "parts", r["run_id"], "*.json")):
-                r.update(model=model, complete=False, in_progress=True)
+                r.update(complete=False, in_progress=True)  # the model: the manifest's (closed.model_of)
                 out.append(r)
         return out
 
