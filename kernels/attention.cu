@@ -65,12 +65,13 @@ __global__ void cluster_scores_kernel(ClusterScoreShape s, float scale, const fl
 
 // The same scores, bandwidth-minded (d = 32 * PER, PER in {1, 2, 4, 8}; G >= group in {1, 2, 4, 8}): lane
 // l holds dims [l*PER, l*PER + PER) of the g queries (registers) and of each centroid (one 2*PER-byte
-// load), a warp scores kClustersPerWarp clusters with their loads issued before any math, and the g
-// dot products are reduced with interleaved shuffles. The first version (above: 2-byte loads, one
+// load), a warp scores kClustersPerWarp clusters with their loads issued before any math, and the dot
+// products are reduced 32 at a time by transpose_sum (one sum per lane). The first version (above: 2-byte loads, one
 // cluster per warp, the centroid re-read per head) took most of the ranking's 107-335 us on the H100.
 // grid (ceil(M / (8 * kClustersPerWarp)), B*Hkv), block 256. With 4 clusters per warp (1 KB in flight,
 // 16K short blocks that each reload the queries) it read 134 MB in 90 us on the H200 at 128K batch 8
-// (1.5 TB/s, ncu); 16 per warp keep 4 KB in flight per warp and a quarter of the blocks.
+// (1.5 TB/s, ncu); 16 per warp keep 4 KB in flight per warp and a quarter of the blocks, but reduced
+// head by head with group_dots' butterflies (5 shuffles per sum) it still took 78 us (1.7 TB/s).
 constexpr int kClustersPerWarp = 16;
 
 template <int PER>
@@ -117,6 +118,34 @@ __device__ inline void group_dots(const float (&qr)[G][PER], const float (&x)[PE
         for (int h = 0; h < G; ++h) dots[h] += __shfl_xor_sync(0xffffffffu, dots[h], o);
 }
 
+// Sums each of a lane's values over the warp's 32 lanes with about one shuffle per sum where the
+// butterfly (group_dots) takes five: at each level a lane keeps one half of its LIVE values, sends the
+// other half to its partner (lane ^ O) and adds the partner's copy of the half it kept. After the five
+// levels, with N values per lane: N >= 32, v[j] (j < N/32) holds the sum of value lane * (N/32) + j; N < 32,
+// v[0] holds the sum of value lane >> (5 - log2 N) (lanes differing in the low bits hold the same sum).
+// Each sum adds the same partial sums in the same pairs as the butterfly: bit-identical results.
+template <int N, int LIVE = N, int O = 16>
+__device__ inline void transpose_sum(float (&v)[N], int lane) {
+    if constexpr (O > 0) {
+        if constexpr (LIVE > 1) {
+            constexpr int H = LIVE / 2;
+            const bool upper = (lane & O) != 0;
+#pragma unroll
+            for (int i = 0; i < H; ++i) {
+                const float send = upper ? v[i] : v[i + H];
+                const float keep = upper ? v[i + H] : v[i];
+                v[i] = keep + __shfl_xor_sync(0xffffffffu, send, O);
+            }
+            transpose_sum<N, H, O / 2>(v, lane);
+        } else {
+            v[0] += __shfl_xor_sync(0xffffffffu, v[0], O);
+            transpose_sum<N, 1, O / 2>(v, lane);
+        }
+    }
+}
+
+__host__ __device__ constexpr int log2_of(int n) { return n <= 1 ? 0 : 1 + log2_of(n / 2); }
+
 template <int PER, int G>
 __global__ void cluster_scores_vec_kernel(ClusterScoreShape s, float scale, const float* q, const uint16_t* cent,
                                           const uint8_t* valid, float* scores) {
@@ -139,18 +168,31 @@ __global__ void cluster_scores_vec_kernel(ClusterScoreShape s, float scale, cons
 #pragma unroll
             for (int i = 0; i < PER; ++i) c[k][i] = 0.0f;
     }
+    // KC clusters' G dot products reduced together (N = KC * G sums, 32 where the warp's clusters allow:
+    // one sum per lane) by transpose_sum: ~1 shuffle per sum instead of group_dots' 5, which made this
+    // kernel shuffle-bound (16 clusters x 4 heads x 5 = 320 shuffles per warp against 4 KB of loads)
+    constexpr int KC = 32 / G < kClustersPerWarp ? 32 / G : kClustersPerWarp, N = KC * G;
+    constexpr int SHIFT = N >= 32 ? 0 : 5 - log2_of(N);
+    static_assert(N <= 32 && (N & (N - 1)) == 0, "one sum per lane or fewer");
 #pragma unroll
-    for (int k = 0; k < kClustersPerWarp; ++k) {
-        const int j = j0 + k;
-        if (j >= M) break;  // warp-uniform
-        float dots[G];
-        group_dots(qr, c[k], dots);
-        const bool ok = valid == nullptr || valid[(size_t)bk * M + j] != 0;
-        float mine = 0;  // lane h writes head h's score (constant indices: dots stays in registers)
+    for (int k0 = 0; k0 < kClustersPerWarp; k0 += KC) {
+        if (j0 + k0 >= M) break;  // warp-uniform
+        float v[N];
 #pragma unroll
-        for (int h = 0; h < G; ++h)
-            if (h == lane) mine = dots[h];
-        if (lane < g) scores[((size_t)bk * g + lane) * M + j] = ok ? scale * mine : -INFINITY;
+        for (int k = 0; k < KC; ++k)
+#pragma unroll
+            for (int h = 0; h < G; ++h) {
+                float a = 0;
+#pragma unroll
+                for (int i = 0; i < PER; ++i) a += qr[h][i] * c[k0 + k][i];
+                v[k * G + h] = a;
+            }
+        transpose_sum(v, lane);
+        const int idx = lane >> SHIFT, k = idx / G, h = idx % G, j = j0 + k0 + k;
+        if ((lane & ((1 << SHIFT) - 1)) == 0 && h < g && j < M) {
+            const bool ok = valid == nullptr || valid[(size_t)bk * M + j] != 0;
+            scores[((size_t)bk * g + h) * M + j] = ok ? scale * v[0] : -INFINITY;
+        }
     }
 }
 
@@ -282,39 +324,44 @@ __device__ __forceinline__ uint32_t order_key(float a) {
 
 using RankScan = cub::BlockScan<int, kRankThreads>;
 
-// Which of the block's items are among its K largest (K >= 1, K <= items) in the order (key descending,
-// id ascending), as a bit mask per thread (bit i = item t*ITEMS + i). MSB-first radix select over 8-bit
-// digits finds the K-th largest key T and how many items equal to T belong (`take`); those are the
-// lowest ids among the equal ones (a block scan over the per-thread counts in id order).
+// Which of the block's items are among its K[0] largest and which among its K[1] largest, in the order
+// (key descending, id ascending), as a bit mask per thread each (bit i = item t*ITEMS + i; K[z] = 0 gives
+// an empty mask, else 1 <= K[z] <= items). MSB-first radix select over 8-bit digits finds the K-th largest
+// key T and how many items equal to T belong (`take`); those are the lowest ids among the equal ones (a
+// block scan over the per-thread counts in id order). Both selections run in the same four passes (two
+// histograms, two warps resolving them): wave's two zone boundaries at the cost of one.
 template <int ITEMS>
-__device__ uint32_t top_k_mask(const uint32_t (&key)[ITEMS], int K, int* hist, int* sh,
-                               typename RankScan::TempStorage& scan) {
-    uint32_t prefix = 0, mask = 0;
-    int k = K;
+__device__ void top_k_masks(const uint32_t (&key)[ITEMS], const int (&K)[2], uint32_t (&in)[2], int (*hist)[256],
+                            int* sh, typename RankScan::TempStorage& scan) {
+    uint32_t prefix[2] = {0u, 0u}, mask = 0;
+    int k[2] = {K[0], K[1]};
     for (int shift = 24; shift >= 0; shift -= 8) {
-        for (int i = threadIdx.x; i < 256; i += blockDim.x) hist[i] = 0;
+        for (int i = threadIdx.x; i < 2 * 256; i += blockDim.x) hist[i / 256][i % 256] = 0;
         __syncthreads();
 #pragma unroll
         for (int i = 0; i < ITEMS; ++i)
-            if ((key[i] & mask) == prefix) atomicAdd(&hist[(key[i] >> shift) & 255u], 1);
+#pragma unroll
+            for (int z = 0; z < 2; ++z)
+                if (k[z] > 0 && (key[i] & mask) == prefix[z]) atomicAdd(&hist[z][(key[i] >> shift) & 255u], 1);
         __syncthreads();
-        if (threadIdx.x < 32) {  // digits from 255 down: lane l holds 255 - 8l ... 248 - 8l
-            const int lane = threadIdx.x;
+        const int z = threadIdx.x / 32;
+        if (z < 2 && k[z] > 0) {  // warp z resolves selection z; digits from 255 down: lane l holds 255 - 8l ... 248 - 8l
+            const int lane = threadIdx.x % 32;
             int c[8], sum = 0;
 #pragma unroll
-            for (int j = 0; j < 8; ++j) c[j] = hist[255 - (lane * 8 + j)], sum += c[j];
+            for (int j = 0; j < 8; ++j) c[j] = hist[z][255 - (lane * 8 + j)], sum += c[j];
             int inc = sum;
 #pragma unroll
             for (int o = 1; o < 32; o <<= 1) {
                 const int y = __shfl_up_sync(0xffffffffu, inc, o);
                 if (lane >= o) inc += y;
             }
-            const unsigned ball = __ballot_sync(0xffffffffu, inc >= k);
+            const unsigned ball = __ballot_sync(0xffffffffu, inc >= k[z]);
             if (lane == __ffs(ball) - 1) {
                 int cum = inc - sum;
                 for (int j = 0; j < 8; ++j) {
-                    if (cum + c[j] >= k) {
-                        sh[0] = 255 - (lane * 8 + j), sh[1] = k - cum;
+                    if (cum + c[j] >= k[z]) {
+                        sh[2 * z] = 255 - (lane * 8 + j), sh[2 * z + 1] = k[z] - cum;
                         break;
                     }
                     cum += c[j];
@@ -322,32 +369,46 @@ __device__ uint32_t top_k_mask(const uint32_t (&key)[ITEMS], int K, int* hist, i
             }
         }
         __syncthreads();
-        prefix |= (uint32_t)sh[0] << shift, mask |= 255u << shift, k = sh[1];
+#pragma unroll
+        for (int y = 0; y < 2; ++y)
+            if (k[y] > 0) prefix[y] |= (uint32_t)sh[2 * y] << shift, k[y] = sh[2 * y + 1];
+        mask |= 255u << shift;
         __syncthreads();
     }
+    // the items equal to each threshold, counted in id order (packed: selection 0 low 16 bits, M <= 8192)
     int eq = 0;
 #pragma unroll
-    for (int i = 0; i < ITEMS; ++i) eq += key[i] == prefix;
+    for (int i = 0; i < ITEMS; ++i) eq += (int)(key[i] == prefix[0]) + ((int)(key[i] == prefix[1]) << 16);
     int before = 0;
     RankScan(scan).ExclusiveSum(eq, before);
     __syncthreads();
-    uint32_t in = 0;
+    int seen[2] = {before & 0xffff, before >> 16};
+    in[0] = in[1] = 0u;
 #pragma unroll
-    for (int i = 0; i < ITEMS; ++i) {
-        if (key[i] > prefix) in |= 1u << i;
-        else if (key[i] == prefix) {
-            if (before < k) in |= 1u << i;
-            ++before;
+    for (int i = 0; i < ITEMS; ++i)
+#pragma unroll
+        for (int y = 0; y < 2; ++y) {
+            if (K[y] == 0) continue;
+            if (key[i] > prefix[y]) in[y] |= 1u << i;
+            else if (key[i] == prefix[y]) {
+                if (seen[y] < k[y]) in[y] |= 1u << i;
+                ++seen[y];
+            }
         }
-    }
-    return in;
 }
+
+// The retrieval members' order by counting when r is small: thread t < r places entry t (entered in id
+// order) at the number of entries ahead of it (a larger key, or an equal key with a lower id): the
+// stable descending order, r reads of shared memory per thread (broadcasts) where the block radix sort
+// costs the same eight passes for any r.
+constexpr int kCountingSortMax = 256;
 
 // The zones of each (b, kv head) without sorting all M clusters (RetroInfer needs the top r in rank
 // order, for the cache's admission order, and the next e as a set): the aggregates as the sort kernel
 // computes them, the top-r and top-(r+e) members by radix select, the estimation members written in id
 // order after r, the retrieval members sorted (r <= 1024: one key per thread) into ranked[0, r). The
-// full block sort of 8192 clusters took 52 us per (b, kv head) block on the H200 (ncu, 128K batch 8).
+// full block sort of 8192 clusters took 52 us per (b, kv head) block on the H200 (ncu, 128K batch 8);
+// this kernel 46 us with its two selections in separate passes and every r through the radix sort.
 // grid B*Hkv, block 1024; M <= 1024 * ITEMS (ITEMS <= 8), r + e <= M, r <= 1024.
 template <int ITEMS>
 __global__ void __launch_bounds__(kRankThreads) cluster_select_block_kernel(ClusterScoreShape s, int r, int e,
@@ -358,7 +419,7 @@ __global__ void __launch_bounds__(kRankThreads) cluster_select_block_kernel(Clus
         typename RankScan::TempStorage scan;
         typename Sort::TempStorage sort;
     } tmp;
-    __shared__ int hist[256], sh[2];
+    __shared__ int hist[2][256], sh[4];
     __shared__ float shf[32];
     __shared__ uint32_t top_key[kRankThreads];
     __shared__ int32_t top_id[kRankThreads];
@@ -370,9 +431,10 @@ __global__ void __launch_bounds__(kRankThreads) cluster_select_block_kernel(Clus
 #pragma unroll
         for (int i = 0; i < ITEMS; ++i) key[i] = t0 + i < M ? order_key(a[i]) : 0u;
     }
-    const uint32_t in_r = r > 0 ? top_k_mask<ITEMS>(key, r, hist, sh, tmp.scan) : 0u;
-    const uint32_t in_z = r + e > 0 ? top_k_mask<ITEMS>(key, r + e, hist, sh, tmp.scan) : 0u;
-    const uint32_t in_e = in_z & ~in_r;
+    const int K[2] = {r, r + e};
+    uint32_t in[2];
+    top_k_masks<ITEMS>(key, K, in, hist, sh, tmp.scan);
+    const uint32_t in_r = in[0], in_e = in[1] & ~in[0];
     // positions: retrieval count in the low 16 bits, estimation count above (r <= 1024, e < 65536)
     int packed = __popc(in_r) | (__popc(in_e) << 16), off = 0;
     RankScan(tmp.scan).ExclusiveSum(packed, off);
@@ -385,7 +447,17 @@ __global__ void __launch_bounds__(kRankThreads) cluster_select_block_kernel(Clus
         if (in_e >> i & 1u) out[r + pe++] = t0 + i;
     }
     __syncthreads();
-    // the retrieval members in rank order: a stable descending sort of r keys entered in id order
+    // the retrieval members in rank order: a stable descending order of r keys entered in id order
+    if (r <= kCountingSortMax) {
+        const int t = threadIdx.x;
+        if (t < r) {
+            const uint32_t mine = top_key[t];
+            int ahead = 0;
+            for (int u = 0; u < r; ++u) ahead += top_key[u] > mine || (top_key[u] == mine && u < t);
+            out[ahead] = top_id[t];
+        }
+        return;
+    }
     uint32_t k1[1] = {threadIdx.x < r ? top_key[threadIdx.x] : 0u};
     int32_t v1[1] = {threadIdx.x < r ? top_id[threadIdx.x] : 0x7fffffff};
     Sort(tmp.sort).SortDescending(k1, v1);

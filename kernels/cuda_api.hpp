@@ -305,11 +305,13 @@ class LibraryDecode {
     void plan(const int32_t* h_lens, void* stream = nullptr);
     /// The lengths on the device (d_lens: [B*Hkv] int32, 1..capacity, written by an earlier kernel on
     /// `stream`): the page table and the schedule are built there by two small kernels, so nothing waits
-    /// for the host (no planner, no read-back). Each (b, kv head) is split into up to T KV tiles of
-    /// ceil(capacity / T) tokens (T = max_tiles, or when 0 enough for two blocks per SM; 1 = unsplit),
-    /// the launch sized for B*Hkv*T blocks with the unused ones masked off (FlashInfer's CUDA-graph
-    /// padding) and the tiles merged by FlashInfer. Replaces the last plan() until the next plan();
-    /// buffers are sized at the first call for a tile count (call it once before timing).
+    /// for the host (no planner, no read-back). The split is FlashInfer's planner's, computed there from
+    /// the lengths: the smallest KV chunk (>= 128 tokens) whose tiles fit the kernel's grid (its
+    /// occupancy x the SM count; no split when the B*Hkv requests alone fill it); max_tiles > 1 sizes the
+    /// grid at B*Hkv*max_tiles instead (chunks from one page), 1 = unsplit. The launch is sized for the
+    /// grid with the unused blocks masked off (FlashInfer's CUDA-graph padding) and the tiles merged by
+    /// FlashInfer. At most 4096 requests. Replaces the last plan() until the next plan(); buffers are
+    /// sized at the first call for a grid (call it once before timing).
     void plan_device(const int32_t* d_lens, void* stream = nullptr, int max_tiles = 0);
     /// The attention for the last plan's lengths. With d_extra_out/d_extra_lse (a second normalized
     /// state per query head, [B, Hkv*g, d] and [B, Hkv*g] natural log, -inf = empty: wave's estimation

@@ -10,6 +10,8 @@
 // r*(capacity/P) + p of a pool whose page stride is P*d (HND layout with one head), so no copy is made.
 // q: [B*Hkv, g, d] f32 (= [B, Hq, d]) is request r's row r*g*d; out the same; lse per query head.
 // FlashInfer's LSE is base 2: run() converts it to the natural log the harness uses.
+#include <cub/block/block_reduce.cuh>
+#include <cub/block/block_scan.cuh>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -94,31 +96,88 @@ __global__ void page_table_kernel(const int32_t* lens, int requests, int page, i
     for (int p = threadIdx.x; p < pages; p += blockDim.x) indices[start + p] = r * pages_per_request + p;
 }
 
-// The schedule of plan_device from the lengths on the device, as FlashInfer's planner lays it out on the
-// host (one block for everything: a few hundred requests): request r gets n_r = ceil(len_r / chunk) KV tiles
-// (1 when tiles_max is 1), blocks o_indptr[r] .. o_indptr[r+1] in order; the grid is launched for R *
-// tiles_max blocks and the ones past the last tile are masked off (block_valid_mask: FlashInfer's CUDA-graph
-// padding), so the launch needs no length from the host.
-__global__ void device_schedule_kernel(const int32_t* lens, int requests, int chunk, int tiles_max, int32_t* request,
-                                       int32_t* tile, int32_t* o_indptr, bool* valid, int32_t* chunk_out) {
-    __shared__ int32_t total;
-    if (threadIdx.x == 0) {
-        int32_t acc = 0;
-        for (int r = 0; r < requests; ++r) {
-            o_indptr[r] = acc;
-            acc += tiles_max == 1 ? 1 : min(tiles_max, max(1, (lens[r] + chunk - 1) / chunk));
-        }
-        o_indptr[requests] = acc;
-        total = acc;
-        *chunk_out = chunk;
+// The schedule of plan_device from the lengths on the device, as FlashInfer's planner chooses it on the
+// host (scheduler.cuh: PartitionPagedKVCacheBinarySearchMinNumPagePerBatch) but with the lengths read
+// where they are: the smallest chunk of at least min_pages pages for which the requests' tiles,
+// sum_r ceil(pages_r / chunk), fit in `grid` blocks (the kernel's occupancy times the SM count, or the
+// caller's B*Hkv*max_tiles); request r's tiles are blocks o_indptr[r] .. o_indptr[r+1] in order. The grid
+// is launched for `grid` blocks and the ones past the last tile are masked off (block_valid_mask:
+// FlashInfer's CUDA-graph padding), so the launch needs no length from the host. Splitting by the
+// capacity instead (the first version) left the execution buffers, mostly shorter than their capacity, in
+// too few tiles: wave's attend took 139 us at 128K batch 8 on the H200 against 37 us with the host plan.
+// One block of kScheduleThreads; thread t owns requests [t*per, t*per + per) (requests <= 4 * threads).
+constexpr int kScheduleThreads = 1024, kSchedulePer = 4;
+struct MaxOp {
+    __device__ int operator()(int a, int b) const { return a > b ? a : b; }
+};
+__global__ void __launch_bounds__(kScheduleThreads)
+    device_schedule_kernel(const int32_t* lens, int requests, int page, int min_pages, int grid, int32_t* request,
+                           int32_t* tile, int32_t* o_indptr, bool* valid, int32_t* chunk_out) {
+    using Reduce = cub::BlockReduce<int, kScheduleThreads>;
+    using Scan = cub::BlockScan<int, kScheduleThreads>;
+    __shared__ union {
+        typename Reduce::TempStorage reduce;
+        typename Scan::TempStorage scan;
+    } tmp;
+    __shared__ int sh;
+    const int r0 = threadIdx.x * kSchedulePer;
+    int pages[kSchedulePer], most = 0;
+#pragma unroll
+    for (int i = 0; i < kSchedulePer; ++i) {
+        pages[i] = r0 + i < requests ? max(1, (lens[r0 + i] + page - 1) / page) : 0;
+        most = max(most, pages[i]);
     }
+    most = Reduce(tmp.reduce).Reduce(most, MaxOp{});
+    if (threadIdx.x == 0) sh = most;
     __syncthreads();
-    for (int r = threadIdx.x; r < requests; r += blockDim.x)
-        for (int t = 0, b = o_indptr[r]; b < o_indptr[r + 1]; ++t, ++b) request[b] = r, tile[b] = t;
-    for (int b = threadIdx.x; b < requests * tiles_max; b += blockDim.x) {
+    int lo = min_pages, hi = sh;  // binary search as FlashInfer's planner: lo ends as the chunk in pages
+    while (lo < hi) {             // (uniform across the block: every thread sees the same sums)
+        const int mid = (lo + hi) / 2;
+        int n = 0;
+#pragma unroll
+        for (int i = 0; i < kSchedulePer; ++i) n += (pages[i] + mid - 1) / mid;
+        __syncthreads();  // tmp and sh reused
+        n = Reduce(tmp.reduce).Sum(n);
+        if (threadIdx.x == 0) sh = n;
+        __syncthreads();
+        if (sh > grid) lo = mid + 1;
+        else hi = mid;
+    }
+    const int chunk = lo;
+    int tiles[kSchedulePer], mine = 0;
+#pragma unroll
+    for (int i = 0; i < kSchedulePer; ++i) tiles[i] = (pages[i] + chunk - 1) / chunk, mine += tiles[i];
+    __syncthreads();
+    int first = 0, total = 0;
+    Scan(tmp.scan).ExclusiveSum(mine, first, total);
+#pragma unroll
+    for (int i = 0; i < kSchedulePer; ++i) {
+        if (r0 + i >= requests) break;
+        o_indptr[r0 + i] = first;
+        for (int t = 0; t < tiles[i]; ++t) request[first + t] = r0 + i, tile[first + t] = t;
+        first += tiles[i];
+    }
+    if (threadIdx.x == 0) o_indptr[requests] = total, *chunk_out = chunk * page;
+    for (int b = threadIdx.x; b < grid; b += blockDim.x) {
         valid[b] = b < total;
         if (b >= total) request[b] = 0, tile[b] = 0;
     }
+}
+
+// The largest grid FlashInfer's decode kernel runs at once for group g (its occupancy times the SM
+// count), from the library's own work estimation on a one-request plan.
+template <uint32_t D>
+int decode_grid_for(int g, cudaStream_t s) {
+    bool split = false;
+    uint32_t grid = 0, pages = 0, batch = 0, gdy = 0;
+    int32_t indptr[2] = {0, 1};
+    cudaError_t e = cudaSuccess;
+    DISPATCH_GQA_GROUP_SIZE(g, GROUP, {
+        e = flashinfer::BatchDecodeWithPagedKVCacheWorkEstimationDispatched<GROUP, D, kNoRope, Variant, Params>(
+            split, grid, pages, batch, gdy, 1, indptr, (uint32_t)g, 16, false, s);
+    });
+    if (e != cudaSuccess) throw Error(std::string("cuda: flashinfer decode occupancy: ") + cudaGetErrorString(e));
+    return (int)grid;
 }
 
 template <uint32_t D>
@@ -173,22 +232,15 @@ struct LibraryDecode::Impl {
     int32_t *indptr = nullptr, *last = nullptr, *indices = nullptr;
     // plan_device: the page table (same layout as h_table) and the schedule, built on the device
     bool on_device = false;
-    int tiles_max = 1;                // KV tiles per request at most (1: unsplit)
+    int grid = 0;                     // blocks launched, G (R: unsplit, one block per request)
+    bool split = false;
+    int max_grid = 0;                 // FlashInfer's kernel: its occupancy times the SM count (once)
     DeviceBuffer<int32_t> d_table2;
-    DeviceBuffer<int32_t> schedule;   // request [R*T] | tile [R*T] | o_indptr [R+1] | chunk size [1]
-    DeviceBuffer<bool> valid;         // [R*T] block_valid_mask
-    DeviceBuffer<uint16_t> tmp_v;     // [R*T, g, d] fp16 partial outputs (split)
-    DeviceBuffer<float> tmp_s;        // [R*T, g] their base-2 LSEs
+    DeviceBuffer<int32_t> schedule;   // request [G] | tile [G] | o_indptr [R+1] | chunk size [1]
+    DeviceBuffer<bool> valid;         // [G] block_valid_mask
+    DeviceBuffer<uint16_t> tmp_v;     // [G, g, d] fp16 partial outputs (split)
+    DeviceBuffer<float> tmp_s;        // [G, g] their base-2 LSEs
 };
-
-namespace {
-int device_sms() {
-    int dev = 0, sms = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
-        return 132;
-    return sms;
-}
-}  // namespace
 
 LibraryDecode::LibraryDecode(const DecodeShape& s, int page_tokens) : impl_(nullptr) {
     const std::string why = library_decode_unsupported(s.d, s.group);
@@ -251,25 +303,33 @@ void LibraryDecode::plan(const int32_t* lens, void* stream) {
 void LibraryDecode::plan_device(const int32_t* d_lens, void* stream, int max_tiles) {
     Impl& m = *impl_;
     const int R = m.requests;
-    // tiles per request: enough blocks for two per SM when the requests alone are too few (the split
-    // FlashInfer's planner would choose from the lengths; here from the capacity, which the host knows)
-    int T = max_tiles > 0 ? max_tiles : std::max(1, (2 * device_sms() + R - 1) / R);
-    T = std::min(T, m.pages_per_request);
-    const int chunk_pages = (m.pages_per_request + T - 1) / T;
-    T = (m.pages_per_request + chunk_pages - 1) / chunk_pages;
-    if (m.schedule.size() == 0 || T != m.tiles_max) {  // sized once per tile count (in layout, not a timed step)
-        m.tiles_max = T;
-        m.schedule = DeviceBuffer<int32_t>(2 * (size_t)R * T + R + 2);
-        m.valid = DeviceBuffer<bool>((size_t)R * T);
-        if (T > 1) {
-            m.tmp_v = DeviceBuffer<uint16_t>((size_t)R * T * m.s.group * m.s.d);
-            m.tmp_s = DeviceBuffer<float>((size_t)R * T * m.s.group);
+    if (R > kScheduleThreads * kSchedulePer)
+        throw ParamError("library decode: plan_device schedules at most " +
+                         std::to_string(kScheduleThreads * kSchedulePer) + " (b, kv head) requests, not " +
+                         std::to_string(R));
+    if (m.max_grid == 0)
+        m.max_grid = m.s.d == 64 ? decode_grid_for<64>(m.s.group, st(stream)) : decode_grid_for<128>(m.s.group, st(stream));
+    // FlashInfer's rule: no split when the requests alone fill the kernel's grid; a caller's max_tiles
+    // caps the split at that many tiles per request (1: unsplit), else the grid is the kernel's occupancy
+    const bool split = max_tiles != 1 && (max_tiles > 1 || R < m.max_grid);
+    const int G = !split ? R : max_tiles > 1 ? R * max_tiles : m.max_grid;
+    // unsplit: a chunk of the whole capacity gives each request one tile; split: FlashInfer's lower bound
+    // of 128 tokens per tile, or one page when the caller asks for a tile count
+    const int min_pages = !split ? m.pages_per_request : max_tiles > 1 ? 1 : std::max(128 / m.P, 1);
+    if (m.schedule.size() == 0 || G != m.grid || split != m.split) {  // sized once (in layout, not a timed step)
+        m.grid = G, m.split = split;
+        m.schedule = DeviceBuffer<int32_t>(2 * (size_t)G + R + 2);
+        m.valid = DeviceBuffer<bool>((size_t)G);
+        if (split) {
+            m.tmp_v = DeviceBuffer<uint16_t>((size_t)G * m.s.group * m.s.d);
+            m.tmp_s = DeviceBuffer<float>((size_t)G * m.s.group);
         }
         if (m.d_table2.size() == 0) m.d_table2 = DeviceBuffer<int32_t>(m.d_table.size());
     }
     int32_t* sc = m.schedule.get();
-    device_schedule_kernel<<<1, 256, 0, st(stream)>>>(d_lens, R, chunk_pages * m.P, T, sc, sc + (size_t)R * T,
-                                                      sc + 2 * (size_t)R * T, m.valid.get(), sc + 2 * (size_t)R * T + R + 1);
+    device_schedule_kernel<<<1, kScheduleThreads, 0, st(stream)>>>(d_lens, R, m.P, min_pages, G, sc, sc + G,
+                                                                   sc + 2 * (size_t)G, m.valid.get(),
+                                                                   sc + 2 * (size_t)G + R + 1);
     ok(cudaGetLastError(), "device schedule");
     int32_t* indptr = m.d_table2.get();
     page_table_kernel<<<R, 128, 0, st(stream)>>>(d_lens, R, m.P, m.pages_per_request, indptr, indptr + R + 1,
@@ -298,14 +358,14 @@ void LibraryDecode::run(const float* q, const uint16_t* K, const uint16_t* V, fl
     char* ib = m.ibuf.get();
     half* tmp_v = nullptr;
     float* tmp_s = nullptr;
-    if (m.on_device) {  // plan_device's schedule: R * tiles_max blocks, the ones past the last tile masked off
-        const size_t RT = (size_t)m.requests * m.tiles_max;
+    if (m.on_device) {  // plan_device's schedule: G blocks, the ones past the last tile masked off
+        const size_t G = (size_t)m.grid;
         int32_t* sc = m.schedule.get();
-        p.padded_batch_size = (uint32_t)RT;
-        p.request_indices = sc, p.kv_tile_indices = sc + RT;
-        p.o_indptr = sc + 2 * RT, p.kv_chunk_size_ptr = sc + 2 * RT + m.requests + 1;
+        p.padded_batch_size = (uint32_t)G;
+        p.request_indices = sc, p.kv_tile_indices = sc + G;
+        p.o_indptr = sc + 2 * G, p.kv_chunk_size_ptr = sc + 2 * G + m.requests + 1;
         p.block_valid_mask = m.valid.get();
-        if (m.tiles_max > 1) {  // split: partial states merged by FlashInfer over o_indptr
+        if (m.split) {  // split: partial states merged by FlashInfer over o_indptr
             tmp_v = reinterpret_cast<half*>(m.tmp_v.get());
             tmp_s = m.tmp_s.get();
         }  // else tmp_v null: FlashInfer's no-partition path, block b = request b over its whole length

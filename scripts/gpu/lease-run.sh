@@ -11,8 +11,12 @@
 #      RETRO_WAVE_KV, default all), HBM fractions, the
 #      cost model calibrated by the device (--measured) on the profile named by RETRO_HARDWARE (default
 #      h100-sxm-pcie5) for what is not measured
-#   4. with the time left (RETRO_NCU_CONTEXT, default 131072, batch 8): each wave kernel's duration from
-#      Nsight Compute (one metric, clocks left alone), where ncu can read the counters
+#   4. with the time left (RETRO_NCU_CONTEXT, default 131072, batch 8): each kernel of the wave step with
+#      the KV in device memory, its duration from Nsight Compute (one metric, clocks left alone), where
+#      ncu can read the counters (FlashInfer's decode kernel is left out: full's runs use it too; wave's
+#      attend is FlashInfer's decode and merge plus finish_merge)
+# A retro_gpu_check.prev beside the binary (the previous revision's build) runs the wave step instead
+# when the binary's own checks fail.
 # usage: bash scripts/gpu/lease-run.sh OUTDIR [CONTEXTS] [BATCHES]   (defaults 32768,131072 and 1,8,32)
 set -uo pipefail
 out=${1:?usage: lease-run.sh OUTDIR [CONTEXTS] [BATCHES]}
@@ -25,7 +29,16 @@ mkdir -p "$out"
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv > "$out/device.txt" 2>&1
 t0=$SECONDS
 "$bin" --out "$out/checks" --checks-only > "$out/checks.log" 2>&1
-echo "checks: exit $? ($((SECONDS - t0)) s)"; grep -E "^(passed|failed)|^checks:" "$out/checks/gpu-report.txt"
+rc=$?
+echo "checks: exit $rc ($((SECONDS - t0)) s)"; grep -E "^(passed|failed)|^checks:" "$out/checks/gpu-report.txt"
+# a build of the previous revision carried beside it (retro_gpu_check.prev) measures instead when the new
+# kernels fail their checks: a lease is too short to rebuild, and a wrong kernel's times mean nothing
+if (( rc != 0 )) && [[ -x $bin.prev ]]; then
+  echo "checks failed: the wave run uses $bin.prev"
+  "$bin.prev" --out "$out/checks-prev" --checks-only > "$out/checks-prev.log" 2>&1
+  echo "checks (prev): exit $?"; grep -E "^failed|^checks:" "$out/checks-prev/gpu-report.txt"
+  bin=$bin.prev
+fi
 if [[ -x $root/build-gpu/retro_unit_tests ]]; then
   t0=$SECONDS
   LD_LIBRARY_PATH=$root/build-gpu/lib timeout "${RETRO_TESTS_TIMEOUT:-90}" "$root/build-gpu/retro_unit_tests" \
@@ -52,9 +65,9 @@ left=$(( ${RETRO_LEASE_BUDGET:-560} - SECONDS ))
 if command -v ncu > /dev/null && (( left > 40 )); then
   t0=$SECONDS
   timeout "$left" ncu --clock-control none --metrics gpu__time_duration.sum --csv \
-    -k 'regex:cluster|estimate|decode_combine|copy_segments|gather_clusters|page_table|decode_split|BatchDecode' \
-    --launch-skip 20 --launch-count 40 \
-    "$bin" --out "$out/ncu-run" --wave-only --contexts "${RETRO_NCU_CONTEXT:-131072}" --batches 8 \
+    -k 'regex:cluster|estimate|gather_clusters|page_table|device_schedule|finish_merge' \
+    --launch-skip 10 --launch-count 60 \
+    "$bin" --out "$out/ncu-run" --wave-only --wave-kv gpu --contexts "${RETRO_NCU_CONTEXT:-131072}" --batches 8 \
     > "$out/ncu.csv" 2> "$out/ncu.log"
   echo "ncu: exit $? ($((SECONDS - t0)) s)"
 fi

@@ -332,7 +332,12 @@ BACKEND_TEST(PrebuiltWaveHeadsGiveTheSameSteps) {
             EXPECT_EQ(o.attend_bytes, own[i].attend_bytes) << "step " << i;  // the same execution buffers' lengths
             double worst = 0;
             for (size_t k = 0; k < own[i].out.size(); ++k) worst = std::max(worst, (double)std::abs(own[i].out[k] - o.out[k]));
-            EXPECT_LT(worst, 1e-5) << "step " << i;
+            // the device path splits the attention by its own schedule (plan_device), so on a GPU the
+            // fp16 partial outputs are summed in another order: a few fp16 ulps of outputs of |x| <= ~1
+            // (the H200 showed 4.9e-4 and 8.6e-4); the host-lookup path plans as the host-KV run does
+            const bool device_split = other == &hbm;
+            EXPECT_LT(worst, device_split ? 2e-3 : 1e-5)
+                << "step " << i << (device_split ? " (device gather)" : " (host lookups)");
         }
         host_h2d += own[i].h2d;
         // the device path does no host work: no lookups, no ids read back (the host path does both)
