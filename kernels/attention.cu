@@ -890,55 +890,72 @@ void copy_segments(const CopySegment* segs, int n, int d, int64_t max_tokens, vo
 
 namespace {
 
-constexpr int kGatherThreads = 256;
-constexpr int kGatherBlocksPerPair = 16;
+constexpr int kGatherThreads = 256, kGatherUnroll = 4;
+// blocks per pair: enough for ~1024 blocks in all (8 per SM on a 132-SM part), 2..64 per pair; the first
+// version's fixed 16 gave a batch-1 step (8 pairs) 128 blocks each walking its ~10 clusters one
+// dependent load-store round trip at a time: 31 us for ~10 MB at 128K (H200)
+int gather_blocks_per_pair(int bh) { return std::max(2, std::min(64, 1024 / std::max(bh, 1))); }
 
-// grid (blocks per pair, bh), block 256, dynamic shared memory r + 256 ints. Every block of a pair scans
-// the sizes of the pair's r ranked clusters (the destination rows; a few hundred ints, cheaper to redo
-// per block than a second launch), then copies clusters i = blockIdx.x, + gridDim.x, ... with all its
-// threads, 16 bytes per thread per step; block 0 writes the pair's length.
-__global__ void gather_clusters_kernel(GatherShape s, int steady, const int32_t* ranked, const int32_t* sizes,
-                                       const int32_t* offsets, const uint16_t* store_k, const uint16_t* store_v,
-                                       uint16_t* xk, uint16_t* xv, int32_t* lens) {
+// grid (gather_blocks_per_pair(bh), bh), block 256, dynamic shared memory 2r ints. Every block of a pair
+// scans the sizes of the pair's r ranked clusters (their first destination rows, a block scan; a few
+// hundred loads, cheaper to redo per block than a second launch) and their source rows, then copies the
+// pair's destination rows as one flat range of 16-byte pieces over all its blocks: piece e is row e / vec
+// of the execution buffer, whose cluster is the last one starting at or before it (a binary search over
+// the rows in shared memory; empty clusters share their start with the next and lose to it), kGatherUnroll
+// pieces' loads in flight per thread before their stores. Block 0 writes the pair's length.
+__global__ void __launch_bounds__(kGatherThreads)
+    gather_clusters_kernel(GatherShape s, int steady, const int32_t* __restrict__ ranked,
+                           const int32_t* __restrict__ sizes, const int32_t* __restrict__ offsets,
+                           const uint16_t* __restrict__ store_k, const uint16_t* __restrict__ store_v,
+                           uint16_t* __restrict__ xk, uint16_t* __restrict__ xv, int32_t* __restrict__ lens) {
+    using Scan = cub::BlockScan<int, kGatherThreads>;
+    __shared__ typename Scan::TempStorage scan;
     extern __shared__ int gather_smem[];
-    int* row = gather_smem;                 // [r] rows after the steady zone, rank order
-    int* part = gather_smem + s.r;          // [256] per-thread sums, then their exclusive scan
+    int* row = gather_smem;         // [r] first row after the steady zone, rank order
+    int* src = gather_smem + s.r;   // [r] first row in the pair's store
     const int p = blockIdx.y, tid = threadIdx.x;
     const int32_t* rk = ranked + (size_t)p * s.clusters;
     const int32_t* sz = sizes + (size_t)p * s.clusters;
+    const int32_t* of = offsets + (size_t)p * s.clusters;
     const int per = (s.r + kGatherThreads - 1) / kGatherThreads, i0 = tid * per, i1 = min(s.r, i0 + per);
     int sum = 0;
     for (int i = i0; i < i1; ++i) sum += sz[rk[i]];
-    part[tid] = sum;
-    __syncthreads();
-    if (tid == 0) {
-        int acc = 0;
-        for (int t = 0; t < kGatherThreads; ++t) {
-            const int v = part[t];
-            part[t] = acc;
-            acc += v;
-        }
-        if (blockIdx.x == 0) lens[p] = min(s.capacity, steady + acc);
+    int first = 0, total = 0;
+    Scan(scan).ExclusiveSum(sum, first, total);
+    if (blockIdx.x == 0 && tid == 0) lens[p] = min(s.capacity, steady + total);
+    for (int i = i0; i < i1; ++i) {
+        const int c = rk[i];
+        row[i] = first, src[i] = of[c], first += sz[c];
     }
     __syncthreads();
-    sum = part[tid];
-    for (int i = i0; i < i1; ++i) row[i] = sum, sum += sz[rk[i]];
-    __syncthreads();
     const int vec = s.d / 8;  // uint4 = 8 halves
-    for (int i = blockIdx.x; i < s.r; i += gridDim.x) {
-        const int c = rk[i];
-        const int64_t first = steady + row[i];
-        const int64_t n = min((int64_t)sz[c], (int64_t)s.capacity - first);
-        if (n <= 0) continue;
-        const int64_t src = ((int64_t)p * s.tokens + offsets[(size_t)p * s.clusters + c]) * vec;
-        const int64_t dst = ((int64_t)p * s.capacity + first) * vec;
-        const uint4* sk = reinterpret_cast<const uint4*>(store_k) + src;
-        const uint4* sv = reinterpret_cast<const uint4*>(store_v) + src;
-        uint4* dk = reinterpret_cast<uint4*>(xk) + dst;
-        uint4* dv = reinterpret_cast<uint4*>(xv) + dst;
-        for (int64_t j = tid; j < n * vec; j += kGatherThreads) {
-            dk[j] = sk[j];
-            dv[j] = sv[j];
+    const int64_t rows = min(total, s.capacity - steady), pieces = rows * vec;
+    const int64_t stride = (int64_t)gridDim.x * kGatherThreads;
+    const uint4* sk = reinterpret_cast<const uint4*>(store_k) + (int64_t)p * s.tokens * vec;
+    const uint4* sv = reinterpret_cast<const uint4*>(store_v) + (int64_t)p * s.tokens * vec;
+    uint4* dk = reinterpret_cast<uint4*>(xk) + ((int64_t)p * s.capacity + steady) * vec;
+    uint4* dv = reinterpret_cast<uint4*>(xv) + ((int64_t)p * s.capacity + steady) * vec;
+    for (int64_t e0 = (int64_t)blockIdx.x * kGatherThreads + tid; e0 < pieces; e0 += kGatherUnroll * stride) {
+        uint4 k[kGatherUnroll], v[kGatherUnroll];
+#pragma unroll
+        for (int u = 0; u < kGatherUnroll; ++u) {
+            const int64_t e = e0 + u * stride;
+            if (e >= pieces) break;
+            const int r = (int)(e / vec);
+            int lo = 0, hi = s.r - 1;  // the last cluster starting at or before row r (row[0] = 0)
+            while (lo < hi) {
+                const int mid = (lo + hi + 1) >> 1;
+                if (row[mid] <= r) lo = mid;
+                else hi = mid - 1;
+            }
+            const int64_t at = (int64_t)(src[lo] + (r - row[lo])) * vec + e % vec;
+            k[u] = sk[at], v[u] = sv[at];
+        }
+#pragma unroll
+        for (int u = 0; u < kGatherUnroll; ++u) {
+            const int64_t e = e0 + u * stride;
+            if (e >= pieces) break;
+            dk[e] = k[u], dv[e] = v[u];
         }
     }
 }
@@ -952,8 +969,15 @@ void gather_clusters(const GatherShape& s, int steady, const int32_t* ranked, co
         steady < 0 || steady > s.capacity)
         throw ParamError("cuda gather_clusters: bad shape (d a multiple of 8, 1..65535 pairs, r <= clusters and <= " +
                          std::to_string(kMaxGatherClusters) + ", steady <= capacity)");
-    const int blocks = std::max(1, std::min(kGatherBlocksPerPair, s.r));
-    const size_t smem = (size_t)(s.r + kGatherThreads) * sizeof(int);
+    const int blocks = gather_blocks_per_pair(s.bh);
+    const size_t smem = 2 * (size_t)s.r * sizeof(int);
+    static bool raised = false;  // past 48 KB of dynamic shared memory (r > 6144): once per process
+    if (!raised && smem > 48 * 1024) {
+        const cudaError_t e = cudaFuncSetAttribute(gather_clusters_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                   (int)(2 * kMaxGatherClusters * sizeof(int)));
+        if (e != cudaSuccess) throw Error(std::string("cuda: gather_clusters smem: ") + cudaGetErrorString(e));
+        raised = true;
+    }
     gather_clusters_kernel<<<dim3((unsigned)blocks, (unsigned)s.bh), kGatherThreads, smem, st(stream)>>>(
         s, steady, ranked, sizes, offsets, store_k, store_v, xk, xv, lens);
     check_launch("gather_clusters");

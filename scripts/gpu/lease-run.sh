@@ -11,7 +11,8 @@
 #      RETRO_WAVE_KV, default all), HBM fractions, the
 #      cost model calibrated by the device (--measured) on the profile named by RETRO_HARDWARE (default
 #      h100-sxm-pcie5) for what is not measured
-#   4. with the time left (RETRO_NCU_CONTEXT, default 131072, batch 8): each kernel of the wave step with
+#   4. with the time left (RETRO_NCU_CONTEXT, default 131072; RETRO_NCU_BATCHES, default 8; the first 160
+#      matching launches, ~9 steps of 7 kernels per batch): each kernel of the wave step with
 #      the KV in device memory, its duration from Nsight Compute (one metric, clocks left alone), where
 #      ncu can read the counters (FlashInfer's decode kernel is left out: full's runs use it too; wave's
 #      attend is FlashInfer's decode and merge plus finish_merge)
@@ -66,8 +67,9 @@ if command -v ncu > /dev/null && (( left > 40 )); then
   t0=$SECONDS
   timeout "$left" ncu --clock-control none --metrics gpu__time_duration.sum --csv \
     -k 'regex:cluster|estimate|gather_clusters|page_table|device_schedule|finish_merge' \
-    --launch-skip 10 --launch-count 60 \
-    "$bin" --out "$out/ncu-run" --wave-only --wave-kv gpu --contexts "${RETRO_NCU_CONTEXT:-131072}" --batches 8 \
+    --launch-count 160 \
+    "$bin" --out "$out/ncu-run" --wave-only --wave-kv gpu --contexts "${RETRO_NCU_CONTEXT:-131072}" \
+    --batches "${RETRO_NCU_BATCHES:-8}" \
     > "$out/ncu.csv" 2> "$out/ncu.log"
   echo "ncu: exit $? ($((SECONDS - t0)) s)"
 fi
