@@ -625,6 +625,60 @@ void check_library_decode(Checker& c) {
     }
 }
 
+// cuDNN's fused attention (CudnnDecode) against the same reference, on the fp16-rounded queries it is
+// given (it takes one dtype for Q, K and V): per-item lengths shared by the item's KV heads, including a
+// length of 1, a full capacity and one not a multiple of 128; GQA groups 1-8, head_dim 64 and 128.
+void check_cudnn_decode(Checker& c) {
+    struct Case { int B, Hkv, g, cap, d; float qsigma; };
+    const Case cases[] = {{1, 1, 1, 16, 128, 1.0f}, {2, 2, 4, 1008, 128, 2.0f}, {1, 2, 8, 5008, 64, 1.0f},
+                          {3, 1, 3, 704, 64, 3.0f}, {2, 8, 4, 8192, 128, 1.0f}};
+    std::mt19937 rng(11);
+    for (const Case& k : cases) {
+        const std::string why = cudnn_decode_unsupported(k.d, k.g);
+        if (!why.empty()) {
+            c.expect(false, "cudnn decode unavailable: " + why);
+            return;
+        }
+        DecodeShape s;
+        s.batch = k.B, s.kv_heads = k.Hkv, s.group = k.g, s.d = k.d, s.capacity = k.cap;
+        const int nbk = k.B * k.Hkv, Hq = k.Hkv * k.g;
+        auto q = random_float((size_t)k.B * Hq * k.d, rng, k.qsigma);
+        const Half K = random_half((size_t)nbk * k.cap * k.d, rng), V = random_half((size_t)nbk * k.cap * k.d, rng);
+        std::vector<int32_t> item((size_t)k.B);
+        std::uniform_int_distribution<int> ld(1, k.cap);
+        for (auto& l : item) l = ld(rng);
+        item[0] = k.cap;                            // every row
+        if (k.B > 1) item[1] = std::min(k.cap, 1);  // one token
+        std::vector<int32_t> lens((size_t)nbk);
+        for (int bk = 0; bk < nbk; ++bk) lens[(size_t)bk] = item[(size_t)(bk / k.Hkv)];
+        auto dq = upload(q);
+        auto dk = upload(K.bits), dv = upload(V.bits);
+        auto dl = upload(item);
+        for (float& x : q) x = half_to_float(float_to_half(x));  // what cuDNN computes with
+        std::vector<float> rout, rlse;
+        reference_decode(q, K, V, lens, k.B, k.Hkv, k.g, k.cap, k.d, nullptr, nullptr, rout, rlse);
+        CudnnDecode dnn(s);
+        DeviceBuffer<float> dout((size_t)k.B * Hq * k.d), dlse((size_t)k.B * Hq);
+        poison(dout), poison(dlse);
+        dnn.run(dq.get(), dk.get(), dv.get(), dl.get(), dout.get(), dlse.get());
+        synchronize();
+        const auto out = download(dout), lse = download(dlse);
+        const std::string tag = fmt("B=%g Hkv=%g g=%g cap=%g d=%g", k.B, k.Hkv, k.g, k.cap, k.d);
+        c.expect_close(tag + " out", out.data(), rout.data(), out.size(), 2e-3);
+        c.expect_close(tag + " lse", lse.data(), rlse.data(), lse.size(), kTolLse);
+    }
+    // a head_dim cuDNN's fused attention does not take is refused by name before any work
+    DecodeShape s;
+    s.d = 100, s.capacity = 64;
+    bool refused = false;
+    try {
+        CudnnDecode dnn(s);
+    } catch (const ParamError& e) {
+        refused = std::string(e.what()).find("100") != std::string::npos;
+    }
+    c.expect(refused, "cudnn decode d=100: not refused with its head_dim named");
+}
+
 // ---------------------------------------------------------------------------------------------------
 // k-means
 // ---------------------------------------------------------------------------------------------------
@@ -740,7 +794,7 @@ std::vector<CheckCase> gpu_checks() {
     return {{"ClusterRank", check_cluster_rank},   {"ClusterSelect", check_cluster_select},   {"EstimateAttention", check_estimate},
             {"CopySegments", check_copy_segments}, {"GatherClusters", check_gather_clusters},
             {"DecodeAttention", check_decode},
-            {"LibraryDecode", check_library_decode},
+            {"LibraryDecode", check_library_decode}, {"CudnnDecode", check_cudnn_decode},
             {"KMeansAssign", check_kmeans_assign}, {"KMeansSegmented", check_kmeans_full}};
 }
 

@@ -225,6 +225,35 @@ void LibraryDecode::run(const float* q, const uint16_t* K, const uint16_t* V, fl
         if (lse) lse[r] = l[r];
     }
 }
+// CudnnDecode: cuDNN's shape rules (cudnn_decode.cpp), the attention by the emulated decode_attention
+// over fp16-rounded queries and with the fp16 output rounding, each item's length for all its heads.
+std::string cudnn_decode_unsupported(int d, int) {
+    if (d % 8 != 0 || d > 256) return "cuDNN's fused attention takes head_dim a multiple of 8 up to 256, not " + std::to_string(d);
+    return "";
+}
+struct CudnnDecode::Impl {
+    DecodeShape s;
+};
+CudnnDecode::CudnnDecode(const DecodeShape& s) : impl_(nullptr) {
+    const std::string why = cudnn_decode_unsupported(s.d, s.group);
+    if (!why.empty()) throw ParamError("cudnn decode: " + why);
+    impl_ = new Impl{s};
+}
+CudnnDecode::~CudnnDecode() { delete impl_; }
+void CudnnDecode::run(const float* q, const uint16_t* K, const uint16_t* V, const int32_t* lens, float* out, float* lse,
+                      void* st) {
+    const DecodeShape& s = impl_->s;
+    const size_t rows = (size_t)s.batch * s.kv_heads * s.group, d = (size_t)s.d;
+    std::vector<int32_t> per((size_t)s.batch * s.kv_heads);
+    for (size_t i = 0; i < per.size(); ++i) {
+        per[i] = lens[i / (size_t)s.kv_heads];
+        if (per[i] < 1 || per[i] > s.capacity) throw ParamError("cudnn decode: length out of range");
+    }
+    std::vector<float> q16(q, q + rows * d);
+    for (float& x : q16) x = half_to_float(float_to_half(x));
+    decode_attention(s, q16.data(), K, V, per.data(), nullptr, nullptr, out, lse, nullptr, st);
+    for (size_t i = 0; i < rows * d; ++i) out[i] = half_to_float(float_to_half(out[i]));
+}
 void kmeans_assign(const float* x, int n, int d, const float* c, int k, const int32_t* rb, const int32_t* cb, int S,
                    int radius, int32_t* assign, void*) {
     for (int r = 0; r < n; ++r) {

@@ -324,6 +324,38 @@ class LibraryDecode {
     Impl* impl_;
 };
 
+// ---- cuDNN's fused attention (kernels/cudnn_decode.cpp: the backend PyTorch's SDPA picks on Hopper) ----
+
+/// "" when this build and this machine run cuDNN's SDPA for head dim d and GQA group `group`; else why
+/// not (a build without the cuDNN frontend headers, no loadable libcudnn.so.9 — RETRO_CUDNN_LIB names one
+/// —, a shape cuDNN's fused attention does not take). Loads the library on the first call.
+std::string cudnn_decode_unsupported(int d, int group);
+
+/// Full attention per (batch item, KV head) by cuDNN's fused scaled-dot-product attention (the cuDNN
+/// frontend's SDPA graph: one query token per sequence, the KV lengths as its padding mask, GQA by
+/// heads), over the same KV layout as decode_attention read in place as [B, Hkv, capacity, d].
+/// K, V: [B*Hkv, capacity, d] fp16; q: [B, Hkv*g, d] f32 (narrowed to fp16 for cuDNN, which takes one
+/// dtype for Q, K and V); out: [B, Hkv*g, d] f32 (cuDNN's fp16 output widened); lse: [B, Hkv*g] f32
+/// natural log (cuDNN's softmax stats) or null.
+class CudnnDecode {
+  public:
+    /// Builds cuDNN's plan for the shape (heuristics, then the first engine that supports it; seconds,
+    /// once). Throws ParamError naming the reason when cudnn_decode_unsupported(s.d, s.group) is not "",
+    /// or when cuDNN refuses the graph.
+    explicit CudnnDecode(const DecodeShape& s);
+    ~CudnnDecode();
+    CudnnDecode(const CudnnDecode&) = delete;
+    CudnnDecode& operator=(const CudnnDecode&) = delete;
+    /// The attention of each batch item over its first d_lens[b] tokens (every KV head of an item the
+    /// same length, as a serving engine's sequence; d_lens: [B] int32 in device memory, 1..capacity).
+    void run(const float* d_q, const uint16_t* d_k, const uint16_t* d_v, const int32_t* d_lens, float* d_out,
+             float* d_lse, void* stream = nullptr);
+
+  private:
+    struct Impl;
+    Impl* impl_;
+};
+
 // ---- segmented k-means (kernels/kmeans.cu; CPU reference: lib/cluster/kmeans) ----
 
 /// assign[i] = argmax_{j in [c_begin[seg(i)], c_end[seg(i)])} x_i . c_j (lowest j on ties), where row i

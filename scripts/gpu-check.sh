@@ -19,7 +19,9 @@
 #        device name: H200 -> h200, A100 -> a100-80gb-pcie4, else h100-sxm-pcie5), RETRO_FULL_BUILD
 #        (retro-bench's build dir, default <repo>/build-gpu-full), RETRO_SKIP_RETRO_BENCH=1 (do not try),
 #        RETRO_FLASHINFER_DIR (FlashInfer + CCCL headers made by scripts/flashinfer-headers.sh on a machine
-#        with network: without them the library baseline is not built and its rows are missing)
+#        with network: without them the library baseline is not built and its rows are missing),
+#        RETRO_CUDNN_FRONTEND_DIR (likewise the cuDNN frontend's, scripts/cudnn-frontend-headers.sh),
+#        RETRO_CUDNN_LIB (libcudnn.so.9 to load; default: PyTorch's nvidia/cudnn/lib where torch is there)
 # Also under OUTDIR: sdpa.json (PyTorch SDPA on the same shapes, where torch sees the device) and
 # summary.md (one table: SDPA, full by FlashInfer and by the own kernel, wave, HBM %, phases, model).
 # exit:  0 all checks passed, 1 a check or the wave run failed, 2 build failed, 77 no CUDA device
@@ -54,6 +56,9 @@ echo "gpu-check: nvcc=${CUDACXX:-none} arch=$ARCH build=$BUILD out=$OUT"
 # RETRO_FLASHINFER_DIR naming the folder scripts/flashinfer-headers.sh made elsewhere.
 FIARGS=()
 [[ -n ${RETRO_FLASHINFER_DIR:-} ]] && FIARGS=(-DRETRO_FLASHINFER_DIR="$RETRO_FLASHINFER_DIR")
+[[ -n ${RETRO_CUDNN_FRONTEND_DIR:-} ]] && FIARGS+=(-DRETRO_CUDNN_FRONTEND_DIR="$RETRO_CUDNN_FRONTEND_DIR")
+# cuDNN itself is loaded at run time: on the GPU machines it is inside PyTorch's wheel
+source "$ROOT/scripts/gpu/cudnn-env.sh"
 if ! cmake -S "$ROOT" -B "$BUILD" "${GEN[@]}" -DRETRO_GPU_ONLY=ON -DCMAKE_BUILD_TYPE=Release "${FIARGS[@]}" \
       -DCMAKE_CUDA_ARCHITECTURES="$ARCH" > "$OUT/configure.log" 2>&1; then
   echo "gpu-check: configure failed (see $OUT/configure.log)" >&2; tail -20 "$OUT/configure.log" >&2; exit 2

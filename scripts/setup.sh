@@ -66,11 +66,13 @@ fi
 # The trace dumper's pinned virtual environment (no-op when its stamp matches).
 bash "$(dirname "${BASH_SOURCE[0]}")/dump/setup_venv.sh"
 
-# FlashInfer's decode kernel headers, the cuda backend's library baseline (pinned wheels, headers only),
-# where CUDA code is built. Without them the build still works: "full_kernel": "flashinfer" is then
-# refused by name (kernels/library_decode_absent.cpp).
+# FlashInfer's decode kernel headers and the cuDNN frontend's headers, the cuda backend's full-attention
+# baselines (pinned wheels, headers only), where CUDA code is built. Without them the build still works:
+# "full_kernel": "flashinfer" / "cudnn" is then refused by name (kernels/*_absent.cpp).
 if command -v nvcc >/dev/null 2>&1 || [[ -x /usr/local/cuda/bin/nvcc ]]; then
   bash "$(dirname "${BASH_SOURCE[0]}")/flashinfer-headers.sh" >/dev/null ||
     echo "[setup] WARNING: FlashInfer headers not fetched; the CUDA build will lack the library decode baseline" >&2
+  bash "$(dirname "${BASH_SOURCE[0]}")/cudnn-frontend-headers.sh" >/dev/null ||
+    echo "[setup] WARNING: cuDNN frontend headers not fetched; the CUDA build will lack the cuDNN decode baseline" >&2
 fi
 exit 0

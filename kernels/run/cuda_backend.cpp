@@ -16,6 +16,9 @@ class CudaBackend final : public GpuBackend {
     std::string library_unsupported(int head_dim, int group) const override {
         return cuda::library_decode_unsupported(head_dim, group);
     }
+    std::string cudnn_unsupported(int head_dim, int group) const override {
+        return cuda::cudnn_decode_unsupported(head_dim, group);
+    }
     BuiltWaveHeads build_wave(const GpuLayerJob& job) const override { return build_wave_heads(job); }
     MeasuredDevice measure() const override {
         const cuda::DeviceCeilings c = cuda::measure_ceilings(true);

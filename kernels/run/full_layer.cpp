@@ -2,7 +2,8 @@
 // memory ([B*H, Np, d], Np = N rounded up to the library's page; offloaded: in pinned host memory, read
 // by the kernel over PCIe), one attention per step over the visible tokens (docs/cuda.md) by the job's
 // kernel: FlashInfer's batch decode (LibraryDecode, the baseline; planned before the timed region, as a
-// serving engine plans once per step) or the own decode_attention.
+// serving engine plans once per step), cuDNN's fused attention (CudnnDecode: its plan built once, the
+// lengths as its padding mask) or the own decode_attention.
 #include <algorithm>
 #include <memory>
 #include <string>
@@ -18,10 +19,14 @@ using cuda::DecodeShape;
 
 void run_full_layer(const GpuLayerJob& job, const StepFn& on_step) {
     const LayerShape s = check_job(job);
-    const bool library = job.full_kernel == FullKernel::library;
+    const bool library = job.full_kernel == FullKernel::library, cudnn = job.full_kernel == FullKernel::cudnn;
     if (library) {  // refused by name before any allocation
         const std::string why = cuda::library_decode_unsupported(s.d, s.g);
         if (!why.empty()) throw ParamError("full attention (library kernel): " + why);
+    }
+    if (cudnn) {
+        const std::string why = cuda::cudnn_decode_unsupported(s.d, s.g);
+        if (!why.empty()) throw ParamError("full attention (cuDNN kernel): " + why);
     }
     constexpr int kPage = kLibraryPage;
     const size_t d = (size_t)s.d, N = (size_t)(s.tokens + kPage - 1) / kPage * kPage, per_bh = N * d;
@@ -84,12 +89,15 @@ void run_full_layer(const GpuLayerJob& job, const StepFn& on_step) {
     LayerOutputs o(s);
     cuda::DeviceBuffer<float> work(cuda::decode_workspace_floats(ds));
     cuda::PinnedBuffer<int32_t> h_lens((size_t)s.bh());
-    cuda::DeviceBuffer<int32_t> d_lens((size_t)s.bh());
+    cuda::DeviceBuffer<int32_t> d_lens((size_t)s.bh());  // [B*H]; cuDNN reads the first B (one per item)
     cuda::Event e0, e1;
     std::unique_ptr<cuda::LibraryDecode> lib;
+    std::unique_ptr<cuda::CudnnDecode> dnn;
     if (library) lib = std::make_unique<cuda::LibraryDecode>(ds, kPage);
+    if (cudnn) dnn = std::make_unique<cuda::CudnnDecode>(ds);
     const auto attend = [&] {
         if (library) lib->run(q.device(), K, V, o.out.get(), o.lse.get(), st);
+        else if (cudnn) dnn->run(q.device(), K, V, d_lens.get(), o.out.get(), o.lse.get(), st);
         else cuda::decode_attention(ds, q.device(), K, V, d_lens.get(), nullptr, nullptr, o.out.get(), o.lse.get(),
                                     work.get(), st);
     };

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <numeric>
 #include <sstream>
@@ -37,7 +38,26 @@ struct Kind {
 
 std::string method_label(const Kind& k) {
     if (k.m == GpuMethod::wave) return !k.kv_on_gpu ? "wave" : k.device_gather ? "wave-hbm" : "wave-hbm-host";
-    return k.fk == FullKernel::library ? "full" : "full-own";
+    return k.fk == FullKernel::library ? "full" : k.fk == FullKernel::cudnn ? "full-cudnn" : "full-own";
+}
+
+/// The speedups of rows[first..] (one context): the fastest full row of each batch is the baseline, every
+/// other measured row's speedup its step time over the row's.
+void set_speedups(std::vector<WaveRunRow>& rows, size_t first) {
+    std::map<int, const WaveRunRow*> best;
+    for (size_t i = first; i < rows.size(); ++i) {
+        const WaveRunRow& r = rows[i];
+        if (r.status != "ok" || r.method.rfind("full", 0) != 0 || !(r.measured.step_us > 0)) continue;
+        const WaveRunRow*& b = best[r.batch];
+        if (!b || r.measured.step_us < b->measured.step_us) b = &r;
+    }
+    for (size_t i = first; i < rows.size(); ++i) {
+        WaveRunRow& r = rows[i];
+        const auto it = best.find(r.batch);
+        if (it == best.end() || r.status != "ok") continue;
+        r.baseline = it->second->method;
+        if (&r != it->second) r.speedup = it->second->measured.step_us / r.measured.step_us;
+    }
 }
 
 /// Runs one (method, context, batch) and averages its steps; evaluates accuracy at batch 1.
@@ -152,15 +172,20 @@ std::vector<WaveRunRow> run_wave_vs_full(const GpuBackend& gpu, const WaveRunOpt
         lp.prompt = N;
         if (progress) progress("synthetic layer, context " + std::to_string(N));
         const std::vector<HeadSlice> heads = synthetic_layer(lp);
-        // the baseline (the first full row of each batch) and then the others, each over every batch
+        // full attention's kernels, then wave's rows, each over every batch
         std::vector<Kind> kinds;
         if (o.full_library && gpu.library_unsupported(lp.head_dim, lp.group).empty())
             kinds.push_back({GpuMethod::full, FullKernel::library});
+        if (o.full_cudnn) {
+            const std::string why = gpu.cudnn_unsupported(lp.head_dim, lp.group);
+            if (why.empty()) kinds.push_back({GpuMethod::full, FullKernel::cudnn});
+            else if (progress) progress("full-cudnn left out: " + why);
+        }
         if (o.full_own || kinds.empty()) kinds.push_back({GpuMethod::full, FullKernel::own});
         if (o.wave_host) kinds.push_back({GpuMethod::wave, FullKernel::library, false});
         if (o.wave_hbm) kinds.push_back({GpuMethod::wave, FullKernel::library, true, true});
         if (o.wave_hbm_host) kinds.push_back({GpuMethod::wave, FullKernel::library, true, false});
-        std::vector<double> base_us(o.batches.size(), 0.0);
+        const size_t first_row = rows.size();
         // the wave indexes over the prompt, built once for every batch point (in the GPU-only build the
         // k-means's final pass runs on one CPU core without BLAS: minutes per point at 128K)
         std::unique_ptr<BuiltWaveHeads> built;
@@ -183,8 +208,6 @@ std::vector<WaveRunRow> run_wave_vs_full(const GpuBackend& gpu, const WaveRunOpt
                     row.context = N, row.batch = B, row.status = std::string("does not fit: ") + e.what();
                     fits = false;
                 }
-                if (k == 0) base_us[i] = fits ? row.measured.step_us : 0.0;
-                else if (fits && base_us[i] > 0) row.speedup = base_us[i] / row.measured.step_us;
                 rows.push_back(row);
                 if (progress) {  // each row as it is measured: a run stopped by a time limit keeps its rows
                     std::string line = row_line(row);
@@ -193,6 +216,7 @@ std::vector<WaveRunRow> run_wave_vs_full(const GpuBackend& gpu, const WaveRunOpt
                 }
             }
         }
+        set_speedups(rows, first_row);
     }
     return rows;
 }
@@ -211,6 +235,7 @@ std::string wave_run_json(const std::vector<WaveRunRow>& rows) {
            << ", \"h2d_bytes\": " << num(r.h2d_bytes) << ", \"kv_bytes\": " << num(r.kv_bytes)
            << ", \"hbm_frac\": " << num(r.hbm_frac > 0 ? r.hbm_frac : NAN)
            << ", \"speedup_vs_full\": " << num(r.speedup > 0 ? r.speedup : NAN)
+           << ", \"baseline\": " << json_quote(r.baseline)
            << ", \"replica_diff\": " << num(r.replica_diff) << ", \"out_err\": " << num(r.out_err < 0 ? NAN : r.out_err)
            << ", \"recall@100\": " << num(r.recall < 0 ? NAN : r.recall);
         if (r.modeled)

@@ -27,9 +27,11 @@ struct WaveRunOptions {
     double lookup_ns = 50;
     int warmup = 1;
     const HardwareSpec* hw = nullptr;  ///< the profile the prediction is for; none = no prediction
-    /// Full attention's kernels, each a row: the library baseline (FlashInfer) first when this build has
-    /// it for the shape, then the own kernel when full_own. wave's speedup is over the first.
-    bool full_library = true, full_own = true;
+    /// Full attention's kernels, each a row: FlashInfer ("full") when this build has it for the shape,
+    /// cuDNN's fused attention ("full-cudnn") when this build has the frontend and the machine loads
+    /// libcudnn.so.9, the own kernel ("full-own") when full_own. Every row's speedup is over the fastest
+    /// full row at its context and batch (the baseline, named in WaveRunRow::baseline).
+    bool full_library = true, full_cudnn = true, full_own = true;
     /// wave rows: "wave" with the clustered KV in pinned host memory (misses over PCIe: the paper's
     /// setting), "wave-hbm" with it in device memory (the within-GPU-memory setting; its execution buffers
     /// assembled on the device: GpuLayerJob::wave_device_gather) and "wave-hbm-host", the same through the
@@ -41,7 +43,7 @@ struct WaveRunOptions {
 
 /// One (method, context, batch): means over the decode steps.
 struct WaveRunRow {
-    std::string method;  ///< "full" (library kernel) | "full-own" (the own kernel) | "wave" | "wave-hbm" | "wave-hbm-host"
+    std::string method;  ///< "full" (FlashInfer) | "full-cudnn" | "full-own" (the own kernel) | "wave" | "wave-hbm" | "wave-hbm-host"
     int context = 0, batch = 0, steps = 0;
     std::string status = "ok";  ///< or "does not fit: ..." (larger batches of the method are skipped)
     GpuStepTimes measured;
@@ -50,7 +52,8 @@ struct WaveRunRow {
     double model_select_us = 0, model_h2d_us = 0, model_attend_us = 0, model_step_us = 0;
     double out_err = -1, recall = -1;  ///< batch 1 only: vs exact attention, means over query heads and steps
     double replica_diff = 0;           ///< largest relative L2 distance of a replica's outputs from replica 0's
-    double speedup = 0;   ///< the baseline full row's step_us / this row's at the same context and batch
+    double speedup = 0;   ///< the baseline's step_us / this row's at the same context and batch (0: it is the baseline)
+    std::string baseline; ///< the fastest full row's method at this context and batch
     double kv_bytes = 0;  ///< K+V bytes the attention read per step, whole batch (device or pinned memory)
     double hbm_frac = 0;  ///< kv_bytes / step_us over the measured device-memory ceiling (0 = unknown)
 };

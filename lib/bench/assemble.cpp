@@ -119,7 +119,7 @@ std::vector<json> write_run_summaries(const SweepSummaryInput& in) {
             rec["per_layer"] = agg["per_layer"];
             if (mr.batch > 0) {
                 rec["cuda"] = cuda_record_summary(rec["metrics"], mr.batch, in.device);
-                if (!mr.kernel.empty()) rec["cuda"]["kernel"] = mr.kernel;  // full: flashinfer | own
+                if (!mr.kernel.empty()) rec["cuda"]["kernel"] = mr.kernel;  // full: flashinfer | cudnn | own
             }
             if (!cfg.throughput.is_null())  // decode throughput vs batch (lib/system/cost_model.hpp)
                 rec["throughput"] = record_throughput(

@@ -51,9 +51,11 @@ CudaOptions CudaOptions::from_json(const json& j, const std::string& where) {
         if (k.empty()) throw ConfigError(where + ".full_kernel: empty list of values");
         o.full_kernel.clear();
         for (const json& x : k) {
-            if (!x.is_string() || (x.get<std::string>() != "flashinfer" && x.get<std::string>() != "own"))
+            const bool known = x.is_string() && (x.get<std::string>() == "flashinfer" ||
+                                                 x.get<std::string>() == "cudnn" || x.get<std::string>() == "own");
+            if (!known)
                 throw ConfigError(where + ".full_kernel = " + j["full_kernel"].dump() +
-                                  ": expected \"flashinfer\" or \"own\" (or a list of them)");
+                                  ": expected \"flashinfer\", \"cudnn\" or \"own\" (or a list of them)");
             if (std::find(o.full_kernel.begin(), o.full_kernel.end(), x.get<std::string>()) != o.full_kernel.end())
                 throw ConfigError(where + ".full_kernel = " + j["full_kernel"].dump() + ": duplicate entries");
             o.full_kernel.push_back(x.get<std::string>());

@@ -30,11 +30,18 @@ void check_cuda_trace(const PreparedTrace& t, const RunConfig& cfg, const GpuBac
     } catch (const ParamError& e) {
         throw ConfigError(t.spec.path + ": " + e.what());
     }
-    const bool library = std::any_of(cfg.runs.begin(), cfg.runs.end(), [](const MethodRun& r) { return r.kernel == "flashinfer"; });
-    if (library) {
+    const auto uses = [&](const char* kernel) {
+        return std::any_of(cfg.runs.begin(), cfg.runs.end(), [&](const MethodRun& r) { return r.kernel == kernel; });
+    };
+    if (uses("flashinfer")) {
         const std::string why = gpu.library_unsupported(t.info.head_dim, t.info.group_size());
         if (!why.empty())
             throw ConfigError(t.spec.path + ": backend 'cuda' full attention with cuda.full_kernel \"flashinfer\": " + why);
+    }
+    if (uses("cudnn")) {
+        const std::string why = gpu.cudnn_unsupported(t.info.head_dim, t.info.group_size());
+        if (!why.empty())
+            throw ConfigError(t.spec.path + ": backend 'cuda' full attention with cuda.full_kernel \"cudnn\": " + why);
     }
     if (cfg.kv_dtype == "trace" && t.info.dtype != DType::f16)
         throw ConfigError(t.spec.path + ": backend 'cuda' stores the KV as float16 but the trace is " +
@@ -100,7 +107,9 @@ void run_cuda_layer(const RunConfig& cfg, const PreparedTrace& tr, const TraceRe
         gj.cache = heads[0].sys->cache_params();
         gj.block_tokens = heads[0].sys->block_tokens();
         gj.warmup = cfg.cuda.warmup;
-        gj.full_kernel = mr.kernel == "own" ? FullKernel::own : FullKernel::library;
+        gj.full_kernel = mr.kernel == "own"     ? FullKernel::own
+                         : mr.kernel == "cudnn" ? FullKernel::cudnn
+                                                : FullKernel::library;
         if (wave) {
             const std::string key = mr.params.dump();
             auto it = built.find(key);

@@ -21,9 +21,10 @@ namespace retro {
 enum class GpuMethod { full, wave };
 
 /// The kernel that computes full attention (GpuMethod::full): the field's library (FlashInfer's batch
-/// decode, kernels/flashinfer_decode.cu: the baseline) or the project's own flash-decoding kernel
-/// (decode_attention: the readable reference, reported beside it).
-enum class FullKernel { library, own };
+/// decode, kernels/flashinfer_decode.cu: the baseline), cuDNN's fused attention (kernels/cudnn_decode.cpp:
+/// what PyTorch's SDPA runs on Hopper, the fastest decode on the H200) or the project's own
+/// flash-decoding kernel (decode_attention: the readable reference, reported beside them).
+enum class FullKernel { library, own, cudnn };
 
 /// The wave indexes of a layer's KV heads built over the prompt ([H], in the job's head order), to be
 /// shared by several runs of the same layer (the batch points): the index does not depend on the batch.
@@ -115,6 +116,8 @@ class GpuBackend {
     virtual void check_shape(int head_dim, int group) const = 0;
     /// "" when full attention's library kernel (FullKernel::library) runs this shape, else why not.
     virtual std::string library_unsupported(int head_dim, int group) const = 0;
+    /// "" when full attention's cuDNN kernel (FullKernel::cudnn) runs this shape here, else why not.
+    virtual std::string cudnn_unsupported(int, int) const { return "this backend has no cuDNN decode"; }
     /// The device's ceilings, measured now (about a second): "hardware": "measured" (gpu/measured.hpp).
     virtual MeasuredDevice measure() const = 0;
     /// The wave indexes of job's heads over the prompt, as run_layer would build them: to pass as

@@ -6,7 +6,8 @@
 #   2. PyTorch SDPA on the same shapes (scripts/gpu/sdpa_baseline.py), when torch sees the device
 #   2b. when scripts/gpu/carry-tests.sh packed it into build-gpu/: the main build's GTest binary, its
 #      CudaBackend.* tests on the device (the cuda backend's wave and full against the CPU methods)
-#   3. the wave decode step vs full attention per layer (library and own kernel; wave with the KV in host
+#   3. the wave decode step vs full attention per layer (FlashInfer, cuDNN where libcudnn.so.9 loads —
+#      scripts/gpu/cudnn-env.sh finds PyTorch's —, the own kernel; wave with the KV in host
 #      memory, in device memory on the device alone, and in device memory through host lookups:
 #      RETRO_WAVE_KV, default all), HBM fractions, the
 #      cost model calibrated by the device (--measured) on the profile named by RETRO_HARDWARE (default
@@ -27,6 +28,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 bin=${RETRO_GPU_CHECK:-$root/build-gpu/kernels/retro_gpu_check}
 hw=${RETRO_HARDWARE:-h100-sxm-pcie5}
 mkdir -p "$out"
+source "$root/scripts/gpu/cudnn-env.sh"  # cuDNN from PyTorch's wheel, for the full-cudnn rows
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv > "$out/device.txt" 2>&1
 t0=$SECONDS
 "$bin" --out "$out/checks" --checks-only > "$out/checks.log" 2>&1
@@ -34,7 +36,8 @@ rc=$?
 echo "checks: exit $rc ($((SECONDS - t0)) s)"; grep -E "^(passed|failed)|^checks:" "$out/checks/gpu-report.txt"
 # a build of the previous revision carried beside it (retro_gpu_check.prev) measures instead when the new
 # kernels fail their checks: a lease is too short to rebuild, and a wrong kernel's times mean nothing
-if (( rc != 0 )) && [[ -x $bin.prev ]]; then
+# (a CudnnDecode failure alone does not: it is a library the machine may lack, and its rows are left out)
+if (( rc != 0 )) && grep -E "^failed" "$out/checks/gpu-report.txt" | grep -qv CudnnDecode && [[ -x $bin.prev ]]; then
   echo "checks failed: the wave run uses $bin.prev"
   "$bin.prev" --out "$out/checks-prev" --checks-only > "$out/checks-prev.log" 2>&1
   echo "checks (prev): exit $?"; grep -E "^failed|^checks:" "$out/checks-prev/gpu-report.txt"
@@ -42,7 +45,7 @@ if (( rc != 0 )) && [[ -x $bin.prev ]]; then
 fi
 if [[ -x $root/build-gpu/retro_unit_tests ]]; then
   t0=$SECONDS
-  LD_LIBRARY_PATH=$root/build-gpu/lib timeout "${RETRO_TESTS_TIMEOUT:-90}" "$root/build-gpu/retro_unit_tests" \
+  LD_LIBRARY_PATH=$root/build-gpu/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} timeout "${RETRO_TESTS_TIMEOUT:-90}" "$root/build-gpu/retro_unit_tests" \
     --gtest_filter='CudaBackend.*' > "$out/gtest-cuda.log" 2>&1
   echo "gtest CudaBackend.*: exit $? ($((SECONDS - t0)) s)"; grep -E "^\[  (PASSED|FAILED|SKIPPED) |tests ran" "$out/gtest-cuda.log"
 fi

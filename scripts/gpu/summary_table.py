@@ -1,7 +1,9 @@
-"""One table of a GPU run: PyTorch SDPA (best backend), the library full attention (FlashInfer), the own
-kernel and wave per (context, batch), with HBM fractions, wave's phases and measured / model. wave is the
-clustered KV in pinned host memory (misses over PCIe, the paper's setting); wave-hbm, where the report has
-it, the same in device memory (within GPU memory).
+"""One table of a GPU run: PyTorch SDPA (best backend), the library full attention (FlashInfer), cuDNN's
+fused attention where the report has it, the own kernel and wave per (context, batch), with HBM fractions,
+wave's phases and measured / model. wave is the clustered KV in pinned host memory (misses over PCIe, the
+paper's setting); wave-hbm, where the report has it, the same in device memory (within GPU memory). A
+speed-up is over the report's baseline, the fastest full row at its point; the cell names it when that is
+not FlashInfer (reports before cuDNN's row always used FlashInfer).
 
     python3 scripts/gpu/summary_table.py GPU_REPORT.json [GPU_REPORT.json ...] [--sdpa SDPA.json]
                                          [--peak-GBps 3350]
@@ -63,7 +65,9 @@ def main(argv=None):
             by[(r["method"], r["context"], r["batch"])] = r
     points = sorted({(r["context"], r["batch"]) for r in rows} | set(sdpa))
     waves = [m for m in ("wave", "wave-hbm", "wave-hbm-host") if any(k[0] == m for k in by)] or ["wave"]
-    head = ["context", "batch", "torch SDPA (best)", "full (FlashInfer)", "full (own kernel)"]
+    fulls = [m for m in ("full", "full-cudnn", "full-own") if m != "full-cudnn" or any(k[0] == m for k in by)]
+    full_names = {"full": "full (FlashInfer)", "full-cudnn": "full (cuDNN)", "full-own": "full (own kernel)"}
+    head = ["context", "batch", "torch SDPA (best)"] + [full_names[m] for m in fulls]
     names = {"wave": "wave", "wave-hbm": "wave, KV in HBM", "wave-hbm-host": "wave, KV in HBM, host lookups"}
     for m in waves:
         head += [names[m], f"{names[m]} vs full"]
@@ -76,14 +80,15 @@ def main(argv=None):
         s = sdpa.get((n, b))
         cells.append(f"{s['us']:.1f} us ({s['backend']}, {frac(s['kv_bytes'], s['us'], peak, s.get('hbm_frac', 0))})"
                      if s else "-")
-        for m in ("full", "full-own"):
+        for m in fulls:
             r = by.get((m, n, b))
             cells.append(f"{r['step_us']:.1f} us ({frac(r.get('kv_bytes'), r['step_us'], peak, r.get('hbm_frac'))})"
                          if r else "-")
         for m in waves:
             w = by.get((m, n, b))
             cells.append(f"{w['step_us']:.1f} us" if w else "-")
-            cells.append(f"{w['speedup_vs_full']:.2f}x" if w and w.get("speedup_vs_full") else "-")
+            over = f" (over {w['baseline']})" if w and w.get("baseline", "full") != "full" else ""
+            cells.append(f"{w['speedup_vs_full']:.2f}x{over}" if w and w.get("speedup_vs_full") else "-")
         for m in waves:
             w = by.get((m, n, b))
             cells.append(" / ".join(f"{w[k]:.0f}" for k in ("select_us", "estimate_us", "gather_us", "attend_us",

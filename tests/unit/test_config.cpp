@@ -271,8 +271,9 @@ TEST(BackendConfig, ErrorsNameTheKeyAndTheChoices) {
     EXPECT_TRUE(has(error_of(j), "cuda.kmeans")) << error_of(j);
     j["cuda"] = {{"batchs", 1}};
     EXPECT_TRUE(has(error_of(j), "unknown key 'batchs'")) << error_of(j);
-    j["cuda"] = {{"full_kernel", "cudnn"}};
-    EXPECT_TRUE(has(error_of(j), "cuda.full_kernel = \"cudnn\": expected \"flashinfer\" or \"own\"")) << error_of(j);
+    j["cuda"] = {{"full_kernel", "tensorrt"}};
+    EXPECT_TRUE(has(error_of(j), "cuda.full_kernel = \"tensorrt\": expected \"flashinfer\", \"cudnn\" or \"own\""))
+        << error_of(j);
     j["cuda"] = {{"full_kernel", {"own", "own"}}};
     EXPECT_TRUE(has(error_of(j), "cuda.full_kernel = [\"own\",\"own\"]: duplicate entries")) << error_of(j);
     j["cuda"] = {{"full_kernel", "own"}};

@@ -361,13 +361,14 @@ BACKEND_TEST(PrebuiltWaveHeadsGiveTheSameSteps) {
 }
 
 // Full attention on the GPU path equals exact attention (fp16 KV), GPU-resident and offloaded, with the
-// library kernel (FlashInfer; its fp16 output) and the own kernel. The prompt is not a multiple of the
-// library's 16-token page: the padding rows must not be read.
+// library kernel (FlashInfer; its fp16 output), cuDNN's fused attention (fp16 query and output) and the
+// own kernel. The prompt is not a multiple of the library's 16-token page: the padding rows must not be
+// read.
 BACKEND_TEST(FullMatchesExactAttention) {
     REQUIRE_DEVICE();
     const int H = 3, prompt = 700, steps = 5, B = 2;
     const auto heads = layer_heads(H, prompt, steps);
-    for (const FullKernel kernel : {FullKernel::library, FullKernel::own})
+    for (const FullKernel kernel : {FullKernel::library, FullKernel::cudnn, FullKernel::own})
     for (const bool offloaded : {false, true}) {
         GpuLayerJob job;
         job.full_kernel = kernel;
@@ -394,8 +395,9 @@ BACKEND_TEST(FullMatchesExactAttention) {
             EXPECT_DOUBLE_EQ(st.work.attend_bytes, all);
             EXPECT_DOUBLE_EQ(st.batch_h2d_bytes, offloaded ? B * all : 0.0);
         });
-        EXPECT_LT(worst_out, 5e-3) << "fp16 KV vs float32, offloaded " << offloaded << ", library " << (kernel == FullKernel::library);
-        EXPECT_LT(worst_lse, 5e-3) << "offloaded " << offloaded << ", library " << (kernel == FullKernel::library);
+        const char* name = kernel == FullKernel::library ? "flashinfer" : kernel == FullKernel::cudnn ? "cudnn" : "own";
+        EXPECT_LT(worst_out, 5e-3) << "fp16 KV vs float32, offloaded " << offloaded << ", kernel " << name;
+        EXPECT_LT(worst_lse, 5e-3) << "offloaded " << offloaded << ", kernel " << name;
     }
 }
 
@@ -484,8 +486,8 @@ BACKEND_TEST(MeasuredHardwareCalibratesTheModel) {
                 1e-6 * h100.hbm_B_per_us() / hw.hbm_B_per_us());
 }
 
-// "full_kernel": "flashinfer" on a shape the library kernel lacks is refused before any work, naming the
-// shape's reason; "own" runs it.
+// "full_kernel": "flashinfer" on a shape the library kernel lacks, or "cudnn" where cuDNN does not load,
+// is refused before any work, naming the reason; "own" runs it.
 BACKEND_TEST(FullLibraryRefusesAnUnsupportedShapeBeforeAnyWork) {
     REQUIRE_DEVICE();
     struct NoLibrary final : GpuBackend {
@@ -496,6 +498,7 @@ BACKEND_TEST(FullLibraryRefusesAnUnsupportedShapeBeforeAnyWork) {
         std::string library_unsupported(int d, int) const override {
             return "test double: no library kernel for head_dim " + std::to_string(d);
         }
+        std::string cudnn_unsupported(int, int) const override { return "test double: libcudnn.so.9 not loadable"; }
         MeasuredDevice measure() const override { return real->measure(); }
         BuiltWaveHeads build_wave(const GpuLayerJob& j) const override { return real->build_wave(j); }
         void run_layer(const GpuLayerJob& job, const std::function<void(const GpuStep&)>& fn) const override {
@@ -517,6 +520,16 @@ BACKEND_TEST(FullLibraryRefusesAnUnsupportedShapeBeforeAnyWork) {
         const std::string m = e.what();
         EXPECT_NE(m.find("cuda.full_kernel \"flashinfer\": test double: no library kernel for head_dim 64"), std::string::npos)
             << m;
+    }
+    EXPECT_FALSE(std::filesystem::exists(opt.results_root + "/gpu"));
+    j["cuda"] = {{"full_kernel", "cudnn"}};  // likewise cuDNN where the library does not load
+    try {
+        run_config(parse_config(j, "gpu.json"), opt);
+        ADD_FAILURE() << "full attention ran on a cuDNN that does not load";
+    } catch (const ConfigError& e) {
+        EXPECT_NE(std::string(e.what()).find("cuda.full_kernel \"cudnn\": test double: libcudnn.so.9 not loadable"),
+                  std::string::npos)
+            << e.what();
     }
     EXPECT_FALSE(std::filesystem::exists(opt.results_root + "/gpu"));
     j["cuda"] = {{"full_kernel", "own"}};
