@@ -9,8 +9,8 @@ from .common import WAVE, params_key
 from .drawing import legend_above, method_line
 from .registry import drawer, figure
 
-KERNEL_NAME = {"flashinfer": "FlashInfer", "own": "own kernel"}
-KERNEL_ORDER = ("flashinfer", "own")  # the library kernel is the baseline when present
+KERNEL_NAME = {"flashinfer": "FlashInfer", "cudnn": "cuDNN", "own": "own kernel"}
+KERNEL_ORDER = ("flashinfer", "cudnn", "own")  # the library kernel first (the primary baseline) when present
 
 # measured phases (CUDA events, docs/cuda.md "What is timed"), bottom to top of a bar; "other" is the rest
 # of gpu_step_us: the ranked ids' copy to the host, waiting for the host lookup, launch gaps
