@@ -72,7 +72,7 @@ __global__ void cluster_scores_kernel(ClusterScoreShape s, float scale, const fl
 // grid (ceil(M / (8 * kClustersPerWarp)), B*Hkv), block 256. With 4 clusters per warp (1 KB in flight,
 // 16K short blocks that each reload the queries) it read 134 MB in 90 us on the H200 at 128K batch 8
 // (1.5 TB/s, ncu); 16 per warp keep 4 KB in flight per warp and a quarter of the blocks, but reduced
-// head by head with group_dots' butterflies (5 shuffles per sum) it still took 78 us (1.7 TB/s).
+// head by head with a 5-shuffle butterfly per sum it still took 78 us (1.7 TB/s).
 constexpr int kClustersPerWarp = 16;
 
 template <int PER>
@@ -101,26 +101,8 @@ __device__ inline void load_halves(const uint16_t* p, float* out) {
     }
 }
 
-// dots[h] = q_h . x over the warp (every lane gets the sums) for the G query heads whose dims
-// [lane*PER, lane*PER + PER) this lane holds in qr, x likewise: the g butterflies interleaved, so g
-// shuffles are in flight instead of g dependent chains.
-template <int G, int PER>
-__device__ inline void group_dots(const float (&qr)[G][PER], const float (&x)[PER], float (&dots)[G]) {
-#pragma unroll
-    for (int h = 0; h < G; ++h) {
-        float a = 0;
-#pragma unroll
-        for (int i = 0; i < PER; ++i) a += qr[h][i] * x[i];
-        dots[h] = a;
-    }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1)
-#pragma unroll
-        for (int h = 0; h < G; ++h) dots[h] += __shfl_xor_sync(0xffffffffu, dots[h], o);
-}
-
-// Sums each of a lane's values over the warp's 32 lanes with about one shuffle per sum where the
-// butterfly (group_dots) takes five: at each level a lane keeps one half of its LIVE values, sends the
+// Sums each of a lane's values over the warp's 32 lanes with about one shuffle per sum where a
+// butterfly per sum takes five: at each level a lane keeps one half of its LIVE values, sends the
 // other half to its partner (lane ^ O) and adds the partner's copy of the half it kept. After the five
 // levels, with N values per lane: N >= 32, v[j] (j < N/32) holds the sum of value lane * (N/32) + j; N < 32,
 // v[0] holds the sum of value lane >> (5 - log2 N) (lanes differing in the low bits hold the same sum).
@@ -170,7 +152,7 @@ __global__ void cluster_scores_vec_kernel(ClusterScoreShape s, float scale, cons
             for (int i = 0; i < PER; ++i) c[k][i] = 0.0f;
     }
     // KC clusters' G dot products reduced together (N = KC * G sums, 32 where the warp's clusters allow:
-    // one sum per lane) by transpose_sum: ~1 shuffle per sum instead of group_dots' 5, which made this
+    // one sum per lane) by transpose_sum: ~1 shuffle per sum instead of a butterfly's 5, which made this
     // kernel shuffle-bound (16 clusters x 4 heads x 5 = 320 shuffles per warp against 4 KB of loads)
     constexpr int KC = 32 / G < kClustersPerWarp ? 32 / G : kClustersPerWarp, N = KC * G;
     constexpr int SHIFT = N >= 32 ? 0 : 5 - log2_of(N);
@@ -339,15 +321,22 @@ __device__ void top_k_masks(const uint32_t (&key)[ITEMS], const int (&K)[2], uin
     for (int shift = 24; shift >= 0; shift -= 8) {
         for (int i = threadIdx.x; i < 2 * 256; i += blockDim.x) hist[i / 256][i % 256] = 0;
         __syncthreads();
+        // warp-aggregated: the lanes with the same digit add their count once (the aggregates share a few
+        // exponents, so the first passes' atomics land in a handful of bins: a 32-way conflict per warp)
+        const int lane = threadIdx.x % 32;
 #pragma unroll
         for (int i = 0; i < ITEMS; ++i)
 #pragma unroll
-            for (int z = 0; z < 2; ++z)
-                if (k[z] > 0 && (key[i] & mask) == prefix[z]) atomicAdd(&hist[z][(key[i] >> shift) & 255u], 1);
+            for (int z = 0; z < 2; ++z) {
+                if (k[z] == 0) continue;  // block-uniform
+                const bool take = (key[i] & mask) == prefix[z];
+                const unsigned bin = (key[i] >> shift) & 255u;
+                const unsigned peers = __match_any_sync(0xffffffffu, take ? bin : 0xffffffffu);
+                if (take && lane == __ffs(peers) - 1) atomicAdd(&hist[z][bin], __popc(peers));
+            }
         __syncthreads();
         const int z = threadIdx.x / 32;
         if (z < 2 && k[z] > 0) {  // warp z resolves selection z; digits from 255 down: lane l holds 255 - 8l ... 248 - 8l
-            const int lane = threadIdx.x % 32;
             int c[8], sum = 0;
 #pragma unroll
             for (int j = 0; j < 8; ++j) c[j] = hist[z][255 - (lane * 8 + j)], sum += c[j];
@@ -726,7 +715,9 @@ __global__ void estimate_partial_kernel(ClusterScoreShape s, float scale, int E,
 // clusters before computing any (their ids and sizes read once per warp up front), and the state is
 // sized for the group (the first version above keeps 8 heads x 256 dims: 191 registers, 2 blocks per
 // SM). Same grid and output. With two loads in flight and the id read before each it took 57 us at
-// 128K batch 8 on the H200 (62 MB: 1.1 TB/s; ncu).
+// 128K batch 8 on the H200 (62 MB: 1.1 TB/s; ncu); with four in flight and the ids up front, 59 us: its
+// issue slots, not its loads, bound it (80 shuffles per four clusters, then the softmax), so the dot
+// products are now reduced together (transpose_sum) and fetched per lane.
 template <int PER, int G>
 __global__ void estimate_partial_vec_kernel(ClusterScoreShape s, float scale, int E, int chunks, const int32_t* ids,
                                             const float* q, const uint16_t* cent, const uint16_t* vsum,
@@ -764,17 +755,35 @@ __global__ void estimate_partial_vec_kernel(ClusterScoreShape s, float scale, in
                 const size_t base = ((size_t)bk * M + c) * d + lane * PER;
                 load_halves<PER>(cent + base, cv[u]);
                 load_halves<PER>(vsum + base, vv[u]);
+            } else {
+#pragma unroll
+                for (int i = 0; i < PER; ++i) cv[u][i] = 0.0f;
             }
         }
+        // the U clusters' G dot products reduced together (transpose_sum: N - 1 shuffles for N = U*G sums
+        // where a butterfly per sum takes 5), then each lane fetches the sum it needs from the lane
+        // holding it: 32 shuffles for 4 clusters x 4 heads instead of 80
+        constexpr int N = U * G, SHIFT = N >= 32 ? 0 : 5 - log2_of(N);
+        static_assert(N <= 32 && (N & (N - 1)) == 0, "one sum per lane or fewer");
+        float sums[N];
+#pragma unroll
+        for (int u = 0; u < U; ++u)
+#pragma unroll
+            for (int h = 0; h < G; ++h) {
+                float a = 0;
+#pragma unroll
+                for (int i = 0; i < PER; ++i) a += qr[h][i] * cv[u][i];
+                sums[u * G + h] = a;
+            }
+        transpose_sum(sums, lane);
 #pragma unroll
         for (int u = 0; u < U; ++u) {
             if (!(n[u] > 0)) continue;  // warp-uniform: past the chunk, or an empty cluster
-            float dots[G];
-            group_dots(qr, cv[u], dots);
 #pragma unroll
             for (int h = 0; h < G; ++h) {
                 if (h >= g) break;
-                const float sc = scale * dots[h];
+                const float dot = __shfl_sync(0xffffffffu, sums[0], (u * G + h) << SHIFT);
+                const float sc = scale * dot;
                 const float mn = fmaxf(m[h], sc);
                 const float corr = __expf(m[h] - mn), p = __expf(sc - mn);
                 l[h] = l[h] * corr + n[u] * p;
