@@ -179,9 +179,14 @@ struct Job {
 };
 
 // One (trace, layer, KV head): builds every pending method, replays the steps, writes one part per run.
-void run_head(const RunConfig& cfg, const PreparedTrace& tr, const TraceReader& reader, const Job& job,
-              const std::vector<std::string>& run_ids, const std::vector<MetricInfo>& reg,
-              const ResultsDir& rd, const HardwareProfile& hw) {
+// Runs of a method that differ only in search-time parameters (ParamSpec::search: a budget sweep's k,
+// beams, wave's zones) share one build: the first is built, the others are copies of it
+// (Method::clone_built) taking their own parameters — what a fresh build would select (SharedBuild.*),
+// at the cost of a copy. Each such run's build_ms is the shared build's time (the index it searches
+// cost that to build). Returns how many runs took a copy.
+size_t run_head(const RunConfig& cfg, const PreparedTrace& tr, const TraceReader& reader, const Job& job,
+                const std::vector<std::string>& run_ids, const std::vector<MetricInfo>& reg,
+                const ResultsDir& rd, const HardwareProfile& hw) {
     const int last_step = tr.steps.back();
     ReadOptions ro;
     ro.max_steps = last_step + 1;
@@ -198,17 +203,30 @@ void run_head(const RunConfig& cfg, const PreparedTrace& tr, const TraceReader& 
         std::unique_ptr<HeadSystem> sys;  // system model: GPU block cache, traffic, model_us
     };
     std::vector<Instance> inst;
+    std::map<std::string, size_t> first_build;  // method + build parameters -> the instance built first
+    size_t shared = 0;
     const KVView prompt{slice.keys.data(), slice.values.data(), slice.prompt_len, d};
     for (size_t r : job.runs) {
         const MethodRun& mr = cfg.runs[r];
+        const MethodInfo& info = find_method(mr.method);
         Instance I;
         I.run = r;
-        I.m = find_method(mr.method).make(mr.params);
-        MethodContext c = ctx;
-        c.seed = method_seed(mr.method, mr.params, job.layer, job.kv_head);
-        const auto t0 = Clock::now();
-        I.m->build(c, prompt);
-        I.part.build_ms = secs_since(t0) * 1e3;
+        I.m = info.make(mr.params);
+        const std::string key = mr.method + "\n" + build_params(info, mr.params).dump();
+        const auto built = first_build.find(key);
+        std::unique_ptr<Method> copy = built != first_build.end() ? inst[built->second].m->clone_built(*I.m) : nullptr;
+        if (copy) {
+            I.m = std::move(copy);
+            I.part.build_ms = inst[built->second].part.build_ms;
+            ++shared;
+        } else {
+            MethodContext c = ctx;
+            c.seed = method_seed(mr.method, mr.params, job.layer, job.kv_head);
+            const auto t0 = Clock::now();
+            I.m->build(c, prompt);
+            I.part.build_ms = secs_since(t0) * 1e3;
+            if (built == first_build.end()) first_build[key] = inst.size();
+        }
         {  // system model per (run, head): lib/system/head_system.hpp
             HeadSystemContext sc;
             sc.method = mr.method;
@@ -259,6 +277,7 @@ void run_head(const RunConfig& cfg, const PreparedTrace& tr, const TraceReader& 
         I.sys->finish(I.part.kv_metrics);  // replays the GPU cache over the steps (Belady needs all)
         rd.write_part(I.part);
     }
+    return shared;
 }
 
 /// What both executions need from run_config.
@@ -282,6 +301,7 @@ std::exception_ptr run_on_cpu(const Execution& x, const std::vector<Job>& jobs, 
     std::atomic<bool> failed{false};
     std::mutex mu;
     std::exception_ptr first_error;
+    std::atomic<size_t> shared{0};
     RunProgress prog;
     prog.total = (int)jobs.size();
     prog.skipped = outcome.heads_skipped;
@@ -293,8 +313,8 @@ std::exception_ptr run_on_cpu(const Execution& x, const std::vector<Job>& jobs, 
             const size_t i = next.fetch_add(1);
             if (i >= jobs.size()) return;
             try {
-                run_head(x.cfg, x.traces[jobs[i].trace], *x.readers[jobs[i].trace], jobs[i], x.ids[jobs[i].trace],
-                         x.reg, x.rd, x.hw);
+                shared += run_head(x.cfg, x.traces[jobs[i].trace], *x.readers[jobs[i].trace], jobs[i],
+                                   x.ids[jobs[i].trace], x.reg, x.rd, x.hw);
             } catch (...) {
                 std::lock_guard<std::mutex> lk(mu);
                 if (!first_error) first_error = std::current_exception();
@@ -314,6 +334,7 @@ std::exception_ptr run_on_cpu(const Execution& x, const std::vector<Job>& jobs, 
     std::vector<std::thread> pool;
     for (int i = 0; i < threads; ++i) pool.emplace_back(worker);
     for (auto& th : pool) th.join();
+    x.session["builds_shared"] = shared.load();  // (run, head) builds replaced by a copy of another run's
     outcome.heads_run = prog.done;
     outcome.interrupted = prog.done < prog.total;
     return first_error;

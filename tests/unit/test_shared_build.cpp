@@ -5,11 +5,15 @@
 // (so a shallow copy would show); plus the seed rule and the registry helpers.
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <stdexcept>
 
+#include "bench/config.hpp"
 #include "bench/head_run.hpp"
+#include "bench/runner.hpp"
 #include "methods/params.hpp"
 #include "method_harness.hpp"
+#include "scratch_dir.hpp"
 
 using namespace retro;
 using namespace retro::method_test;
@@ -134,4 +138,45 @@ TEST(SharedBuild, SeedIgnoresSearchTimeParametersOnly) {
 TEST(SharedBuild, MarkingAnUndeclaredParameterIsAnError) {
     MethodInfo m = find_method("faiss_flat");
     EXPECT_THROW(mark_search_params(m, {"no_such"}), std::logic_error);
+}
+
+// The runner (retro-bench run) builds a method once per head for the points of a sweep that differ only
+// in search-time parameters and replays the others on copies: a sweep's records equal its points run
+// one at a time (every metric but the measured times), the manifest counts the copies, and the points
+// sharing a build report that build's time.
+TEST(SharedBuild, TheRunnerSharesBuildsAcrossABudgetSweep) {
+    test::ScratchDir dir;
+    const nlohmann::json trace = {{"path", dir.path + "/synth.h5"},
+                                  {"synth", {{"preset", "smollm2"}, {"num_layers", 1}, {"prompt_len", 600},
+                                             {"decode_steps", 4}}}};
+    const nlohmann::json hnsw = {{"name", "faiss_hnsw"}, {"params", {{"sink", 4}, {"window", 32}, {"k", {10, 40}}}}};
+    const nlohmann::json wave = {{"name", "wave"},
+                                 {"params", {{"retrieval", {4, 9}}, {"segment", 256}, {"update_segment", 64}}}};
+    const auto run = [&](const std::string& name, const nlohmann::json& methods) {
+        const nlohmann::json j = {{"name", name}, {"traces", nlohmann::json::array({trace})}, {"kv_heads", {0, 1}},
+                                  {"metrics", {{"recall_k", {10}}}}, {"methods", methods}};
+        RunnerOptions opt;
+        opt.results_root = dir.path + "/results";
+        return run_config(parse_config(j, name + ".json"), opt);
+    };
+    const RunOutcome sweep = run("sweep", nlohmann::json::array({hnsw, wave}));
+    ASSERT_EQ(sweep.records.size(), 4u);
+    std::ifstream mf(sweep.dir + "/manifest.json");
+    const nlohmann::json manifest = nlohmann::json::parse(mf);
+    EXPECT_EQ(manifest.at("sessions").back().at("builds_shared"), 4) << "2 heads x (hnsw k=40, wave retrieval=9)";
+    const auto metric = [](const nlohmann::json& r, const char* m) { return r.at("metrics").at(m).at("mean"); };
+    EXPECT_EQ(metric(sweep.records[0], "build_ms"), metric(sweep.records[1], "build_ms")) << "one HNSW build per head";
+    size_t i = 0;
+    for (const nlohmann::json& m : {hnsw, wave})
+        for (const nlohmann::json& v : m["params"].at(m["name"] == "wave" ? "retrieval" : "k")) {
+            nlohmann::json one = m;
+            one["params"][m["name"] == "wave" ? "retrieval" : "k"] = v;
+            const RunOutcome alone = run("alone" + std::to_string(i), nlohmann::json::array({one}));
+            ASSERT_EQ(alone.records.size(), 1u);
+            const nlohmann::json& a = alone.records[0];
+            const nlohmann::json& s = sweep.records[i++];
+            EXPECT_EQ(a.at("params"), s.at("params"));
+            for (const char* k : {"recall@10", "mass", "out_err", "exact_frac", "scan_ops", "h2d_bytes"})
+                EXPECT_EQ(metric(a, k), metric(s, k)) << s.at("params").dump() << " " << k;
+        }
 }
