@@ -24,4 +24,6 @@ printf 'int openblas_get_num_threads(void){return 1;}\nvoid openblas_set_num_thr
 cp "$bin" "$out/retro_unit_tests"
 missing=$(LD_LIBRARY_PATH=$out/lib ldd "$out/retro_unit_tests" | grep "not found" || true)
 [[ -z $missing ]] || { echo "carry-tests: unresolved: $missing" >&2; exit 1; }
+# the revision the carried binaries were built from (the device has no .git): lease-run.sh reports it
+git -C "$root" describe --always --dirty --abbrev=12 > "$out/REVISION" 2>/dev/null || echo unknown > "$out/REVISION"
 du -sh "$out"

@@ -30,6 +30,8 @@ hw=${RETRO_HARDWARE:-h100-sxm-pcie5}
 mkdir -p "$out"
 source "$root/scripts/gpu/cudnn-env.sh"  # cuDNN from PyTorch's wheel, for the full-cudnn rows
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv > "$out/device.txt" 2>&1
+[[ -f $root/build-gpu/REVISION ]] && cp "$root/build-gpu/REVISION" "$out/revision.txt" &&
+  echo "carried build: $(cat "$out/revision.txt")"
 t0=$SECONDS
 "$bin" --out "$out/checks" --checks-only > "$out/checks.log" 2>&1
 rc=$?
