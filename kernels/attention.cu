@@ -129,6 +129,29 @@ __device__ inline void transpose_sum(float (&v)[N], int lane) {
 
 __host__ __device__ constexpr int log2_of(int n) { return n <= 1 ? 0 : 1 + log2_of(n / 2); }
 
+/// After transpose_sum of N <= 32 values per lane, lane l holds sum number l >> transposed_shift(N).
+__host__ __device__ constexpr int transposed_shift(int n) { return n >= 32 ? 0 : 5 - log2_of(n); }
+
+// The G dot products of K clusters with the G queries, summed over the warp: lane l holds dims
+// [l*PER, l*PER + PER) of each query (qr) and of each cluster row (c[0..K)); afterwards v[0] of lane l is
+// the dot product number idx = l >> transposed_shift(K*G), cluster idx / G, query head idx % G. Shared by
+// the scores and the estimation kernels.
+template <int K, int G, int PER>
+__device__ __forceinline__ void warp_cluster_dots(const float (&qr)[G][PER], const float (*c)[PER], float (&v)[K * G],
+                                                  int lane) {
+    static_assert(K * G <= 32 && ((K * G) & (K * G - 1)) == 0, "one sum per lane or fewer");
+#pragma unroll
+    for (int k = 0; k < K; ++k)
+#pragma unroll
+        for (int h = 0; h < G; ++h) {
+            float a = 0;
+#pragma unroll
+            for (int i = 0; i < PER; ++i) a += qr[h][i] * c[k][i];
+            v[k * G + h] = a;
+        }
+    transpose_sum(v, lane);
+}
+
 template <int PER, int G>
 __global__ void cluster_scores_vec_kernel(ClusterScoreShape s, float scale, const float* q, const uint16_t* cent,
                                           const uint8_t* valid, float* scores) {
@@ -154,23 +177,12 @@ __global__ void cluster_scores_vec_kernel(ClusterScoreShape s, float scale, cons
     // KC clusters' G dot products reduced together (N = KC * G sums, 32 where the warp's clusters allow:
     // one sum per lane) by transpose_sum: ~1 shuffle per sum instead of a butterfly's 5, which made this
     // kernel shuffle-bound (16 clusters x 4 heads x 5 = 320 shuffles per warp against 4 KB of loads)
-    constexpr int KC = 32 / G < kClustersPerWarp ? 32 / G : kClustersPerWarp, N = KC * G;
-    constexpr int SHIFT = N >= 32 ? 0 : 5 - log2_of(N);
-    static_assert(N <= 32 && (N & (N - 1)) == 0, "one sum per lane or fewer");
+    constexpr int KC = 32 / G < kClustersPerWarp ? 32 / G : kClustersPerWarp, SHIFT = transposed_shift(KC * G);
 #pragma unroll
     for (int k0 = 0; k0 < kClustersPerWarp; k0 += KC) {
         if (j0 + k0 >= M) break;  // warp-uniform
-        float v[N];
-#pragma unroll
-        for (int k = 0; k < KC; ++k)
-#pragma unroll
-            for (int h = 0; h < G; ++h) {
-                float a = 0;
-#pragma unroll
-                for (int i = 0; i < PER; ++i) a += qr[h][i] * c[k0 + k][i];
-                v[k * G + h] = a;
-            }
-        transpose_sum(v, lane);
+        float v[KC * G];
+        warp_cluster_dots<KC>(qr, c + k0, v, lane);
         const int idx = lane >> SHIFT, k = idx / G, h = idx % G, j = j0 + k0 + k;
         if ((lane & ((1 << SHIFT) - 1)) == 0 && h < g && j < M) {
             const bool ok = valid == nullptr || valid[(size_t)bk * M + j] != 0;
@@ -763,19 +775,9 @@ __global__ void estimate_partial_vec_kernel(ClusterScoreShape s, float scale, in
         // the U clusters' G dot products reduced together (transpose_sum: N - 1 shuffles for N = U*G sums
         // where a butterfly per sum takes 5), then each lane fetches the sum it needs from the lane
         // holding it: 32 shuffles for 4 clusters x 4 heads instead of 80
-        constexpr int N = U * G, SHIFT = N >= 32 ? 0 : 5 - log2_of(N);
-        static_assert(N <= 32 && (N & (N - 1)) == 0, "one sum per lane or fewer");
-        float sums[N];
-#pragma unroll
-        for (int u = 0; u < U; ++u)
-#pragma unroll
-            for (int h = 0; h < G; ++h) {
-                float a = 0;
-#pragma unroll
-                for (int i = 0; i < PER; ++i) a += qr[h][i] * cv[u][i];
-                sums[u * G + h] = a;
-            }
-        transpose_sum(sums, lane);
+        constexpr int SHIFT = transposed_shift(U * G);
+        float sums[U * G];
+        warp_cluster_dots<U>(qr, cv, sums, lane);
 #pragma unroll
         for (int u = 0; u < U; ++u) {
             if (!(n[u] > 0)) continue;  // warp-uniform: past the chunk, or an empty cluster
