@@ -501,6 +501,27 @@ void reference_decode(const std::vector<float>& q, const Half& K, const Half& V,
     }
 }
 
+// One decode check case's shape and random inputs, drawn in this order from rng: q [B, Hkv*g, d] f32
+// (normal, sigma qsigma), then K and V [B*Hkv, cap, d] fp16; the tag names the shape in the reports.
+// Shared by the checks of decode_attention, LibraryDecode and CudnnDecode.
+struct DecodeInputs {
+    DecodeShape s;
+    int nbk = 0, Hq = 0;  // B*Hkv requests, Hkv*g query heads
+    std::vector<float> q;
+    Half K, V;
+    std::string tag;
+};
+DecodeInputs decode_inputs(int B, int Hkv, int g, int cap, int d, float qsigma, std::mt19937& rng) {
+    DecodeInputs x;
+    x.s.batch = B, x.s.kv_heads = Hkv, x.s.group = g, x.s.d = d, x.s.capacity = cap;
+    x.nbk = B * Hkv, x.Hq = Hkv * g;
+    x.q = random_float((size_t)B * x.Hq * d, rng, qsigma);
+    x.K = random_half((size_t)x.nbk * cap * d, rng);
+    x.V = random_half((size_t)x.nbk * cap * d, rng);
+    x.tag = fmt("B=%g Hkv=%g g=%g cap=%g d=%g", B, Hkv, g, cap, d);
+    return x;
+}
+
 void check_decode(Checker& c) {
     struct Case { int B, Hkv, g, cap, split, d; bool lens, extra; float qsigma; };
     const Case cases[] = {{1, 1, 1, 1, 512, 128, false, false, 1.0f},    {2, 2, 4, 1000, 128, 128, true, false, 2.0f},
@@ -508,11 +529,12 @@ void check_decode(Checker& c) {
                           {3, 1, 4, 700, 100, 128, true, true, 1.0f},    {1, 8, 4, 9000, 512, 128, false, false, 1.0f}};
     std::mt19937 rng(99);
     for (const Case& k : cases) {
-        DecodeShape s;
-        s.batch = k.B, s.kv_heads = k.Hkv, s.group = k.g, s.d = k.d, s.capacity = k.cap, s.split = k.split;
-        const int nbk = k.B * k.Hkv, Hq = k.Hkv * k.g;
-        const auto q = random_float((size_t)k.B * Hq * k.d, rng, k.qsigma);
-        const Half K = random_half((size_t)nbk * k.cap * k.d, rng), V = random_half((size_t)nbk * k.cap * k.d, rng);
+        DecodeInputs x = decode_inputs(k.B, k.Hkv, k.g, k.cap, k.d, k.qsigma, rng);
+        DecodeShape& s = x.s;
+        s.split = k.split;
+        const int nbk = x.nbk, Hq = x.Hq;
+        const auto& q = x.q;
+        const Half &K = x.K, &V = x.V;
         std::vector<int32_t> lens((size_t)nbk, k.cap);
         if (k.lens) {
             std::uniform_int_distribution<int> ld(0, k.cap);
@@ -539,8 +561,7 @@ void check_decode(Checker& c) {
         std::vector<float> rout, rlse;
         reference_decode(q, K, V, lens, k.B, k.Hkv, k.g, k.cap, k.d, k.extra ? &xo : nullptr, k.extra ? &xl : nullptr,
                          rout, rlse);
-        const std::string tag = fmt("B=%g Hkv=%g g=%g cap=%g d=%g", k.B, k.Hkv, k.g, k.cap, k.d) +
-                                fmt(" split=%g lens=%g extra=%g", k.split, k.lens, k.extra);
+        const std::string tag = x.tag + fmt(" split=%g lens=%g extra=%g", k.split, k.lens, k.extra);
         c.expect_close(tag + " out", out.data(), rout.data(), out.size(), kTolAttention);
         c.expect_close(tag + " lse", lse.data(), rlse.data(), lse.size(), kTolLse);
     }
@@ -566,14 +587,13 @@ void check_library_decode(Checker& c) {
             c.expect(false, "library decode unavailable: " + why);
             return;
         }
-        DecodeShape s;
-        s.batch = k.B, s.kv_heads = k.Hkv, s.group = k.g, s.d = k.d, s.capacity = k.cap;
-        const int nbk = k.B * k.Hkv, Hq = k.Hkv * k.g;
-        const auto q = random_float((size_t)k.B * Hq * k.d, rng, k.qsigma);
-        const Half K = random_half((size_t)nbk * k.cap * k.d, rng), V = random_half((size_t)nbk * k.cap * k.d, rng);
+        const DecodeInputs x = decode_inputs(k.B, k.Hkv, k.g, k.cap, k.d, k.qsigma, rng);
+        const int nbk = x.nbk, Hq = x.Hq;
+        const auto& q = x.q;
+        const Half &K = x.K, &V = x.V;
         auto dq = upload(q);
         auto dk = upload(K.bits), dv = upload(V.bits);
-        LibraryDecode lib(s, 16);
+        LibraryDecode lib(x.s, 16);
         std::vector<int32_t> lens((size_t)nbk);
         std::uniform_int_distribution<int> ld(1, std::max(1, k.cap - 1));
         for (auto& l : lens) l = ld(rng);
@@ -589,8 +609,7 @@ void check_library_decode(Checker& c) {
             std::vector<float> rout, rlse;
             reference_decode(q, K, V, lens, k.B, k.Hkv, k.g, k.cap, k.d, extra ? &xo : nullptr, extra ? &xl : nullptr,
                              rout, rlse);
-            const std::string tag = fmt("B=%g Hkv=%g g=%g cap=%g d=%g", k.B, k.Hkv, k.g, k.cap, k.d) +
-                                    (extra ? std::string(" plan 1 + extra state") : fmt(" plan %g", round));
+            const std::string tag = x.tag + (extra ? std::string(" plan 1 + extra state") : fmt(" plan %g", round));
             auto dlens = upload(lens);
             // the lengths from the host (FlashInfer's planner), then from device memory (plan_device: wave's
             // device-resident step) split as the device's SM count asks, unsplit, and in 3 tiles; the next
@@ -639,11 +658,10 @@ void check_cudnn_decode(Checker& c) {
             c.expect(false, "cudnn decode unavailable: " + why);
             return;
         }
-        DecodeShape s;
-        s.batch = k.B, s.kv_heads = k.Hkv, s.group = k.g, s.d = k.d, s.capacity = k.cap;
-        const int nbk = k.B * k.Hkv, Hq = k.Hkv * k.g;
-        auto q = random_float((size_t)k.B * Hq * k.d, rng, k.qsigma);
-        const Half K = random_half((size_t)nbk * k.cap * k.d, rng), V = random_half((size_t)nbk * k.cap * k.d, rng);
+        DecodeInputs x = decode_inputs(k.B, k.Hkv, k.g, k.cap, k.d, k.qsigma, rng);
+        const int nbk = x.nbk, Hq = x.Hq;
+        auto& q = x.q;
+        const Half &K = x.K, &V = x.V;
         std::vector<int32_t> item((size_t)k.B);
         std::uniform_int_distribution<int> ld(1, k.cap);
         for (auto& l : item) l = ld(rng);
@@ -657,15 +675,14 @@ void check_cudnn_decode(Checker& c) {
         for (float& x : q) x = half_to_float(float_to_half(x));  // what cuDNN computes with
         std::vector<float> rout, rlse;
         reference_decode(q, K, V, lens, k.B, k.Hkv, k.g, k.cap, k.d, nullptr, nullptr, rout, rlse);
-        CudnnDecode dnn(s);
+        CudnnDecode dnn(x.s);
         DeviceBuffer<float> dout((size_t)k.B * Hq * k.d), dlse((size_t)k.B * Hq);
         poison(dout), poison(dlse);
         dnn.run(dq.get(), dk.get(), dv.get(), dl.get(), dout.get(), dlse.get());
         synchronize();
         const auto out = download(dout), lse = download(dlse);
-        const std::string tag = fmt("B=%g Hkv=%g g=%g cap=%g d=%g", k.B, k.Hkv, k.g, k.cap, k.d);
-        c.expect_close(tag + " out", out.data(), rout.data(), out.size(), 2e-3);
-        c.expect_close(tag + " lse", lse.data(), rlse.data(), lse.size(), kTolLse);
+        c.expect_close(x.tag + " out", out.data(), rout.data(), out.size(), 2e-3);
+        c.expect_close(x.tag + " lse", lse.data(), rlse.data(), lse.size(), kTolLse);
     }
     // a head_dim cuDNN's fused attention does not take is refused by name before any work
     DecodeShape s;
