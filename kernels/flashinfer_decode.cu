@@ -149,8 +149,7 @@ __global__ void __launch_bounds__(kScheduleThreads)
     int tiles[kSchedulePer], mine = 0;
 #pragma unroll
     for (int i = 0; i < kSchedulePer; ++i) tiles[i] = (pages[i] + chunk - 1) / chunk, mine += tiles[i];
-    __syncthreads();
-    int first = 0, total = 0;
+    int first = 0, total = 0;  // the scan has storage of its own: no barrier needed before it
     Scan(scan).ExclusiveSum(mine, first, total);
 #pragma unroll
     for (int i = 0; i < kSchedulePer; ++i) {
