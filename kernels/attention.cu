@@ -333,22 +333,17 @@ __device__ void top_k_masks(const uint32_t (&key)[ITEMS], const int (&K)[2], uin
     for (int shift = 24; shift >= 0; shift -= 8) {
         for (int i = threadIdx.x; i < 2 * 256; i += blockDim.x) hist[i / 256][i % 256] = 0;
         __syncthreads();
-        // warp-aggregated: the lanes with the same digit add their count once (the aggregates share a few
-        // exponents, so the first passes' atomics land in a handful of bins: a 32-way conflict per warp)
-        const int lane = threadIdx.x % 32;
+        // plain shared atomics: warp-aggregating them with __match_any_sync (the first passes' digits share
+        // a few exponents) made the select 11 us slower at 128K batch 1 on the H200 (rank 57 -> 68 us)
 #pragma unroll
         for (int i = 0; i < ITEMS; ++i)
 #pragma unroll
-            for (int z = 0; z < 2; ++z) {
-                if (k[z] == 0) continue;  // block-uniform
-                const bool take = (key[i] & mask) == prefix[z];
-                const unsigned bin = (key[i] >> shift) & 255u;
-                const unsigned peers = __match_any_sync(0xffffffffu, take ? bin : 0xffffffffu);
-                if (take && lane == __ffs(peers) - 1) atomicAdd(&hist[z][bin], __popc(peers));
-            }
+            for (int z = 0; z < 2; ++z)
+                if (k[z] > 0 && (key[i] & mask) == prefix[z]) atomicAdd(&hist[z][(key[i] >> shift) & 255u], 1);
         __syncthreads();
         const int z = threadIdx.x / 32;
         if (z < 2 && k[z] > 0) {  // warp z resolves selection z; digits from 255 down: lane l holds 255 - 8l ... 248 - 8l
+            const int lane = threadIdx.x % 32;
             int c[8], sum = 0;
 #pragma unroll
             for (int j = 0; j < 8; ++j) c[j] = hist[z][255 - (lane * 8 + j)], sum += c[j];

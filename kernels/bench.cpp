@@ -104,8 +104,11 @@ DeviceCeilings measure_ceilings(bool quick) {
 std::vector<BenchRow> run_benches(const BenchOptions& o, const DeviceCeilings& c) {
     std::vector<BenchRow> rows;
     const int reps = o.quick ? 5 : o.reps;
-    const std::vector<int> Ns = o.quick ? std::vector<int>{32768} : std::vector<int>{32768, 131072};
-    const std::vector<int> Bs = o.quick ? std::vector<int>{1, 8} : std::vector<int>{1, 8, 16, 32, 64};
+    std::vector<int> Ns = o.quick ? std::vector<int>{32768} : std::vector<int>{32768, 131072};
+    std::vector<int> Bs = o.quick ? std::vector<int>{1, 8} : std::vector<int>{1, 8, 16, 32, 64};
+    if (!o.contexts.empty()) Ns = o.contexts;
+    if (!o.batches.empty()) Bs = o.batches, std::sort(Bs.begin(), Bs.end());
+    const auto want = [&](const char* group) { return o.only.empty() || std::string(group).find(o.only) != std::string::npos; };
     const int Bmax = Bs.back();
     std::mt19937 rng(5);
 
@@ -117,7 +120,7 @@ std::vector<BenchRow> run_benches(const BenchOptions& o, const DeviceCeilings& c
     std::fill_n(h_v, (size_t)cpu_tokens * kD, (uint16_t)0x3800);
 
     // ---- pinned gather: 16-token clusters from random places of the CPU store ----
-    {
+    if (want("gather")) {
         const int64_t segs_n = cpu_tokens / kTokensPerCluster / 2;
         DeviceBuffer<uint16_t> ek((size_t)segs_n * kTokensPerCluster * kD), ev(ek.size());
         std::vector<CopySegment> segs;
@@ -136,6 +139,7 @@ std::vector<BenchRow> run_benches(const BenchOptions& o, const DeviceCeilings& c
     }
 
     for (const int N : Ns) {
+        if (!want("full_decode") && !want("wave_step")) break;
         // ---- full-attention decode over all KV in GPU memory ----
         DecodeShape fs;
         fs.kv_heads = kHkv, fs.group = kG, fs.d = kD, fs.capacity = N, fs.split = 512;
@@ -161,7 +165,7 @@ std::vector<BenchRow> run_benches(const BenchOptions& o, const DeviceCeilings& c
                                   2.0 * B * kHkv * (double)N * kD * 2, c.d2d_bytes_per_s, "D2D copy"));
         }
         // the library baseline on the same KV (FlashInfer's batch decode, planned outside the timing)
-        if (library_decode_unsupported(kD, kG).empty())
+        if (want("full_decode") && library_decode_unsupported(kD, kG).empty())
             for (const int B : Bs) {
                 fs.batch = B;
                 LibraryDecode lib(fs, 16);
@@ -172,6 +176,27 @@ std::vector<BenchRow> run_benches(const BenchOptions& o, const DeviceCeilings& c
                                       shape("B=%ld N=%ld Hq=%ld Hkv=%ld d=%ld", B, N, kHq, kHkv, kD), us,
                                       2.0 * B * kHkv * (double)N * kD * 2, c.d2d_bytes_per_s, "D2D copy"));
             }
+
+        // cuDNN's fused attention on the same KV: the harness's graph (stats, lengths as a padding mask)
+        // and PyTorch's at inference (no stats, the exact length, no mask), each plan built outside the timing
+        if (want("full_decode") && cudnn_decode_unsupported(kD, kG).empty())
+            for (const int B : Bs)
+                for (const bool stats : {true, false})
+                    for (const bool exact : {false, true}) {
+                        fs.batch = B;
+                        CudnnDecodeOptions co;
+                        co.stats = stats, co.exact_len = exact ? N : 0;
+                        CudnnDecode dnn(fs, co);
+                        const std::vector<int32_t> lens_h((size_t)B, N);
+                        auto lens = upload(lens_h);
+                        const double us =
+                            median_us([&] { dnn.run(dq.get(), K.get(), V.get(), lens.get(), out.get(), lse.get()); }, reps);
+                        rows.push_back(bw_row(std::string("full_decode_cudnn") + (stats ? "" : "_nostats") +
+                                                  (exact ? "_exact" : "_padded"),
+                                              shape("B=%ld N=%ld Hq=%ld Hkv=%ld d=%ld", B, N, kHq, kHkv, kD), us,
+                                              2.0 * B * kHkv * (double)N * kD * 2, c.d2d_bytes_per_s, "D2D copy"));
+                    }
+        if (!want("wave_step")) continue;
 
         // ---- wave decode step per layer (RetroInfer §4): rank, estimate, assemble, attend + merge ----
         const int M = N / kTokensPerCluster;
@@ -272,7 +297,7 @@ std::vector<BenchRow> run_benches(const BenchOptions& o, const DeviceCeilings& c
     pinned_free(h_k), pinned_free(h_v);
 
     // ---- k-means (one KV head's 32K prompt keys, the wave index build) ----
-    {
+    if (want("kmeans")) {
         const int n = o.quick ? 8192 : 32768, d = kD;
         std::normal_distribution<float> nd;
         std::vector<float> x((size_t)n * d);

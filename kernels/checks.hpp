@@ -33,6 +33,9 @@ struct BenchRow {
 struct BenchOptions {
     bool quick = false;  ///< fewer shapes and repetitions (a smoke run)
     int reps = 20;       ///< timed repetitions (median reported)
+    std::string only;    ///< "" every group; else the groups whose name contains it: gather, full_decode
+                         ///< (own, FlashInfer, cuDNN's variants), wave_step, kmeans
+    std::vector<int> contexts, batches;  ///< the N and B grid of full_decode and wave_step; empty: defaults
 };
 
 /// Runs every microbenchmark: full decode (B x N grid), wave decode step per layer vs full, pinned

@@ -337,17 +337,26 @@ std::string cudnn_decode_unsupported(int d, int group);
 /// K, V: [B*Hkv, capacity, d] fp16; q: [B, Hkv*g, d] f32 (narrowed to fp16 for cuDNN, which takes one
 /// dtype for Q, K and V); out: [B, Hkv*g, d] f32 (cuDNN's fp16 output widened); lse: [B, Hkv*g] f32
 /// natural log (cuDNN's softmax stats) or null.
+/// How CudnnDecode builds its graph. The defaults give the LSE and take ragged lengths; PyTorch's SDPA at
+/// inference builds {stats = false, exact_len = the length}: no softmax stats, no mask, a graph per shape.
+struct CudnnDecodeOptions {
+    bool stats = true;  ///< the softmax stats as an output (run's d_lse); false: d_lse is left untouched
+    int exact_len = 0;  ///< > 0: every sequence holds exactly this many tokens (<= capacity; no padding
+                        ///< mask, run's d_lens unused); 0: d_lens as the padding mask
+};
+
 class CudnnDecode {
   public:
     /// Builds cuDNN's plan for the shape (heuristics, then the first engine that supports it; seconds,
     /// once). Throws ParamError naming the reason when cudnn_decode_unsupported(s.d, s.group) is not "",
     /// or when cuDNN refuses the graph.
-    explicit CudnnDecode(const DecodeShape& s);
+    explicit CudnnDecode(const DecodeShape& s, const CudnnDecodeOptions& o = {});
     ~CudnnDecode();
     CudnnDecode(const CudnnDecode&) = delete;
     CudnnDecode& operator=(const CudnnDecode&) = delete;
     /// The attention of each batch item over its first d_lens[b] tokens (every KV head of an item the
-    /// same length, as a serving engine's sequence; d_lens: [B] int32 in device memory, 1..capacity).
+    /// same length, as a serving engine's sequence; d_lens: [B] int32 in device memory, 1..capacity), or
+    /// over exactly options.exact_len tokens when that is set (d_lens unused, may be null).
     void run(const float* d_q, const uint16_t* d_k, const uint16_t* d_v, const int32_t* d_lens, float* d_out,
              float* d_lse, void* stream = nullptr);
 

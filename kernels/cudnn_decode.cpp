@@ -10,7 +10,9 @@
 // primary context, so the buffers and the stream this process made are the ones cuDNN uses.
 //
 // Layout: Q [B, Hq, 1, d], K/V [B, Hkv, capacity, d] (the harness's [B*Hkv, capacity, d] read in place),
-// O [B, Hq, 1, d], stats [B, Hq, 1, 1]; each batch item's KV length is the padding mask's seq_len_kv.
+// O [B, Hq, 1, d], stats [B, Hq, 1, 1]; each batch item's KV length is the padding mask's seq_len_kv, or,
+// with CudnnDecodeOptions::exact_len, the graph's own sequence length (K/V [B, Hkv, exact_len, d] with the
+// capacity's strides, no mask: the graph PyTorch builds for a dense call, rebuilt per length).
 #include <dlfcn.h>
 
 #include <cmath>
@@ -91,6 +93,7 @@ std::string cudnn_decode_unsupported(int d, int) {
 
 struct CudnnDecode::Impl {
     DecodeShape s;
+    CudnnDecodeOptions o;
     cudnnHandle_t handle = nullptr;
     fe::graph::Graph graph;
     DeviceBuffer<char> workspace;
@@ -102,16 +105,20 @@ struct CudnnDecode::Impl {
     }
 };
 
-CudnnDecode::CudnnDecode(const DecodeShape& s) : impl_(nullptr) {
+CudnnDecode::CudnnDecode(const DecodeShape& s, const CudnnDecodeOptions& o) : impl_(nullptr) {
     const std::string why = cudnn_decode_unsupported(s.d, s.group);
     if (!why.empty()) throw ParamError("cudnn decode: " + why);
     if (s.batch < 1 || s.kv_heads < 1 || s.group < 1 || s.capacity < 1)
         throw ParamError("cudnn decode: batch, kv heads, group and capacity must be positive");
+    if (o.exact_len < 0 || o.exact_len > s.capacity)
+        throw ParamError("cudnn decode: exact_len " + std::to_string(o.exact_len) + " outside 0.." +
+                         std::to_string(s.capacity) + " (the capacity)");
     auto m = std::make_unique<Impl>();
-    m->s = s;
+    m->s = s, m->o = o;
     if (fe::detail::create_handle(&m->handle) != CUDNN_STATUS_SUCCESS)
         throw Error("cudnn decode: cudnnCreate failed (no device, or a cuDNN built for another CUDA)");
     const int64_t B = s.batch, Hkv = s.kv_heads, Hq = (int64_t)s.kv_heads * s.group, S = s.capacity, d = s.d;
+    const int64_t L = o.exact_len > 0 ? o.exact_len : S;  // the rows the graph reads of each capacity
     auto& g = m->graph;
     g.set_io_data_type(fe::DataType_t::HALF)
         .set_intermediate_data_type(fe::DataType_t::FLOAT)
@@ -120,22 +127,22 @@ CudnnDecode::CudnnDecode(const DecodeShape& s) : impl_(nullptr) {
         return g.tensor(fe::graph::Tensor_attributes().set_name(name).set_uid(uid).set_dim(dim).set_stride(stride));
     };
     auto Q = tensor("Q", kQ, {B, Hq, 1, d}, {Hq * d, d, d, 1});
-    auto K = tensor("K", kK, {B, Hkv, S, d}, {Hkv * S * d, S * d, d, 1});
-    auto V = tensor("V", kV, {B, Hkv, S, d}, {Hkv * S * d, S * d, d, 1});
-    auto seq_q = tensor("seq_q", kSeqQ, {B, 1, 1, 1}, {1, 1, 1, 1});
-    auto seq_kv = tensor("seq_kv", kSeqKv, {B, 1, 1, 1}, {1, 1, 1, 1});
-    seq_q->set_data_type(fe::DataType_t::INT32);
-    seq_kv->set_data_type(fe::DataType_t::INT32);
+    auto K = tensor("K", kK, {B, Hkv, L, d}, {Hkv * S * d, S * d, d, 1});
+    auto V = tensor("V", kV, {B, Hkv, L, d}, {Hkv * S * d, S * d, d, 1});
     auto opts = fe::graph::SDPA_attributes()
                     .set_name("decode")
-                    .set_generate_stats(true)
-                    .set_attn_scale(s.scale != 0 ? s.scale : 1.0f / std::sqrt((float)s.d))
-                    .set_padding_mask(true)
-                    .set_seq_len_q(seq_q)
-                    .set_seq_len_kv(seq_kv);
+                    .set_generate_stats(o.stats)
+                    .set_attn_scale(s.scale != 0 ? s.scale : 1.0f / std::sqrt((float)s.d));
+    if (o.exact_len == 0) {
+        auto seq_q = tensor("seq_q", kSeqQ, {B, 1, 1, 1}, {1, 1, 1, 1});
+        auto seq_kv = tensor("seq_kv", kSeqKv, {B, 1, 1, 1}, {1, 1, 1, 1});
+        seq_q->set_data_type(fe::DataType_t::INT32);
+        seq_kv->set_data_type(fe::DataType_t::INT32);
+        opts.set_padding_mask(true).set_seq_len_q(seq_q).set_seq_len_kv(seq_kv);
+    }
     auto [O, stats] = g.sdpa(Q, K, V, opts);
     O->set_output(true).set_uid(kO).set_dim({B, Hq, 1, d}).set_stride({Hq * d, d, d, 1});
-    stats->set_output(true).set_uid(kStats).set_data_type(fe::DataType_t::FLOAT);
+    if (o.stats) stats->set_output(true).set_uid(kStats).set_data_type(fe::DataType_t::FLOAT);
     ok(g.build(m->handle, {fe::HeurMode_t::A}), "no cuDNN engine builds this attention");
     int64_t ws = 0;
     ok(g.get_workspace_size(ws), "workspace size");
@@ -158,14 +165,12 @@ void CudnnDecode::run(const float* q, const uint16_t* K, const uint16_t* V, cons
     if (fe::detail::set_stream(m.handle, static_cast<cudaStream_t>(stream)) != CUDNN_STATUS_SUCCESS)
         throw Error("cudnn decode: cudnnSetStream failed");
     narrow_to_half(q, m.q16.get(), n, stream);
-    float* st = lse ? lse : m.stats.get();  // stats [B, Hq, 1, 1] f32 = the lse layout [B, Hq]
     std::unordered_map<int64_t, void*> ptrs = {{kQ, m.q16.get()},
                                                {kK, const_cast<uint16_t*>(K)},
                                                {kV, const_cast<uint16_t*>(V)},
-                                               {kO, m.o16.get()},
-                                               {kStats, st},
-                                               {kSeqQ, m.ones.get()},
-                                               {kSeqKv, const_cast<int32_t*>(lens)}};
+                                               {kO, m.o16.get()}};
+    if (m.o.stats) ptrs[kStats] = lse ? lse : m.stats.get();  // stats [B, Hq, 1, 1] f32 = the lse layout [B, Hq]
+    if (m.o.exact_len == 0) ptrs[kSeqQ] = m.ones.get(), ptrs[kSeqKv] = const_cast<int32_t*>(lens);
     fe::error_t e = m.graph.execute(m.handle, ptrs, m.workspace.get());
     if (e.is_bad()) throw Error("cudnn decode: execute: " + e.get_message());
     widen_from_half(m.o16.get(), out, n, stream);

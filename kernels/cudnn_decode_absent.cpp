@@ -12,7 +12,7 @@ std::string cudnn_decode_unsupported(int, int) {
 
 struct CudnnDecode::Impl {};
 
-CudnnDecode::CudnnDecode(const DecodeShape& s) : impl_(nullptr) {
+CudnnDecode::CudnnDecode(const DecodeShape& s, const CudnnDecodeOptions&) : impl_(nullptr) {
     throw ParamError("cudnn decode: " + cudnn_decode_unsupported(s.d, s.group));
 }
 CudnnDecode::~CudnnDecode() = default;

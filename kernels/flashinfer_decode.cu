@@ -10,6 +10,7 @@
 // r*(capacity/P) + p of a pool whose page stride is P*d (HND layout with one head), so no copy is made.
 // q: [B*Hkv, g, d] f32 (= [B, Hq, d]) is request r's row r*g*d; out the same; lse per query head.
 // FlashInfer's LSE is base 2: run() converts it to the natural log the harness uses.
+#include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -104,53 +105,53 @@ __global__ void page_table_kernel(const int32_t* lens, int requests, int page, i
 // FlashInfer's CUDA-graph padding), so the launch needs no length from the host. Splitting by the
 // capacity instead (the first version) left the execution buffers, mostly shorter than their capacity, in
 // too few tiles: wave's attend took 139 us at 128K batch 8 on the H200 against 37 us with the host plan.
-// One block of kScheduleThreads; thread t owns requests [t*per, t*per + per) (requests <= 16 * threads).
-// Each step of the search sums the tiles with one warp reduction and one barrier (per-warp sums
-// double-buffered by the step's parity): the first version's 1024-thread cub reductions took 10 us per
-// schedule on the H200 (ncu, 128K batch 1 and 8), a tenth of a batch-1 wave step.
-constexpr int kScheduleThreads = 256, kSchedulePer = 16, kScheduleWarps = kScheduleThreads / 32;
+// One block of kScheduleThreads; thread t owns requests [t*per, t*per + per) (requests <= 4 * threads).
+// cub's block reductions: a version with 256 threads of 16 requests, warp reductions and one barrier per
+// search step made wave's attend 5 us slower at 128K batch 1 and 13 us at batch 8 on the H200.
+constexpr int kScheduleThreads = 1024, kSchedulePer = 4;
+struct MaxOp {
+    __device__ int operator()(int a, int b) const { return a > b ? a : b; }
+};
 __global__ void __launch_bounds__(kScheduleThreads)
     device_schedule_kernel(const int32_t* lens, int requests, int page, int min_pages, int grid, int32_t* request,
                            int32_t* tile, int32_t* o_indptr, bool* valid, int32_t* chunk_out) {
+    using Reduce = cub::BlockReduce<int, kScheduleThreads>;
     using Scan = cub::BlockScan<int, kScheduleThreads>;
-    __shared__ typename Scan::TempStorage scan;
-    __shared__ int part[2][kScheduleWarps];
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, r0 = threadIdx.x * kSchedulePer;
+    __shared__ union {
+        typename Reduce::TempStorage reduce;
+        typename Scan::TempStorage scan;
+    } tmp;
+    __shared__ int sh;
+    const int r0 = threadIdx.x * kSchedulePer;
     int pages[kSchedulePer], most = 0;
 #pragma unroll
     for (int i = 0; i < kSchedulePer; ++i) {
         pages[i] = r0 + i < requests ? max(1, (lens[r0 + i] + page - 1) / page) : 0;
         most = max(most, pages[i]);
     }
-    most = __reduce_max_sync(0xffffffffu, most);
-    if (lane == 0) part[0][warp] = most;
+    most = Reduce(tmp.reduce).Reduce(most, MaxOp{});
+    if (threadIdx.x == 0) sh = most;
     __syncthreads();
-    int hi = 0;
-#pragma unroll
-    for (int w = 0; w < kScheduleWarps; ++w) hi = max(hi, part[0][w]);
-    int lo = min_pages;  // binary search as FlashInfer's planner: lo ends as the chunk in pages
-    for (int step = 1; lo < hi; ++step) {  // uniform across the block: every thread sees the same sums
+    int lo = min_pages, hi = sh;  // binary search as FlashInfer's planner: lo ends as the chunk in pages
+    while (lo < hi) {             // (uniform across the block: every thread sees the same sums)
         const int mid = (lo + hi) / 2;
         int n = 0;
 #pragma unroll
-        for (int i = 0; i < kSchedulePer; ++i)
-            if (pages[i]) n += (pages[i] + mid - 1) / mid;
-        n = __reduce_add_sync(0xffffffffu, n);
-        int* buf = part[step & 1];
-        if (lane == 0) buf[warp] = n;
+        for (int i = 0; i < kSchedulePer; ++i) n += (pages[i] + mid - 1) / mid;
+        __syncthreads();  // tmp and sh reused
+        n = Reduce(tmp.reduce).Sum(n);
+        if (threadIdx.x == 0) sh = n;
         __syncthreads();
-        int total = 0;
-#pragma unroll
-        for (int w = 0; w < kScheduleWarps; ++w) total += buf[w];
-        if (total > grid) lo = mid + 1;
+        if (sh > grid) lo = mid + 1;
         else hi = mid;
     }
     const int chunk = lo;
     int tiles[kSchedulePer], mine = 0;
 #pragma unroll
     for (int i = 0; i < kSchedulePer; ++i) tiles[i] = (pages[i] + chunk - 1) / chunk, mine += tiles[i];
-    int first = 0, total = 0;  // the scan has storage of its own: no barrier needed before it
-    Scan(scan).ExclusiveSum(mine, first, total);
+    __syncthreads();  // the scan reuses the reductions' storage
+    int first = 0, total = 0;
+    Scan(tmp.scan).ExclusiveSum(mine, first, total);
 #pragma unroll
     for (int i = 0; i < kSchedulePer; ++i) {
         if (r0 + i >= requests) break;

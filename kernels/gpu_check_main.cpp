@@ -5,6 +5,8 @@
 //   retro_gpu_check [--out DIR] [--quick] [--checks-only] [--filter SUBSTRING]
 //                   [--wave-only] [--tiny] [--hardware VALUES]
 //   --wave-only  only the wave-vs-full run (no checks, no benchmarks)
+//   --bench-only GROUP  only the microbenchmarks whose group contains GROUP (gather, full_decode: the own,
+//                FlashInfer's and cuDNN's variants; wave_step, kmeans), on --contexts x --batches
 //   --tiny       the wave-vs-full run on a tiny layer (the CPU emulation's smoke test)
 //   --hardware   "key value" lines of a hardware profile: the cost model's prediction next to each row
 //   --contexts N,N,...  --batches B,B,...   the wave run's grid (default 32768,131072 x 1,2,4,...,64)
@@ -71,11 +73,13 @@ int main(int argc, char** argv) {
     bool kmeans_gpu = true, measured = false, wave_host = true, wave_hbm = true, wave_hbm_host = false;
     int host_threads = 0;
     bool quick = false, checks_only = false, wave_only = false, tiny = false;
+    std::string bench_only;
     for (int i = 1; i < argc; ++i) {
         const std::string a = argv[i];
         if (a == "--out" && i + 1 < argc) out_dir = argv[++i];
         else if (a == "--filter" && i + 1 < argc) filter = argv[++i];
         else if (a == "--hardware" && i + 1 < argc) hardware = argv[++i];
+        else if (a == "--bench-only" && i + 1 < argc) bench_only = argv[++i];
         else if (a == "--kmeans" && i + 1 < argc && (std::string(argv[i + 1]) == "cpu" || std::string(argv[i + 1]) == "gpu"))
             kmeans_gpu = std::string(argv[++i]) == "gpu";
         else if (a == "--wave-kv" && i + 1 < argc &&
@@ -101,7 +105,7 @@ int main(int argc, char** argv) {
         else if (a == "--measured") measured = true;
         else {
             std::fprintf(stderr, "usage: retro_gpu_check [--out DIR] [--quick] [--checks-only] [--filter S] "
-                                 "[--wave-only] [--tiny] [--hardware VALUES] [--contexts N,..] [--batches B,..] "
+                                 "[--wave-only] [--bench-only GROUP] [--tiny] [--hardware VALUES] [--contexts N,..] [--batches B,..] "
                                  "[--kmeans cpu|gpu] [--measured] [--wave-kv host|gpu|both|all] [--host-threads N]\n");
             return 2;
         }
@@ -131,7 +135,7 @@ int main(int argc, char** argv) {
     js << "  \"checks\": [";
     bool first = true;
     for (const CheckCase& c : gpu_checks()) {
-        if (wave_only || (!filter.empty() && c.name.find(filter) == std::string::npos)) continue;
+        if (wave_only || !bench_only.empty() || (!filter.empty() && c.name.find(filter) == std::string::npos)) continue;
         std::string status;
         Checker ck;
         if (!have) {
@@ -173,6 +177,7 @@ int main(int argc, char** argv) {
             std::fprintf(stderr, "running benchmarks...\n");
             BenchOptions bo;
             bo.quick = quick;
+            bo.only = bench_only, bo.contexts = contexts, bo.batches = batches;
             const auto rows = run_benches(bo, c);
             js << "  \"benchmarks\": [";
             for (size_t i = 0; i < rows.size(); ++i) {
@@ -201,7 +206,7 @@ int main(int argc, char** argv) {
             ++failed;
         }
     }
-    if (have && !checks_only) {  // the wave decode step vs full attention through the backend's run path
+    if (have && !checks_only && bench_only.empty()) {  // the wave decode step vs full attention through the backend's run path
         try {
             if (!ceilings) ceilings = measure_ceilings(true);  // --wave-only
             gpu_run::WaveRunOptions wo;
