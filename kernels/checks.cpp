@@ -683,6 +683,22 @@ void check_cudnn_decode(Checker& c) {
         const auto out = download(dout), lse = download(dlse);
         c.expect_close(x.tag + " out", out.data(), rout.data(), out.size(), 2e-3);
         c.expect_close(x.tag + " lse", lse.data(), rlse.data(), lse.size(), kTolLse);
+        // PyTorch's inference graph: every item exactly L tokens (no mask, no lengths), no softmax stats
+        // (the caller's lse left as it was)
+        CudnnDecodeOptions po;
+        po.stats = false, po.exact_len = k.cap > 1 ? k.cap / 2 + 1 : 1;
+        const std::vector<int32_t> lens_l((size_t)nbk, po.exact_len);
+        reference_decode(q, K, V, lens_l, k.B, k.Hkv, k.g, k.cap, k.d, nullptr, nullptr, rout, rlse);
+        CudnnDecode exact(x.s, po);
+        poison(dout), poison(dlse);
+        const auto lse_before = download(dlse);
+        exact.run(dq.get(), dk.get(), dv.get(), nullptr, dout.get(), dlse.get());
+        synchronize();
+        const auto out_l = download(dout), lse_after = download(dlse);
+        c.expect_close(x.tag + " exact_len=" + std::to_string(po.exact_len) + " out", out_l.data(), rout.data(),
+                       out_l.size(), 2e-3);
+        c.expect(std::memcmp(lse_before.data(), lse_after.data(), lse_after.size() * sizeof(float)) == 0,
+                 x.tag + ": without stats the lse buffer was written");
     }
     // a head_dim cuDNN's fused attention does not take is refused by name before any work
     DecodeShape s;
@@ -694,6 +710,17 @@ void check_cudnn_decode(Checker& c) {
         refused = std::string(e.what()).find("100") != std::string::npos;
     }
     c.expect(refused, "cudnn decode d=100: not refused with its head_dim named");
+    DecodeShape ok_shape;
+    ok_shape.capacity = 64;
+    CudnnDecodeOptions too_long;
+    too_long.exact_len = 65;
+    refused = false;
+    try {
+        CudnnDecode dnn(ok_shape, too_long);
+    } catch (const ParamError& e) {
+        refused = std::string(e.what()).find("65") != std::string::npos;
+    }
+    c.expect(refused, "cudnn decode exact_len 65 > capacity 64: not refused with the length named");
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -807,12 +834,52 @@ void check_kmeans_full(Checker& c) {
 
 }  // namespace
 
+// The launch gate (LaunchGate, the wave run's timing): the work enqueued behind a held gate runs once it
+// is released, and a gate never released ends by its timeout, says so, and leaves the stream running.
+void check_launch_gate(Checker& c) {
+    Stream s;
+    const size_t n = 4096;
+    DeviceBuffer<int32_t> dev(n);
+    PinnedBuffer<int32_t> src(n);
+    std::vector<int32_t> got(n);
+    const auto all_are = [&](int32_t v) { return std::all_of(got.begin(), got.end(), [&](int32_t x) { return x == v; }); };
+    {
+        LaunchGate gate;
+        gate.hold(s.get());
+        std::fill(src.get(), src.get() + n, 7);
+        copy_h2d_async(dev.get(), src.get(), src.bytes(), s.get());
+        gate.release();
+        s.synchronize();
+        copy_d2h(got.data(), dev.get(), dev.bytes());
+        c.expect(all_are(7), "the copy enqueued behind a released gate ran");
+        c.expect(!gate.timed_out(), "a released gate reports no timeout");
+    }
+    {
+        LaunchGate gate(2000);  // 2 ms
+        gate.hold(s.get());
+        std::fill(src.get(), src.get() + n, 9);
+        copy_h2d_async(dev.get(), src.get(), src.bytes(), s.get());
+        s.synchronize();  // never released
+        copy_d2h(got.data(), dev.get(), dev.bytes());
+        c.expect(all_are(9), "the copy enqueued behind a gate left held ran after its timeout");
+        c.expect(gate.timed_out(), "a gate left held reports its timeout");
+    }
+    bool refused = false;
+    try {
+        LaunchGate bad(0);
+    } catch (const ParamError&) {
+        refused = true;
+    }
+    c.expect(refused, "a gate with no timeout is refused");
+}
+
 std::vector<CheckCase> gpu_checks() {
     return {{"ClusterRank", check_cluster_rank},   {"ClusterSelect", check_cluster_select},   {"EstimateAttention", check_estimate},
             {"CopySegments", check_copy_segments}, {"GatherClusters", check_gather_clusters},
             {"DecodeAttention", check_decode},
             {"LibraryDecode", check_library_decode}, {"CudnnDecode", check_cudnn_decode},
-            {"KMeansAssign", check_kmeans_assign}, {"KMeansSegmented", check_kmeans_full}};
+            {"KMeansAssign", check_kmeans_assign}, {"KMeansSegmented", check_kmeans_full},
+            {"LaunchGate", check_launch_gate}};
 }
 
 }  // namespace retro::cuda

@@ -44,6 +44,17 @@ void Event::record(void*) {  // launches ran already: the host clock is the even
 }
 void Event::synchronize() {}
 float Event::ms_since(const Event& start) { return (float)(host_ms_ - start.host_ms_); }
+// The gate cannot hold launches that run at once: it remembers whether release() followed hold(), which
+// is what a device's gate would report as its timeout.
+LaunchGate::LaunchGate(double timeout_us) : timeout_us_(timeout_us) {
+    if (!(timeout_us > 0)) throw ParamError("cuda LaunchGate: timeout_us must be positive");
+    flag_ = static_cast<int32_t*>(pinned_alloc(2 * sizeof(int32_t)));
+    flag_[0] = 1, flag_[1] = 0;
+}
+LaunchGate::~LaunchGate() { pinned_free(flag_); }
+void LaunchGate::hold(void*) { flag_[0] = 0, flag_[1] = 1; }
+void LaunchGate::release() { flag_[0] = 1, flag_[1] = 0; }
+bool LaunchGate::timed_out() const { return flag_[1] != 0; }
 EventTimer::EventTimer(void* s) : stream_(s) {}
 EventTimer::~EventTimer() {}
 void EventTimer::start() {}
@@ -233,22 +244,29 @@ std::string cudnn_decode_unsupported(int d, int) {
 }
 struct CudnnDecode::Impl {
     DecodeShape s;
+    CudnnDecodeOptions o;
 };
-CudnnDecode::CudnnDecode(const DecodeShape& s) : impl_(nullptr) {
+CudnnDecode::CudnnDecode(const DecodeShape& s, const CudnnDecodeOptions& o) : impl_(nullptr) {
     const std::string why = cudnn_decode_unsupported(s.d, s.group);
     if (!why.empty()) throw ParamError("cudnn decode: " + why);
-    impl_ = new Impl{s};
+    if (o.exact_len < 0 || o.exact_len > s.capacity)
+        throw ParamError("cudnn decode: exact_len " + std::to_string(o.exact_len) + " outside 0.." +
+                         std::to_string(s.capacity) + " (the capacity)");
+    impl_ = new Impl{s, o};
 }
 CudnnDecode::~CudnnDecode() { delete impl_; }
 void CudnnDecode::run(const float* q, const uint16_t* K, const uint16_t* V, const int32_t* lens, float* out, float* lse,
                       void* st) {
     const DecodeShape& s = impl_->s;
+    const CudnnDecodeOptions& o = impl_->o;
     const size_t rows = (size_t)s.batch * s.kv_heads * s.group, d = (size_t)s.d;
     std::vector<int32_t> per((size_t)s.batch * s.kv_heads);
     for (size_t i = 0; i < per.size(); ++i) {
-        per[i] = lens[i / (size_t)s.kv_heads];
+        per[i] = o.exact_len > 0 ? o.exact_len : lens[i / (size_t)s.kv_heads];
         if (per[i] < 1 || per[i] > s.capacity) throw ParamError("cudnn decode: length out of range");
     }
+    std::vector<float> no_stats(o.stats ? 0 : rows);  // without stats the caller's lse is left as it was
+    if (!o.stats) lse = no_stats.data();
     std::vector<float> q16(q, q + rows * d);
     for (float& x : q16) x = half_to_float(float_to_half(x));
     decode_attention(s, q16.data(), K, V, per.data(), nullptr, nullptr, out, lse, nullptr, st);

@@ -96,6 +96,28 @@ class Event {
     double host_ms_ = 0;  ///< the CPU emulation's clock (unused by the CUDA runtime)
 };
 
+/// nvbench's blocking kernel: hold(stream) enqueues a kernel that spins until release() (a flag in mapped
+/// pinned memory) or until timeout_us has passed, so the work the host enqueues behind it runs back to
+/// back, without the host's launch calls between its kernels; events recorded after hold() then time the
+/// GPU's work alone, as a serving engine's captured step runs it. Release before waiting on the stream
+/// (the gate ends by its timeout otherwise, and timed_out() says so).
+class LaunchGate {
+  public:
+    explicit LaunchGate(double timeout_us = 20000);
+    ~LaunchGate();
+    LaunchGate(const LaunchGate&) = delete;
+    LaunchGate& operator=(const LaunchGate&) = delete;
+    void hold(void* stream);  ///< clears the flag, then enqueues the spinning kernel on `stream`
+    void release();           ///< lets the held kernel end (idempotent)
+    /// Whether the last held kernel ended by its timeout rather than by release(); read it after the
+    /// stream has passed the gate (a synchronize).
+    bool timed_out() const;
+
+  private:
+    int32_t* flag_ = nullptr;  ///< mapped pinned [2]: release flag, timed-out flag
+    double timeout_us_;
+};
+
 /// RAII device buffer of n elements of T.
 template <class T>
 class DeviceBuffer {

@@ -15,6 +15,8 @@
 //                     in device memory ("wave-hbm", within GPU memory, the step on the device alone), both
 //                     rows (default), or all three: + "wave-hbm-host" (device memory, host lookups and plan)
 //   --host-threads N  wave's host lookup workers (default min(8, cores - 1))
+//   --no-launch-gate  time each step as one host thread issues it, its launch calls inside the events
+//                (default: behind a launch gate, the GPU's work alone; GpuLayerJob::launch_gate)
 //   --measured   the model calibrated by this device (gpu/measured.hpp): the --hardware profile (or the
 //                defaults) with the measured HBM, PCIe and transfer-latency ceilings, as "hardware":
 //                "measured" does for `retro-bench run`
@@ -74,6 +76,7 @@ int main(int argc, char** argv) {
     int host_threads = 0;
     bool quick = false, checks_only = false, wave_only = false, tiny = false;
     std::string bench_only;
+    bool launch_gate = true;
     for (int i = 1; i < argc; ++i) {
         const std::string a = argv[i];
         if (a == "--out" && i + 1 < argc) out_dir = argv[++i];
@@ -103,10 +106,12 @@ int main(int argc, char** argv) {
         else if (a == "--wave-only") wave_only = true;
         else if (a == "--tiny") tiny = true;
         else if (a == "--measured") measured = true;
+        else if (a == "--no-launch-gate") launch_gate = false;
         else {
             std::fprintf(stderr, "usage: retro_gpu_check [--out DIR] [--quick] [--checks-only] [--filter S] "
                                  "[--wave-only] [--bench-only GROUP] [--tiny] [--hardware VALUES] [--contexts N,..] [--batches B,..] "
-                                 "[--kmeans cpu|gpu] [--measured] [--wave-kv host|gpu|both|all] [--host-threads N]\n");
+                                 "[--kmeans cpu|gpu] [--measured] [--wave-kv host|gpu|both|all] [--host-threads N] "
+                                 "[--no-launch-gate]\n");
             return 2;
         }
     }
@@ -234,6 +239,7 @@ int main(int argc, char** argv) {
             wo.kmeans_on_gpu = kmeans_gpu;
             wo.wave_host = wave_host, wo.wave_hbm = wave_hbm, wo.wave_hbm_host = wave_hbm_host;
             wo.host_threads = host_threads;
+            wo.launch_gate = launch_gate;
             std::fprintf(stderr, "wave vs full per layer (kernels/run)...\n");
             const auto backend = gpu_run::make_cuda_backend();
             const auto rows = gpu_run::run_wave_vs_full(*backend, wo, [](const std::string& s) {
@@ -243,7 +249,9 @@ int main(int argc, char** argv) {
                << gpu_run::wave_run_json(rows) << ",\n";
             txt << "\nwave decode step vs full attention per layer (synthetic layer: " << wo.layer.kv_heads * wo.layer.group
                 << " q / " << wo.layer.kv_heads << " kv heads, d=" << wo.layer.head_dim << "; times in us, means over "
-                << wo.layer.steps << " steps; model: the cost model on "
+                << wo.layer.steps << " steps"
+                << (wo.launch_gate ? ", each step's launches queued behind a launch gate" : ", launch calls inside the timing")
+                << "; model: the cost model on "
                 << (wo.hw ? hw.name : std::string("no profile (--hardware)")) << ")\n"
                 << gpu_run::wave_run_text(rows);
         } catch (const std::exception& e) {

@@ -91,6 +91,7 @@ void run_full_layer(const GpuLayerJob& job, const StepFn& on_step) {
     cuda::PinnedBuffer<int32_t> h_lens((size_t)s.bh());
     cuda::DeviceBuffer<int32_t> d_lens((size_t)s.bh());  // [B*H]; cuDNN reads the first B (one per item)
     cuda::Event e0, e1;
+    cuda::LaunchGate gate;
     std::unique_ptr<cuda::LibraryDecode> lib;
     std::unique_ptr<cuda::CudnnDecode> dnn;
     if (library) lib = std::make_unique<cuda::LibraryDecode>(ds, kPage);
@@ -109,15 +110,18 @@ void run_full_layer(const GpuLayerJob& job, const StepFn& on_step) {
         q.stage(t, st);
         if (i == 0)
             for (int w = 0; w < job.warmup; ++w) attend();
+        if (job.launch_gate) gate.hold(st);
         e0.record(st);
         attend();
         e1.record(st);
+        gate.release();
         o.read_back(st);
         stream.synchronize();
         GpuStep r;
         r.step = t, r.n = n;
         r.out = o.h_out.get(), r.lse = o.h_lse.get();
         r.times.attend_us = r.times.step_us = us_between(e0, e1);
+        r.times.gate_timed_out = job.launch_gate && gate.timed_out();
         r.work.attend_bytes = (double)s.H * n * s.token_bytes();
         r.work.h2d_bytes = job.offloaded ? r.work.attend_bytes : 0.0;
         r.batch_h2d_bytes = r.work.h2d_bytes * s.B;

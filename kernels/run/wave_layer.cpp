@@ -447,6 +447,7 @@ class WaveLayer {
             device_step(t, n, S, est, rank, estimate, plan, attend);
             return;
         }
+        if (job_.launch_gate) gate_.hold(st_);  // released before the host waits for the ids
         e_start_.record(st_);
         rank();
         e_ranked_.record(st_);
@@ -457,7 +458,9 @@ class WaveLayer {
         e_est0_.record(st_);
         estimate();
         e_est1_.record(st_);
+        gate_.release();
         e_ids_.synchronize();  // the host looks up the clusters while the GPU estimates
+        gate_timed_out_ = job_.launch_gate && gate_.timed_out();
         const auto h0 = Clock::now();
         if (ranked) lookup(S, misses, miss_tokens);
         else {
@@ -498,6 +501,7 @@ class WaveLayer {
                      const Attend& attend) {
         cuda::GatherShape gs;
         gs.bh = s_.bh(), gs.clusters = M_, gs.r = R_, gs.tokens = s_.tokens, gs.capacity = X_, gs.d = s_.d;
+        if (job_.launch_gate) gate_.hold(st_);
         e_start_.record(st_);
         rank();
         e_ranked_.record(st_);
@@ -518,7 +522,9 @@ class WaveLayer {
         if (R_ + E_ > 0)  // replica 0's ranking, for the selections
             cuda::copy_2d_async(h_rank0_.get(), (size_t)(R_ + E_) * 4, ranked_.get(), (size_t)M_ * 4,
                                 (size_t)(R_ + E_) * 4, (size_t)s_.H, st_);
+        gate_.release();
         stream_.synchronize();
+        gate_timed_out_ = job_.launch_gate && gate_.timed_out();
         plan_us_ = 0;
         report(t, n, 0.0, std::vector<int64_t>((size_t)s_.bh(), 0), est, /*host_lookups=*/false);
     }
@@ -536,6 +542,7 @@ class WaveLayer {
         r.times.step_us = us_between(e_start_, e_attend_);
         r.times.host_us = host_us;
         r.times.plan_us = plan_us_;
+        r.times.gate_timed_out = gate_timed_out_;
         r.times.admit_us = us_between(e_attend_, e_admit_);
         const double tb = s_.token_bytes(), d = s_.d;
         const double pcie = job_.wave_kv_on_gpu ? 0.0 : 1.0;  // misses from device memory cross no bus
@@ -603,6 +610,8 @@ class WaveLayer {
     std::vector<int32_t> ids_;
     std::vector<int> order_;
     cuda::Event e_start_, e_ranked_, e_ids_, e_est0_, e_est1_, e_gather0_, e_gather1_, e_attend_, e_admit_;
+    cuda::LaunchGate gate_;        ///< job_.launch_gate: the step's launches queued before it runs
+    bool gate_timed_out_ = false;  ///< the last step's gate ended by its timeout
 };
 
 }  // namespace

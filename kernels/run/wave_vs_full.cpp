@@ -80,11 +80,13 @@ WaveRunRow run_point(const GpuBackend& gpu, const WaveRunOptions& o, const Kind&
     job.block_tokens = cache_block_tokens(o.block_bytes, h0.head_dim, 2.0);
     job.cache.capacity_slots = cache_capacity_slots(o.cache, 0, h0.prompt_len, h0.head_dim, 2.0, job.block_tokens);
     job.warmup = o.warmup;
+    job.launch_gate = o.launch_gate;
     job.wave_heads = built;
 
     WaveRunRow row;
     row.method = method_label(kind);
     row.context = h0.prompt_len, row.batch = batch, row.modeled = o.hw != nullptr;
+    row.launch_gate = o.launch_gate;
     std::vector<Evaluator> ev;
     if (batch == 1)
         for (const HeadSlice& h : heads) ev.emplace_back(h, std::vector<int>{100});
@@ -100,6 +102,7 @@ WaveRunRow run_point(const GpuBackend& gpu, const WaveRunOptions& o, const Kind&
         row.measured.attend_us += st.times.attend_us, row.measured.step_us += st.times.step_us;
         row.measured.host_us += st.times.host_us, row.measured.admit_us += st.times.admit_us;
         row.measured.plan_us += st.times.plan_us;
+        row.gate_timeouts += st.times.gate_timed_out ? 1 : 0;
         row.h2d_bytes += st.batch_h2d_bytes;
         row.kv_bytes += st.work.attend_bytes * batch;
         row.replica_diff = std::max(row.replica_diff, replica_diff(st.out, batch, rows));
@@ -159,7 +162,10 @@ std::string row_line(const WaveRunRow& r) {
                   r.measured.gather_us, r.measured.attend_us, r.measured.host_us, r.h2d_bytes / 1e6,
                   r.speedup > 0 ? num(r.speedup).c_str() : "-", r.out_err >= 0 ? num(r.out_err).c_str() : "-",
                   r.recall >= 0 ? num(r.recall).c_str() : "-");
-    return line;
+    std::string out = line;
+    if (r.gate_timeouts > 0)  // those steps' times include the host's launch calls
+        out.insert(out.size() - 1, "  (launch gate timed out in " + std::to_string(r.gate_timeouts) + " steps)");
+    return out;
 }
 
 }  // namespace
@@ -237,7 +243,8 @@ std::string wave_run_json(const std::vector<WaveRunRow>& rows) {
            << ", \"speedup_vs_full\": " << num(r.speedup > 0 ? r.speedup : NAN)
            << ", \"baseline\": " << json_quote(r.baseline)
            << ", \"replica_diff\": " << num(r.replica_diff) << ", \"out_err\": " << num(r.out_err < 0 ? NAN : r.out_err)
-           << ", \"recall@100\": " << num(r.recall < 0 ? NAN : r.recall);
+           << ", \"recall@100\": " << num(r.recall < 0 ? NAN : r.recall)
+           << ", \"launch_gate\": " << (r.launch_gate ? "true" : "false") << ", \"gate_timeouts\": " << r.gate_timeouts;
         if (r.modeled)
             js << ", \"model_step_us\": " << num(r.model_step_us) << ", \"model_select_us\": " << num(r.model_select_us)
                << ", \"model_h2d_us\": " << num(r.model_h2d_us) << ", \"model_attend_us\": " << num(r.model_attend_us)

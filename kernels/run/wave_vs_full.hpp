@@ -38,6 +38,7 @@ struct WaveRunOptions {
     /// host's lookups and FlashInfer's planner (the comparison)
     bool wave_host = true, wave_hbm = true, wave_hbm_host = false;
     int host_threads = 0;  ///< wave's host lookup workers (GpuLayerJob::host_threads)
+    bool launch_gate = true;  ///< every row's steps timed behind a launch gate (GpuLayerJob::launch_gate)
     double hbm_bytes_per_s = 0;  ///< the measured device-memory ceiling (D2D read+write); 0 = no fractions
 };
 
@@ -56,6 +57,8 @@ struct WaveRunRow {
     std::string baseline; ///< the fastest full row's method at this context and batch
     double kv_bytes = 0;  ///< K+V bytes the attention read per step, whole batch (device or pinned memory)
     double hbm_frac = 0;  ///< kv_bytes / step_us over the measured device-memory ceiling (0 = unknown)
+    bool launch_gate = true;  ///< the steps timed behind a launch gate (WaveRunOptions::launch_gate)
+    int gate_timeouts = 0;    ///< steps whose gate ended by its timeout (their times include launch calls)
 };
 
 std::vector<WaveRunRow> run_wave_vs_full(const GpuBackend& gpu, const WaveRunOptions& o,

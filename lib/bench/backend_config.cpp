@@ -18,8 +18,9 @@ std::string parse_backend(const json& v, const std::string& where) {
 }
 
 CudaOptions CudaOptions::from_json(const json& j, const std::string& where) {
-    if (!j.is_object()) throw ConfigError(where + ": expected an object {batch, kmeans, warmup, full_kernel}");
-    check_keys(j, {"batch", "kmeans", "warmup", "full_kernel"}, where);
+    if (!j.is_object())
+        throw ConfigError(where + ": expected an object {batch, kmeans, warmup, full_kernel, launch_gate}");
+    check_keys(j, {"batch", "kmeans", "warmup", "full_kernel", "launch_gate"}, where);
     CudaOptions o;
     if (j.contains("batch")) {
         const json b = j["batch"].is_array() ? j["batch"] : json::array({j["batch"]});
@@ -61,11 +62,18 @@ CudaOptions CudaOptions::from_json(const json& j, const std::string& where) {
             o.full_kernel.push_back(x.get<std::string>());
         }
     }
+    if (j.contains("launch_gate")) {
+        if (!j["launch_gate"].is_boolean())
+            throw ConfigError(where + ".launch_gate = " + j["launch_gate"].dump() + ": expected true or false");
+        o.launch_gate = j["launch_gate"].get<bool>();
+    }
     return o;
 }
 
 json CudaOptions::to_json() const {
-    return {{"batch", batch}, {"kmeans", kmeans}, {"warmup", warmup}, {"full_kernel", full_kernel}};
+    json j = {{"batch", batch}, {"kmeans", kmeans}, {"warmup", warmup}, {"full_kernel", full_kernel}};
+    if (!launch_gate) j["launch_gate"] = false;  // the default left out: the manifests written before it stay the same
+    return j;
 }
 
 void check_cuda_run(const MethodRun& r, const CudaOptions& o, const std::string& where) {

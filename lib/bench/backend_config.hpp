@@ -16,8 +16,12 @@ struct CudaOptions {
     std::string kmeans = "cpu";    ///< wave index k-means: cpu (lib/cluster, as the CPU method) | gpu
     int warmup = 1;                ///< untimed runs of the first selected step's kernels (0..100)
     /// full attention's kernels, a sweep axis of the method full: "flashinfer" (the field's library, the
-    /// baseline) | "own" (the project's flash-decoding kernel, the readable reference)
+    /// baseline) | "cudnn" (cuDNN's fused attention, PyTorch's SDPA on Hopper) | "own" (the project's
+    /// flash-decoding kernel, the readable reference)
     std::vector<std::string> full_kernel = {"flashinfer"};
+    /// each timed step's launches queued behind a launch gate before the GPU runs it (GpuLayerJob::
+    /// launch_gate): the GPU's time, not the host's launch calls; false: the calls inside the timing
+    bool launch_gate = true;
 
     /// Strict parse: unknown keys and bad values are ConfigErrors naming `where` and the key.
     static CudaOptions from_json(const nlohmann::json& j, const std::string& where);

@@ -107,6 +107,7 @@ void run_cuda_layer(const RunConfig& cfg, const PreparedTrace& tr, const TraceRe
         gj.cache = heads[0].sys->cache_params();
         gj.block_tokens = heads[0].sys->block_tokens();
         gj.warmup = cfg.cuda.warmup;
+        gj.launch_gate = cfg.cuda.launch_gate;
         gj.full_kernel = mr.kernel == "own"     ? FullKernel::own
                          : mr.kernel == "cudnn" ? FullKernel::cudnn
                                                 : FullKernel::library;
@@ -155,6 +156,7 @@ void run_cuda_layer(const RunConfig& cfg, const PreparedTrace& tr, const TraceRe
                 kv["gpu_step_us"].push_back(st.times.step_us);
                 kv["gpu_host_us"].push_back(st.times.host_us);
                 kv["gpu_admit_us"].push_back(st.times.admit_us);
+                kv["gpu_gate_timed_out"].push_back(st.times.gate_timed_out ? 1.0 : 0.0);
                 kv["gpu_h2d_bytes"].push_back(st.batch_h2d_bytes);
                 kv["gpu_d2h_bytes"].push_back(st.batch_d2h_bytes);
                 kv["gpu_head_h2d_bytes"].push_back(st.head_h2d_bytes[(size_t)h]);

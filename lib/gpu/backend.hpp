@@ -54,6 +54,12 @@ struct GpuLayerJob {
     CacheParams cache;                    ///< wave: GPU block cache per (sequence, KV head); 0 slots = none
     int block_tokens = 8;                 ///< wave: cache block in tokens (cache_block_tokens)
     int warmup = 1;                       ///< untimed runs of the first selected step's kernels
+    /// Each timed step behind a launch gate (nvbench's blocking kernel, cuda_api.hpp LaunchGate): its
+    /// launches are queued before the GPU starts it, so the events time the GPU's work and not the host's
+    /// launch calls (at batch 1 a step's kernels are shorter than the calls); false: as one host thread
+    /// issues it, the launch calls inside the timing. Host work the step waits for (wave's lookups)
+    /// stays inside either way: the gate is released before any wait.
+    bool launch_gate = true;
     /// wave: the heads' indexes built already (gpu_run::build_wave_heads for this job's heads, params and
     /// k-means), copied by the run instead of built again; nullptr = the run builds them.
     const BuiltWaveHeads* wave_heads = nullptr;
@@ -71,6 +77,9 @@ struct GpuStepTimes {
     double host_us = 0;      ///< host: ranked ids -> cache lookup -> copy segments (-> library plan); 0 on the device path
     double plan_us = 0;      ///< of host_us: the library decode's planning of the execution buffers
     double admit_us = 0;     ///< cache admission scatter, after the step (off the critical path)
+    /// job.launch_gate: whether the gate ended by its timeout (the host took longer than it to issue the
+    /// step) rather than by release, so the step's times include the host's launch calls after all
+    bool gate_timed_out = false;
 };
 
 /// Work of one layer step for ONE sequence (replica 0), summed over the layer's KV heads, in what the

@@ -72,6 +72,9 @@ std::vector<MetricInfo> gpu_metric_registry() {
                                 "(host lookup included)", "us"),
         step("gpu_host_us", "host wall time of the cache lookup and copy list, one layer step, the whole batch", "us"),
         step("gpu_admit_us", m + "GPU cache admission scatter after the step (off the critical path)", "us"),
+        step("gpu_gate_timed_out", "1 when the step's launch gate ended by its timeout (cuda.launch_gate): the host "
+                                   "took longer than 20 ms to issue the step, whose times then include its launch calls",
+             ""),
         step("gpu_h2d_bytes", "KV bytes read from pinned host memory over PCIe, one layer step, the whole batch", "B"),
         step("gpu_d2h_bytes", "cluster ids read back by the host, one layer step, the whole batch", "B"),
         step("gpu_head_h2d_bytes", "this KV head's measured PCIe KV bytes for one sequence (h2d_bytes: the "

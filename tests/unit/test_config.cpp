@@ -278,6 +278,14 @@ TEST(BackendConfig, ErrorsNameTheKeyAndTheChoices) {
     EXPECT_TRUE(has(error_of(j), "cuda.full_kernel = [\"own\",\"own\"]: duplicate entries")) << error_of(j);
     j["cuda"] = {{"full_kernel", "own"}};
     EXPECT_EQ(error_of(j), "");
+    j["cuda"] = {{"launch_gate", "yes"}};
+    EXPECT_TRUE(has(error_of(j), "cuda.launch_gate = \"yes\": expected true or false")) << error_of(j);
+    j["cuda"] = {{"launch_gate", false}};
+    EXPECT_EQ(error_of(j), "");
+    EXPECT_FALSE(CudaOptions::from_json(j["cuda"], "cuda").launch_gate);
+    EXPECT_TRUE(CudaOptions::from_json(json::object(), "cuda").launch_gate);  // the default
+    EXPECT_FALSE(CudaOptions::from_json(json::object(), "cuda").to_json().contains("launch_gate"));
+    EXPECT_EQ(CudaOptions::from_json(j["cuda"], "cuda").to_json()["launch_gate"], false);
 
     j = cuda_config();
     j["methods"] = json::parse(R"([{"name": "quest"}])");

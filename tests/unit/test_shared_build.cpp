@@ -72,8 +72,11 @@ TEST(SharedBuild, MethodsThatShareMarkSearchTimeParameters) {
     }
     // a build parameter stays a build parameter
     const MethodInfo& hnsw = find_method("faiss_hnsw");
-    for (const auto& s : hnsw.params)
-        if (s.name == "M" || s.name == "ef_construction" || s.name == "sink" || s.name == "window") EXPECT_FALSE(s.search) << s.name;
+    for (const auto& s : hnsw.params) {
+        if (s.name == "M" || s.name == "ef_construction" || s.name == "sink" || s.name == "window") {
+            EXPECT_FALSE(s.search) << s.name;
+        }
+    }
 }
 
 TEST(SharedBuild, CopyOfABuildSelectsAsAFreshBuildOfTheOtherPoint) {
