@@ -105,6 +105,7 @@ WaveRunRow run_point(const GpuBackend& gpu, const WaveRunOptions& o, const Kind&
         row.gate_timeouts += st.times.gate_timed_out ? 1 : 0;
         row.h2d_bytes += st.batch_h2d_bytes;
         row.kv_bytes += st.work.attend_bytes * batch;
+        row.index_bytes += st.work.index_bytes * batch;
         row.replica_diff = std::max(row.replica_diff, replica_diff(st.out, batch, rows));
         if (o.hw) {
             const LayerTime t = predict_gpu_step(st.work, gpu_overlap(m, false), h0.group, o.lookup_ns, batch, *o.hw);
@@ -127,7 +128,8 @@ WaveRunRow run_point(const GpuBackend& gpu, const WaveRunOptions& o, const Kind&
     });
     const double s = std::max(1, row.steps);
     for (double* x : {&row.measured.select_us, &row.measured.estimate_us, &row.measured.gather_us, &row.measured.attend_us, &row.measured.step_us,
-                      &row.measured.host_us, &row.measured.plan_us, &row.measured.admit_us, &row.h2d_bytes, &row.kv_bytes, &row.model_select_us,
+                      &row.measured.host_us, &row.measured.plan_us, &row.measured.admit_us, &row.h2d_bytes, &row.kv_bytes,
+                      &row.index_bytes, &row.model_select_us,
                       &row.model_h2d_us, &row.model_attend_us, &row.model_step_us})
         *x /= s;
     if (evaluated > 0) row.out_err = err / evaluated, row.recall = rec / evaluated;
@@ -143,11 +145,45 @@ std::string num(double v) {
     return b;
 }
 
+// The calibrated phase model: per method whose every phase runs on the device (no host phase, nothing
+// over PCIe), the select phase (rank + estimation) against the index bytes and the attend phase (gather +
+// attention) against the KV bytes attended, each a PhaseFit to the method's rows at the smallest
+// context's smallest and largest batch, then predicted for every row of the method: the other batches and
+// contexts test it.
+void calibrate_phases(std::vector<WaveRunRow>& rows) {
+    std::map<std::string, std::vector<WaveRunRow*>> by;
+    for (WaveRunRow& r : rows)
+        if (r.status == "ok" && r.steps > 0 && r.measured.host_us == 0 && r.h2d_bytes == 0) by[r.method].push_back(&r);
+    for (auto& [method, rs] : by) {
+        int ctx = rs.front()->context;
+        for (const WaveRunRow* r : rs) ctx = std::min(ctx, r->context);
+        WaveRunRow *lo = nullptr, *hi = nullptr;
+        for (WaveRunRow* r : rs) {
+            if (r->context != ctx) continue;
+            if (!lo || r->batch < lo->batch) lo = r;
+            if (!hi || r->batch > hi->batch) hi = r;
+        }
+        if (!lo || lo == hi) continue;
+        const auto select_us = [](const WaveRunRow* r) { return r->measured.select_us + r->measured.estimate_us; };
+        const auto attend_us = [](const WaveRunRow* r) { return r->measured.gather_us + r->measured.attend_us; };
+        const bool has_select = lo->index_bytes > 0;
+        const PhaseFit sel = PhaseFit::fit({{lo->index_bytes, select_us(lo)}, {hi->index_bytes, select_us(hi)}});
+        const PhaseFit att = PhaseFit::fit({{lo->kv_bytes, attend_us(lo)}, {hi->kv_bytes, attend_us(hi)}});
+        if (!att.fitted() || (has_select && !sel.fitted())) continue;
+        lo->calibration_point = hi->calibration_point = true;
+        for (WaveRunRow* r : rs) {
+            r->cal_select_us = has_select ? sel.predict_us(r->index_bytes) : 0.0;
+            r->cal_attend_us = att.predict_us(r->kv_bytes);
+            r->cal_step_us = r->cal_select_us + r->cal_attend_us;
+        }
+    }
+}
+
 std::string row_header() {
     char line[400];
-    std::snprintf(line, sizeof line, "%-8s %7s %5s %10s %6s %10s %9s %9s %9s %9s %9s %11s %8s %9s %8s\n", "", "N", "B",
-                  "step_us", "HBM%", "model_us", "rank", "estimate", "gather", "attend", "host", "PCIe MB", "speedup",
-                  "out_err", "recall");
+    std::snprintf(line, sizeof line, "%-8s %7s %5s %10s %6s %10s %9s %9s %9s %9s %9s %11s %8s %9s %8s %9s\n", "", "N",
+                  "B", "step_us", "HBM%", "model_us", "rank", "estimate", "gather", "attend", "host", "PCIe MB",
+                  "speedup", "out_err", "recall", "cal_us");
     return line;
 }
 
@@ -156,12 +192,14 @@ std::string row_line(const WaveRunRow& r) {
                                  r.status + "\n";
     char line[400], hbm[16] = "-";
     if (r.hbm_frac > 0) std::snprintf(hbm, sizeof hbm, "%.0f", 100 * r.hbm_frac);
-    std::snprintf(line, sizeof line, "%-8s %7d %5d %10.1f %6s %10s %9.1f %9.1f %9.1f %9.1f %9.1f %11.2f %8s %9s %8s\n",
+    char cal[24] = "-";
+    if (r.cal_step_us > 0) std::snprintf(cal, sizeof cal, "%.1f%s", r.cal_step_us, r.calibration_point ? "*" : "");
+    std::snprintf(line, sizeof line, "%-8s %7d %5d %10.1f %6s %10s %9.1f %9.1f %9.1f %9.1f %9.1f %11.2f %8s %9s %8s %9s\n",
                   r.method.c_str(), r.context, r.batch, r.measured.step_us, hbm,
                   r.modeled ? num(r.model_step_us).c_str() : "-", r.measured.select_us, r.measured.estimate_us,
                   r.measured.gather_us, r.measured.attend_us, r.measured.host_us, r.h2d_bytes / 1e6,
                   r.speedup > 0 ? num(r.speedup).c_str() : "-", r.out_err >= 0 ? num(r.out_err).c_str() : "-",
-                  r.recall >= 0 ? num(r.recall).c_str() : "-");
+                  r.recall >= 0 ? num(r.recall).c_str() : "-", cal);
     std::string out = line;
     if (r.gate_timeouts > 0)  // those steps' times include the host's launch calls
         out.insert(out.size() - 1, "  (launch gate timed out in " + std::to_string(r.gate_timeouts) + " steps)");
@@ -224,6 +262,7 @@ std::vector<WaveRunRow> run_wave_vs_full(const GpuBackend& gpu, const WaveRunOpt
         }
         set_speedups(rows, first_row);
     }
+    calibrate_phases(rows);
     return rows;
 }
 
@@ -244,7 +283,13 @@ std::string wave_run_json(const std::vector<WaveRunRow>& rows) {
            << ", \"baseline\": " << json_quote(r.baseline)
            << ", \"replica_diff\": " << num(r.replica_diff) << ", \"out_err\": " << num(r.out_err < 0 ? NAN : r.out_err)
            << ", \"recall@100\": " << num(r.recall < 0 ? NAN : r.recall)
-           << ", \"launch_gate\": " << (r.launch_gate ? "true" : "false") << ", \"gate_timeouts\": " << r.gate_timeouts;
+           << ", \"launch_gate\": " << (r.launch_gate ? "true" : "false") << ", \"gate_timeouts\": " << r.gate_timeouts
+           << ", \"index_bytes\": " << num(r.index_bytes);
+        if (r.cal_step_us > 0)
+            js << ", \"cal_model_step_us\": " << num(r.cal_step_us) << ", \"cal_model_select_us\": " << num(r.cal_select_us)
+               << ", \"cal_model_attend_us\": " << num(r.cal_attend_us) << ", \"calibration_point\": "
+               << (r.calibration_point ? "true" : "false") << ", \"measured_over_cal_model\": "
+               << num(r.measured.step_us / r.cal_step_us);
         if (r.modeled)
             js << ", \"model_step_us\": " << num(r.model_step_us) << ", \"model_select_us\": " << num(r.model_select_us)
                << ", \"model_h2d_us\": " << num(r.model_h2d_us) << ", \"model_attend_us\": " << num(r.model_attend_us)

@@ -57,6 +57,13 @@ struct WaveRunRow {
     std::string baseline; ///< the fastest full row's method at this context and batch
     double kv_bytes = 0;  ///< K+V bytes the attention read per step, whole batch (device or pinned memory)
     double hbm_frac = 0;  ///< kv_bytes / step_us over the measured device-memory ceiling (0 = unknown)
+    double index_bytes = 0;   ///< index bytes (centroids, value sums) read per step, whole batch
+    /// The calibrated phase model (gpu/prediction.hpp PhaseFit, fitted per method to its rows at the
+    /// smallest context's smallest and largest batch): the select phase (rank + estimation) and the
+    /// attend phase (gather + attention) predicted from this row's bytes; 0 = not modeled (a row with a
+    /// host phase or PCIe traffic, or a method with fewer than two calibration points)
+    double cal_select_us = 0, cal_attend_us = 0, cal_step_us = 0;
+    bool calibration_point = false;  ///< one of the rows the method's model was fitted to
     bool launch_gate = true;  ///< the steps timed behind a launch gate (WaveRunOptions::launch_gate)
     int gate_timeouts = 0;    ///< steps whose gate ended by its timeout (their times include launch calls)
 };

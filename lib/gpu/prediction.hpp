@@ -4,6 +4,9 @@
 // batch size on a hardware profile. The one place the two meet, shared by the runner and the
 // RETRO_GPU_ONLY driver. JSON-free.
 #include "gpu/backend.hpp"
+#include <utility>
+#include <vector>
+
 #include "system/layer_time.hpp"
 
 namespace retro {
@@ -18,5 +21,20 @@ LayerTime predict_gpu_step(const GpuStepWork& w, Overlap overlap, int group, dou
 
 /// The overlap the cost model assumes for a GPU method (wave; offloaded full: stream; full: serial).
 Overlap gpu_overlap(GpuMethod m, bool offloaded);
+
+/// One GPU phase as a device runs it: a fixed latency (kernel launches and drains, single-block work that
+/// does not grow with the data) plus its bytes at the rate the phase attains — an empirical roofline with
+/// a latency term, fitted to the phase's measured times (the pure roofline above has neither: it was
+/// 3-57x under the wave step on the H200).
+struct PhaseFit {
+    double latency_us = 0;
+    double bytes_per_us = 0;  ///< 0: not fitted
+    bool fitted() const { return bytes_per_us > 0; }
+    double predict_us(double bytes) const { return latency_us + bytes / bytes_per_us; }
+    /// Least squares of us = latency + bytes / rate over (bytes, us) points. Not fitted (rate 0) with fewer
+    /// than two distinct byte counts or no positive slope; a negative latency is refitted through the
+    /// origin (latency 0).
+    static PhaseFit fit(const std::vector<std::pair<double, double>>& points);
+};
 
 }  // namespace retro

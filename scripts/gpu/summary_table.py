@@ -1,6 +1,7 @@
 """One table of a GPU run: PyTorch SDPA (best backend), the library full attention (FlashInfer), cuDNN's
 fused attention where the report has it, the own kernel and wave per (context, batch), with HBM fractions,
-wave's phases and measured / model. wave is the clustered KV in pinned host memory (misses over PCIe, the
+wave's phases and measured / model (the roofline; with the calibrated phase model's in brackets where the
+report has it, * marking the points it was fitted to). wave is the clustered KV in pinned host memory (misses over PCIe, the
 paper's setting); wave-hbm, where the report has it, the same in device memory (within GPU memory). A
 speed-up is over the report's baseline, the fastest full row at its point; the cell names it when that is
 not FlashInfer (reports before cuDNN's row always used FlashInfer).
@@ -93,7 +94,10 @@ def main(argv=None):
             w = by.get((m, n, b))
             cells.append(" / ".join(f"{w[k]:.0f}" for k in ("select_us", "estimate_us", "gather_us", "attend_us",
                                                              "host_us")) if w else "-")
-            cells.append(f"{w['measured_over_model']:.2f}" if w and w.get("measured_over_model") else "-")
+            cell = f"{w['measured_over_model']:.2f}" if w and w.get("measured_over_model") else "-"
+            if w and w.get("measured_over_cal_model"):  # the calibrated phase model, * = a calibration point
+                cell += f" (calibrated {w['measured_over_cal_model']:.2f}{'*' if w.get('calibration_point') else ''})"
+            cells.append(cell)
         print("| " + " | ".join(cells) + " |")
     return 0
 

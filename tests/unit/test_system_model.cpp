@@ -4,6 +4,7 @@
 
 #include "bench/config.hpp"
 #include "core/error.hpp"
+#include "gpu/prediction.hpp"
 #include "system/cost_model.hpp"
 #include "system/hardware.hpp"
 #include "system/head_system.hpp"
@@ -203,4 +204,32 @@ TEST(SystemCost, FullAttentionBatchLimitMatchesThePaper) {
     EXPECT_TRUE(t["rows"][2]["oom"].get<bool>());
     EXPECT_GT(t["rows"][1]["tokens_per_s"].get<double>(), t["rows"][0]["tokens_per_s"].get<double>());
     EXPECT_THROW(find_model_shape("nope"), ConfigError);
+}
+
+// ---- the calibrated phase model of the GPU runs (gpu/prediction.hpp PhaseFit) ----
+
+TEST(PhaseFit, RecoversLatencyAndRateFromPointsOnTheLine) {
+    std::vector<std::pair<double, double>> pts;
+    for (double bytes : {1e5, 1e6, 4e6, 16e6}) pts.push_back({bytes, 20.0 + bytes / 2000.0});
+    const PhaseFit f = PhaseFit::fit(pts);
+    ASSERT_TRUE(f.fitted());
+    EXPECT_NEAR(f.latency_us, 20.0, 1e-6);
+    EXPECT_NEAR(f.bytes_per_us, 2000.0, 1e-6);
+    EXPECT_NEAR(f.predict_us(64e6), 20.0 + 32000.0, 1e-3);
+}
+
+TEST(PhaseFit, LeavesUnfittedWhatTwoDistinctGrowingPointsDoNotDetermine) {
+    EXPECT_FALSE(PhaseFit::fit({}).fitted());
+    EXPECT_FALSE(PhaseFit::fit({{1e6, 30.0}}).fitted());
+    EXPECT_FALSE(PhaseFit::fit({{1e6, 30.0}, {1e6, 40.0}}).fitted());  // one byte count
+    EXPECT_FALSE(PhaseFit::fit({{1e6, 40.0}, {2e6, 30.0}}).fitted());  // time falling as bytes grow
+}
+
+TEST(PhaseFit, ANegativeLatencyIsRefittedThroughTheOrigin) {
+    // least squares through (1000, 0.4) and (2000, 1.0) has latency -0.2; through the origin the rate is
+    // sum(x^2) / sum(x y) = 5e6 / 2400
+    const PhaseFit f = PhaseFit::fit({{1000.0, 0.4}, {2000.0, 1.0}});
+    ASSERT_TRUE(f.fitted());
+    EXPECT_EQ(f.latency_us, 0.0);
+    EXPECT_NEAR(f.bytes_per_us, 5e6 / 2400.0, 1e-9);
 }
