@@ -17,6 +17,8 @@
 #      the KV in device memory, its duration from Nsight Compute (one metric, clocks left alone), where
 #      ncu can read the counters (FlashInfer's decode kernel is left out: full's runs use it too; wave's
 #      attend is FlashInfer's decode and merge plus finish_merge)
+#   RETRO_UNGATED_BATCHES=1,8: the device-only rows once more at those batches with --no-launch-gate (the
+#      launch calls inside the timing, as before the gate), into OUT/wave-ungated
 # A retro_gpu_check.prev beside the binary (the previous revision's build) runs the wave step instead
 # when the binary's own checks fail.
 # usage: bash scripts/gpu/lease-run.sh OUTDIR [CONTEXTS] [BATCHES]   (defaults 32768,131072 and 1,8,32)
@@ -62,6 +64,12 @@ t0=$SECONDS
 timeout "${RETRO_WAVE_TIMEOUT:-330}" "$bin" --out "$out/wave" --wave-only --contexts "$ctx" --batches "$bat" \
   --wave-kv "${RETRO_WAVE_KV:-all}" --hardware "$hwfile" --measured > "$out/wave.log" 2>&1
 echo "wave run: exit $? ($((SECONDS - t0)) s)"
+if [[ -n ${RETRO_UNGATED_BATCHES:-} ]]; then  # the same rows timed with the launch calls inside, side by side
+  t0=$SECONDS
+  timeout "${RETRO_WAVE_TIMEOUT:-330}" "$bin" --out "$out/wave-ungated" --wave-only --no-launch-gate --contexts "$ctx" \
+    --batches "$RETRO_UNGATED_BATCHES" --wave-kv gpu > "$out/wave-ungated.log" 2>&1
+  echo "wave run without the launch gate: exit $? ($((SECONDS - t0)) s)"
+fi
 grep -v Warning "$out/sdpa.log" | grep "^sdpa"
 sed -n '/^wave decode step/,$p' "$out/wave/gpu-report.txt" 2>/dev/null || grep -E "^  (full|wave)" "$out/wave.log"
 [[ -f "$out/wave/gpu-report.json" ]] &&
