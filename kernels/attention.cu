@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <cmath>
+#include <cstdlib>
 #include <string>
 
 #include "convert.hpp"
@@ -326,7 +327,7 @@ using RankScan = cub::BlockScan<int, kRankThreads>;
 // key T and how many items equal to T belong (`take`); those are the lowest ids among the equal ones (a
 // block scan over the per-thread counts in id order). Both selections run in the same four passes (two
 // histograms, two warps resolving them): wave's two zone boundaries at the cost of one.
-template <int ITEMS>
+template <int ITEMS, bool COMBINE>
 __device__ void top_k_masks(const uint32_t (&key)[ITEMS], const int (&K)[2], uint32_t (&in)[2], int (*hist)[256],
                             int* sh, typename RankScan::TempStorage& scan) {
     uint32_t prefix[2] = {0u, 0u}, mask = 0;
@@ -334,13 +335,39 @@ __device__ void top_k_masks(const uint32_t (&key)[ITEMS], const int (&K)[2], uin
     for (int shift = 24; shift >= 0; shift -= 8) {
         for (int i = threadIdx.x; i < 2 * 256; i += blockDim.x) hist[i / 256][i % 256] = 0;
         __syncthreads();
-        // plain shared atomics: warp-aggregating them with __match_any_sync (the first passes' digits share
-        // a few exponents) made the select 11 us slower at 128K batch 1 on the H200 (rank 57 -> 68 us)
+        if constexpr (!COMBINE) {
+            // plain shared atomics: warp-aggregating them with __match_any_sync (the first passes' digits
+            // share a few exponents) made the select 11 us slower at 128K batch 1 on the H200 (57 -> 68 us)
 #pragma unroll
-        for (int i = 0; i < ITEMS; ++i)
+            for (int i = 0; i < ITEMS; ++i)
 #pragma unroll
-            for (int z = 0; z < 2; ++z)
-                if (k[z] > 0 && (key[i] & mask) == prefix[z]) atomicAdd(&hist[z][(key[i] >> shift) & 255u], 1);
+                for (int z = 0; z < 2; ++z)
+                    if (k[z] > 0 && (key[i] & mask) == prefix[z]) atomicAdd(&hist[z][(key[i] >> shift) & 255u], 1);
+        } else {
+            // the variant (RETRO_SELECT_HIST=combined): the two selections share one histogram while their
+            // prefixes agree (always in the first pass, where every key is counted), and each thread adds a
+            // run of equal digits among its items once: the first passes' digits fall in a few bins, so
+            // the block's atomics serialize on them
+            const bool same = k[0] > 0 && k[1] > 0 && prefix[0] == prefix[1];
+#pragma unroll
+            for (int z = 0; z < 2; ++z) {
+                if (k[z] == 0 || (z == 1 && same)) continue;  // block-uniform
+                unsigned run_bin = 0;
+                int run = 0;
+#pragma unroll
+                for (int i = 0; i < ITEMS; ++i) {
+                    if ((key[i] & mask) != prefix[z]) continue;
+                    const unsigned bin = (key[i] >> shift) & 255u;
+                    if (run > 0 && bin != run_bin) atomicAdd(&hist[z][run_bin], run), run = 0;
+                    run_bin = bin, ++run;
+                }
+                if (run > 0) atomicAdd(&hist[z][run_bin], run);
+            }
+            if (same) {
+                __syncthreads();
+                for (int i = threadIdx.x; i < 256; i += blockDim.x) hist[1][i] = hist[0][i];
+            }
+        }
         __syncthreads();
         const int z = threadIdx.x / 32;
         if (z < 2 && k[z] > 0) {  // warp z resolves selection z; digits from 255 down: lane l holds 255 - 8l ... 248 - 8l
@@ -408,7 +435,7 @@ constexpr int kCountingSortMax = 256;
 // full block sort of 8192 clusters took 52 us per (b, kv head) block on the H200 (ncu, 128K batch 8);
 // this kernel 46 us with its two selections in separate passes and every r through the radix sort.
 // grid B*Hkv, block 1024; M <= 1024 * ITEMS (ITEMS <= 8), r + e <= M, r <= 1024.
-template <int ITEMS>
+template <int ITEMS, bool COMBINE>
 __global__ void __launch_bounds__(kRankThreads) cluster_select_block_kernel(ClusterScoreShape s, int r, int e,
                                                                            const float* scores, float* agg,
                                                                            int32_t* ranked) {
@@ -431,7 +458,7 @@ __global__ void __launch_bounds__(kRankThreads) cluster_select_block_kernel(Clus
     }
     const int K[2] = {r, r + e};
     uint32_t in[2];
-    top_k_masks<ITEMS>(key, K, in, hist, sh, tmp.scan);
+    top_k_masks<ITEMS, COMBINE>(key, K, in, hist, sh, tmp.scan);
     const uint32_t in_r = in[0], in_e = in[1] & ~in[0];
     // positions: retrieval count in the low 16 bits, estimation count above (r <= 1024, e < 65536)
     int packed = __popc(in_r) | (__popc(in_e) << 16), off = 0;
@@ -557,6 +584,20 @@ void launch_scores(const ClusterScoreShape& s, const float* q, const uint16_t* c
 }
 }  // namespace
 
+// cluster_select's histogram variant (top_k_masks' COMBINE): both builds of the kernel in one binary, so
+// a lease measures them side by side without a rebuild. -1 = not set: RETRO_SELECT_HIST on first use.
+namespace {
+std::atomic<int> g_select_combined{-1};
+}
+void set_select_histograms_combined(bool on) { g_select_combined = on ? 1 : 0; }
+bool select_histograms_combined() {
+    if (g_select_combined < 0) {
+        const char* v = std::getenv("RETRO_SELECT_HIST");
+        g_select_combined = v != nullptr && std::string(v) == "combined" ? 1 : 0;
+    }
+    return g_select_combined == 1;
+}
+
 void cluster_select(const ClusterScoreShape& s, int r, int e, const float* q, const uint16_t* cent,
                     const uint8_t* valid, float* agg, int32_t* ranked, void* work, size_t work_bytes, void* stream) {
     check_cluster_shape(s);
@@ -571,10 +612,13 @@ void cluster_select(const ClusterScoreShape& s, int r, int e, const float* q, co
     if (work_bytes < total) throw ParamError("cuda cluster_select: workspace too small");
     launch_scores(s, q, cent, valid, w, st(stream));
     const int n_seg = s.batch * s.kv_heads;
+    const bool combine = select_histograms_combined();
     if (s.clusters <= kRankThreads * 4)
-        cluster_select_block_kernel<4><<<n_seg, kRankThreads, 0, st(stream)>>>(s, r, e, w.scores, agg, ranked);
+        (combine ? cluster_select_block_kernel<4, true> : cluster_select_block_kernel<4, false>)
+            <<<n_seg, kRankThreads, 0, st(stream)>>>(s, r, e, w.scores, agg, ranked);
     else
-        cluster_select_block_kernel<8><<<n_seg, kRankThreads, 0, st(stream)>>>(s, r, e, w.scores, agg, ranked);
+        (combine ? cluster_select_block_kernel<8, true> : cluster_select_block_kernel<8, false>)
+            <<<n_seg, kRankThreads, 0, st(stream)>>>(s, r, e, w.scores, agg, ranked);
     check_launch("cluster_select_block");
 }
 

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "checks.hpp"
+#include "core/half.hpp"
 #include "cuda_api.hpp"
 
 namespace retro::cuda {
@@ -209,6 +210,19 @@ std::vector<BenchRow> run_benches(const BenchOptions& o, const DeviceCeilings& c
         DeviceBuffer<uint16_t> cent((size_t)nbk_max * M * kD), vsum(cent.size());
         dev_memset(cent.get(), 0x30, cent.bytes());
         dev_memset(vsum.get(), 0x40, vsum.bytes());
+        // cluster_select's radix passes depend on the keys (equal centroids put every key in one bin):
+        // random fp16 centroids in [-1, 1) for up to 64 (b, kv head) pairs (batch 8), its benchmark's range
+        const int nbk_sel = std::min(nbk_max, 64);
+        DeviceBuffer<uint16_t> cent_r((size_t)nbk_sel * M * kD);
+        {
+            std::vector<uint16_t> h(cent_r.size());
+            uint32_t x = 2463534242u;
+            for (auto& v : h) {
+                x ^= x << 13, x ^= x >> 17, x ^= x << 5;  // xorshift32: a fast fill, not a statistic
+                v = float_to_half((float)(x >> 8) / (float)(1u << 23) - 1.0f);
+            }
+            copy_h2d(cent_r.get(), h.data(), cent_r.bytes());
+        }
         auto dsizes = upload(std::vector<int32_t>((size_t)nbk_max * M, kTokensPerCluster));
         std::vector<int32_t> perm((size_t)M);
         std::iota(perm.begin(), perm.end(), 0);
@@ -271,6 +285,21 @@ std::vector<BenchRow> run_benches(const BenchOptions& o, const DeviceCeilings& c
                 decode_attention(ws, dq.get(), xk.get(), xv.get(), nullptr, eo.get(), el.get(), out.get(), lse.get(),
                                  wwork.get());
             };
+            if (nbk <= nbk_sel) {  // the zones as the wave step selects them, both histogram variants
+                const bool variant = select_histograms_combined();
+                for (const bool combined : {false, true}) {
+                    set_select_histograms_combined(combined);
+                    const double us = median_us(
+                        [&] { cluster_select(cs, r, e, dq.get(), cent_r.get(), nullptr, agg.get(), ranked.get(), rw.get(),
+                                             rw.size()); },
+                        reps);
+                    rows.push_back(bw_row(combined ? "cluster_select_combined" : "cluster_select",
+                                          shape("B=%ld N=%ld Hq=%ld Hkv=%ld d=%ld", B, N, kHq, kHkv, kD) +
+                                              shape(" r=%ld e=%ld", r, e),
+                                          us, (double)nbk * M * kD * 2, c.d2d_bytes_per_s, "D2D copy"));
+                }
+                set_select_histograms_combined(variant);
+            }
             const double t_sel = median_us(select, reps), t_est = median_us(estimate, reps);
             const double t_gat = median_us(gather, reps), t_att = median_us(attend, reps);
             const double t_step = median_us([&] { select(), estimate(), gather(), attend(); }, reps);

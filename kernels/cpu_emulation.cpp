@@ -55,6 +55,10 @@ LaunchGate::~LaunchGate() { pinned_free(flag_); }
 void LaunchGate::hold(void*) { flag_[0] = 0, flag_[1] = 1; }
 void LaunchGate::release() { flag_[0] = 1, flag_[1] = 0; }
 bool LaunchGate::timed_out() const { return flag_[1] != 0; }
+// The emulated cluster_select has one histogram: the variant is only remembered.
+static bool g_select_combined = false;
+void set_select_histograms_combined(bool on) { g_select_combined = on; }
+bool select_histograms_combined() { return g_select_combined; }
 EventTimer::EventTimer(void* s) : stream_(s) {}
 EventTimer::~EventTimer() {}
 void EventTimer::start() {}

@@ -207,6 +207,13 @@ void cluster_rank(const ClusterScoreShape& s, const float* d_q, const uint16_t* 
                   const uint8_t* d_valid, float* d_agg, int32_t* d_ranked, void* d_work, size_t work_bytes,
                   void* stream = nullptr);
 
+/// cluster_select's histogram variant: false (the default) plain shared atomics per item; true the two
+/// selections share one histogram while their prefixes agree and each thread adds a run of equal digits
+/// once (fewer atomics on the few bins the first radix passes fill). The process default comes from
+/// RETRO_SELECT_HIST=combined|plain on first use; the check ClusterSelect runs both.
+void set_select_histograms_combined(bool on);
+bool select_histograms_combined();
+
 /// The zones only, without ranking every cluster: for each (b, kv head) ranked[0, r) = the top r clusters
 /// in cluster_rank's order and ranked[r, r + e) = the next e as a set (ascending id); the rest of the row
 /// is not written. agg as cluster_rank. One block per (b, kv head) by radix select where M <= 8192 and

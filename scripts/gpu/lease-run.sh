@@ -17,6 +17,9 @@
 #      the KV in device memory, its duration from Nsight Compute (one metric, clocks left alone), where
 #      ncu can read the counters (FlashInfer's decode kernel is left out: full's runs use it too; wave's
 #      attend is FlashInfer's decode and merge plus finish_merge)
+#   RETRO_BENCH=GROUP: the microbenchmarks of GROUP (wave_step: cluster_select's two histogram variants,
+#      the phases; full_decode: the own, FlashInfer's and cuDNN's kernels) on the contexts x
+#      RETRO_BENCH_BATCHES (default the batches), into OUT/bench
 #   RETRO_UNGATED_BATCHES=1,8: the device-only rows once more at those batches with --no-launch-gate (the
 #      launch calls inside the timing, as before the gate), into OUT/wave-ungated
 # A retro_gpu_check.prev beside the binary (the previous revision's build) runs the wave step instead
@@ -52,6 +55,12 @@ if [[ -x $root/build-gpu/retro_unit_tests ]]; then
   LD_LIBRARY_PATH=$root/build-gpu/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} timeout "${RETRO_TESTS_TIMEOUT:-90}" "$root/build-gpu/retro_unit_tests" \
     --gtest_filter='CudaBackend.*' > "$out/gtest-cuda.log" 2>&1
   echo "gtest CudaBackend.*: exit $? ($((SECONDS - t0)) s)"; grep -E "^\[  (PASSED|FAILED|SKIPPED) |tests ran" "$out/gtest-cuda.log"
+fi
+if [[ -n ${RETRO_BENCH:-} ]]; then  # a microbenchmark group (retro_gpu_check --bench-only) on the same grid
+  t0=$SECONDS
+  timeout "${RETRO_BENCH_TIMEOUT:-120}" "$bin" --out "$out/bench" --bench-only "$RETRO_BENCH" --contexts "$ctx" \
+    --batches "${RETRO_BENCH_BATCHES:-$bat}" > "$out/bench.log" 2>&1
+  echo "bench $RETRO_BENCH: exit $? ($((SECONDS - t0)) s)"; grep -E "^(cluster_select|full_decode|wave_step)" "$out/bench/gpu-report.txt"
 fi
 hwfile=$out/hardware.txt
 python3 "$root/scripts/hardware-values.py" "$root/configs/hardware/$hw.json" > "$hwfile" 2>/dev/null ||
