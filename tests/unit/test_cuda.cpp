@@ -75,12 +75,12 @@ TEST_P(GpuKernel, MatchesCpuReference) {
 
 INSTANTIATE_TEST_SUITE_P(Cuda, GpuKernel,
                          testing::Values("ClusterRank", "ClusterSelect", "EstimateAttention", "CopySegments", "GatherClusters", "DecodeAttention", "LibraryDecode", "CudnnDecode",
-                                         "KMeansAssign", "KMeansSegmented"),
+                                         "KMeansAssign", "KMeansSegmented", "LaunchGate"),
                          [](const testing::TestParamInfo<std::string>& i) { return i.param; });
 
 TEST(GpuKernelList, EveryCheckIsInstantiated) {
     // host-only: the parameter list above must name every check (a new check is not silently dropped)
-    EXPECT_EQ(cuda::gpu_checks().size(), 10u);
+    EXPECT_EQ(cuda::gpu_checks().size(), 11u);
 }
 #else
 TEST(GpuKernel, MatchesCpuReference) { GTEST_SKIP() << "built without CUDA (no nvcc)"; }
