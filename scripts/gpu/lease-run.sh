@@ -20,6 +20,8 @@
 #   RETRO_BENCH=GROUP: the microbenchmarks of GROUP (wave_step: cluster_select's two histogram variants,
 #      the phases; full_decode: the own, FlashInfer's and cuDNN's kernels) on the contexts x
 #      RETRO_BENCH_BATCHES (default the batches), into OUT/bench
+#   RETRO_HOST_THREADS=N: wave's host lookup workers (--host-threads; 1 = the caller alone, no pool): the
+#      offloaded rows' host phase with and without the pool, call against call
 #   RETRO_UNGATED_BATCHES=1,8: the device-only rows once more at those batches with --no-launch-gate (the
 #      launch calls inside the timing, as before the gate), into OUT/wave-ungated
 # A retro_gpu_check.prev beside the binary (the previous revision's build) runs the wave step instead
@@ -71,7 +73,8 @@ PYTHONWARNINGS=ignore timeout "${RETRO_SDPA_TIMEOUT:-150}" python3 "$root/script
 echo "sdpa: exit $? ($((SECONDS - t0)) s)"
 t0=$SECONDS
 timeout "${RETRO_WAVE_TIMEOUT:-330}" "$bin" --out "$out/wave" --wave-only --contexts "$ctx" --batches "$bat" \
-  --wave-kv "${RETRO_WAVE_KV:-all}" --hardware "$hwfile" --measured > "$out/wave.log" 2>&1
+  --wave-kv "${RETRO_WAVE_KV:-all}" --hardware "$hwfile" --measured ${RETRO_HOST_THREADS:+--host-threads "$RETRO_HOST_THREADS"} \
+  > "$out/wave.log" 2>&1
 echo "wave run: exit $? ($((SECONDS - t0)) s)"
 if [[ -n ${RETRO_UNGATED_BATCHES:-} ]]; then  # the same rows timed with the launch calls inside, side by side
   t0=$SECONDS
