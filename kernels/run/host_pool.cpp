@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 
 namespace retro::gpu_run {
 
@@ -52,7 +53,11 @@ void HostPool::work(int w) {
         if (!has_work) continue;
         const int n = n_, T = (int)workers_.size();
         const auto* fn = fn_;
-        for (int i = w; i < n; i += T) {
+        // a contiguous block of items per worker: the callers write per-item state side by side (a vector
+        // of vectors' headers, lengths), and items handed out in turn put neighbours on different workers
+        // at the same moment, every push_back then a cache line bouncing between cores
+        const int lo = (int)((int64_t)n * w / T), hi = (int)((int64_t)n * (w + 1) / T);
+        for (int i = lo; i < hi; ++i) {
             try {
                 (*fn)(i);
             } catch (...) {

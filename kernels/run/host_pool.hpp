@@ -9,7 +9,9 @@
 // (sequence, head) whose data moved to another core every step found its caches cold. So (1) workers
 // spin on the generation counter for a while before sleeping, and wake() lets the caller start them
 // spinning before the work is known (while the GPU ranks); (2) item i always runs on the same worker
-// (i mod threads), so each (sequence, head)'s cache map and copy lists stay in one core's caches.
+// (a contiguous block of items per worker), so each (sequence, head)'s cache map and copy lists stay in
+// one core's caches and neighbouring items' side-by-side state is written by one core (items handed out
+// in turn, as before 2026-11-27, had every push_back of neighbouring items bounce a cache line).
 // On the H200 (2026-11-27) 15 spinning workers still took 140-835 us for batch 1's ~1 us items: the
 // wave path now hands work over only when there is enough of it, to at most 8 workers (wave_layer.cpp).
 #include <atomic>
@@ -32,8 +34,10 @@ class HostPool {
     HostPool(const HostPool&) = delete;
     HostPool& operator=(const HostPool&) = delete;
 
-    /// Calls fn(i) for every i in [0, n): item i on worker i mod threads() (the same worker every call);
-    /// returns when all are done. The first exception thrown by fn is rethrown here.
+    /// Calls fn(i) for every i in [0, n): worker w takes the block [n*w/T, n*(w+1)/T) of T = threads()
+    /// (the same worker for an item every call with the same n, its caches warm; neighbouring items on
+    /// one worker, so their side-by-side state is not shared between cores); returns when all are done.
+    /// The first exception thrown by fn is rethrown here.
     void for_each(int n, const std::function<void(int)>& fn);
     /// The same, on the caller's thread alone when !parallel (too little work to hand over).
     void for_each(int n, bool parallel, const std::function<void(int)>& fn);
