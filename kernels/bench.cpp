@@ -184,15 +184,14 @@ std::vector<BenchRow> run_benches(const BenchOptions& o, const DeviceCeilings& c
         // cuDNN's fused attention on the same KV: the harness's graph (stats, lengths as a padding mask)
         // and PyTorch's at inference (no stats, the exact length, no mask), each plan built outside the timing
         if (want("full_decode") && cudnn_decode_unsupported(kD, kG).empty())
-            for (const int B : Bs)
+            for (const int B : Bs) {
+                fs.batch = B;
+                auto lens = upload(std::vector<int32_t>((size_t)B, N));
                 for (const bool stats : {true, false})
                     for (const bool exact : {false, true}) {
-                        fs.batch = B;
                         CudnnDecodeOptions co;
                         co.stats = stats, co.exact_len = exact ? N : 0;
                         CudnnDecode dnn(fs, co);
-                        const std::vector<int32_t> lens_h((size_t)B, N);
-                        auto lens = upload(lens_h);
                         const double us =
                             median_us([&] { dnn.run(dq.get(), K.get(), V.get(), lens.get(), out.get(), lse.get()); }, reps);
                         rows.push_back(bw_row(std::string("full_decode_cudnn") + (stats ? "" : "_nostats") +
@@ -200,6 +199,7 @@ std::vector<BenchRow> run_benches(const BenchOptions& o, const DeviceCeilings& c
                                               shape("B=%ld N=%ld Hq=%ld Hkv=%ld d=%ld", B, N, kHq, kHkv, kD), us,
                                               2.0 * B * kHkv * (double)N * kD * 2, c.d2d_bytes_per_s, "D2D copy"));
                     }
+            }
         if (!want("wave_step")) continue;
 
         // ---- wave decode step per layer (RetroInfer §4): rank, estimate, assemble, attend + merge ----
@@ -285,6 +285,7 @@ std::vector<BenchRow> run_benches(const BenchOptions& o, const DeviceCeilings& c
                 decode_attention(ws, dq.get(), xk.get(), xv.get(), nullptr, eo.get(), el.get(), out.get(), lse.get(),
                                  wwork.get());
             };
+            const std::string p = shape("B=%ld N=%ld Hq=%ld Hkv=%ld d=%ld", B, N, kHq, kHkv, kD);
             if (nbk <= nbk_sel) {  // the zones as the wave step selects them, both histogram variants
                 const bool variant = select_histograms_combined();
                 for (const bool combined : {false, true}) {
@@ -294,16 +295,14 @@ std::vector<BenchRow> run_benches(const BenchOptions& o, const DeviceCeilings& c
                                              rw.size()); },
                         reps);
                     rows.push_back(bw_row(combined ? "cluster_select_combined" : "cluster_select",
-                                          shape("B=%ld N=%ld Hq=%ld Hkv=%ld d=%ld", B, N, kHq, kHkv, kD) +
-                                              shape(" r=%ld e=%ld", r, e),
-                                          us, (double)nbk * M * kD * 2, c.d2d_bytes_per_s, "D2D copy"));
+                                          p + shape(" r=%ld e=%ld", r, e), us, (double)nbk * M * kD * 2,
+                                          c.d2d_bytes_per_s, "D2D copy"));
                 }
                 set_select_histograms_combined(variant);
             }
             const double t_sel = median_us(select, reps), t_est = median_us(estimate, reps);
             const double t_gat = median_us(gather, reps), t_att = median_us(attend, reps);
             const double t_step = median_us([&] { select(), estimate(), gather(), attend(); }, reps);
-            const std::string p = shape("B=%ld N=%ld Hq=%ld Hkv=%ld d=%ld", B, N, kHq, kHkv, kD);
             BenchRow w;
             w.name = "wave_step", w.params = p, w.time_us = t_step;
             w.ceiling = full_us[bi], w.ceiling_name = "full_decode time (us) at this shape";

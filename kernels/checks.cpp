@@ -873,6 +873,11 @@ void check_launch_gate(Checker& c) {
         c.expect(all_are(9), "the copy enqueued behind a gate left held ran after its timeout");
         c.expect(gate.timed_out(), "a gate left held reports its timeout");
     }
+    {
+        LaunchGate never;  // the layers read timed_out() whether or not the step was gated
+        never.release();
+        c.expect(!never.timed_out(), "a gate never held reports a timeout");
+    }
     bool refused = false;
     try {
         LaunchGate bad(0);

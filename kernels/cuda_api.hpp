@@ -110,7 +110,7 @@ class LaunchGate {
     void hold(void* stream);  ///< clears the flag, then enqueues the spinning kernel on `stream`
     void release();           ///< lets the held kernel end (idempotent)
     /// Whether the last held kernel ended by its timeout rather than by release(); read it after the
-    /// stream has passed the gate (a synchronize).
+    /// stream has passed the gate (a synchronize). false for a gate never held.
     bool timed_out() const;
 
   private:

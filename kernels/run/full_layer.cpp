@@ -121,7 +121,7 @@ void run_full_layer(const GpuLayerJob& job, const StepFn& on_step) {
         r.step = t, r.n = n;
         r.out = o.h_out.get(), r.lse = o.h_lse.get();
         r.times.attend_us = r.times.step_us = us_between(e0, e1);
-        r.times.gate_timed_out = job.launch_gate && gate.timed_out();
+        r.times.gate_timed_out = gate.timed_out();
         r.work.attend_bytes = (double)s.H * n * s.token_bytes();
         r.work.h2d_bytes = job.offloaded ? r.work.attend_bytes : 0.0;
         r.batch_h2d_bytes = r.work.h2d_bytes * s.B;

@@ -460,7 +460,7 @@ class WaveLayer {
         e_est1_.record(st_);
         gate_.release();
         e_ids_.synchronize();  // the host looks up the clusters while the GPU estimates
-        gate_timed_out_ = job_.launch_gate && gate_.timed_out();
+        gate_timed_out_ = gate_.timed_out();
         const auto h0 = Clock::now();
         if (ranked) lookup(S, misses, miss_tokens);
         else {
@@ -524,7 +524,7 @@ class WaveLayer {
                                 (size_t)(R_ + E_) * 4, (size_t)s_.H, st_);
         gate_.release();
         stream_.synchronize();
-        gate_timed_out_ = job_.launch_gate && gate_.timed_out();
+        gate_timed_out_ = gate_.timed_out();
         plan_us_ = 0;
         report(t, n, 0.0, std::vector<int64_t>((size_t)s_.bh(), 0), est, /*host_lookups=*/false);
     }

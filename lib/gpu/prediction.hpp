@@ -3,10 +3,10 @@
 // one layer step (GpuStepWork, per sequence) as the cost model's LayerWork, timed by layer_time at the
 // batch size on a hardware profile. The one place the two meet, shared by the runner and the
 // RETRO_GPU_ONLY driver. JSON-free.
-#include "gpu/backend.hpp"
 #include <utility>
 #include <vector>
 
+#include "gpu/backend.hpp"
 #include "system/layer_time.hpp"
 
 namespace retro {
