@@ -42,8 +42,8 @@ bool is_closed_loop_config(const json& j) {
 
 int run_closed_loop_config(const json& j, const std::string& origin, const ClosedLoopRun& opt) {
     check_keys(j, {"name", "experiment", "description", "figure", "model", "dense_layers", "prefill_queries",
-                   "prefill_chunk", "storage", "threads", "seed", "allow_beyond_context", "fidelity", "niah",
-                   "cases", "methods", "open_loop"},
+                   "prefill_chunk", "storage", "threads", "seed", "allow_beyond_context", "only_where_reference_answers",
+                   "fidelity", "niah", "cases", "methods", "open_loop"},
                origin);
     if (opt.resume && opt.force) throw ConfigError("--resume and --force exclude each other");
     if (!j.contains("model") || !j["model"].is_string())

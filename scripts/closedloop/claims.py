@@ -66,7 +66,9 @@ def load_dir(path):
         raise ClaimsError(f"{what}: manifest.json has no resolved runs")
     if not os.path.isdir(os.path.join(path, "parts", REFERENCE)):
         raise ClaimsError(f"{what}: no parts/{REFERENCE}/ (full attention's part files)")
-    return {"path": path, "model": _model_name(m, path), "cases": m["cases"], "runs": runs}
+    cfg = m.get("config") if isinstance(m.get("config"), dict) else {}
+    return {"path": path, "model": _model_name(m, path), "cases": m["cases"], "runs": runs,
+            "only_answered": bool(cfg.get("only_where_reference_answers"))}
 
 
 def _model_name(manifest, path):
@@ -148,21 +150,28 @@ def matched(rows):
 
 def _collect(dirs):
     """Parts grouped by (model, context): {(model, ctx): {"dirs", "expected", "reference": [parts],
-    "runs": {run_id: {"run", "parts", "expected"}}}}, in the directories' order."""
+    "reference_all": [parts], "only_answered", "runs": {run_id: {"run", "parts", "expected"}}}}, in the
+    directories' order. A directory whose config runs the methods only where full attention answers
+    ("only_where_reference_answers") expects no run part on a case its reference got wrong and ignores any."""
     groups = {}
     for d in dirs:
         by_ctx = {}
         for c in d["cases"]:
             by_ctx.setdefault(context_of(c["prompt_len"]), []).append(c["id"])
         for ctx, ids in sorted(by_ctx.items()):
-            g = groups.setdefault((d["model"], ctx), {"dirs": [], "expected": 0, "reference": [], "runs": {}})
+            g = groups.setdefault((d["model"], ctx), {"dirs": [], "expected": 0, "reference": [], "runs": {},
+                                                      "only_answered": False})
             g["dirs"].append(d["path"])
             g["expected"] += len(ids)
-            g["reference"] += [p for p in (_part(d["path"], REFERENCE, i) for i in ids) if p is not None]
+            ref = [p for p in (_part(d["path"], REFERENCE, i) for i in ids) if p is not None]
+            g["reference"] += ref
+            misses = {p["case"] for p in ref if _scored(p) and not p["correct"]} if d["only_answered"] else set()
+            g["only_answered"] |= bool(misses)
             for run in d["runs"]:
                 r = g["runs"].setdefault(run["id"], {"run": run, "parts": [], "expected": 0})
-                r["expected"] += len(ids)
-                r["parts"] += [p for p in (_part(d["path"], run["id"], i) for i in ids) if p is not None]
+                r["expected"] += len(ids) - len(misses)
+                # parts written before the option was set, on a missed case, are left out as well
+                r["parts"] += [p for p in (_part(d["path"], run["id"], i) for i in ids if i not in misses) if p is not None]
     return groups
 
 
@@ -198,6 +207,8 @@ def claims(paths, common=False):
             seen.add(os.path.realpath(p))
             dirs.append(load_dir(p))
     groups = _collect(dirs)
+    for g in groups.values():
+        g["reference_all"] = list(g["reference"])
     models = list(dict.fromkeys(d["model"] for d in dirs))
     out = []
     for (model, ctx) in sorted(groups, key=lambda k: (models.index(k[0]), k[1])):
@@ -207,7 +218,9 @@ def claims(paths, common=False):
         rows = [run_row(r["run"], r["parts"], r["expected"]) for r in g["runs"].values()]
         rows.sort(key=lambda r: (r["method"], r["exact_frac"] is None, r["exact_frac"] or 0.0, r["label"]))
         out.append({"model": model, "context": ctx, "label": context_label(ctx), "dirs": g["dirs"],
-                    "reference": _reference(g["reference"], g["expected"]), "rows": rows, "matched": matched(rows)})
+                    "reference": _reference(g["reference"], g["expected"]),
+                    "reference_all": _reference(g["reference_all"], len(g["reference_all"])),
+                    "methods_only_where_full_answers": g["only_answered"], "rows": rows, "matched": matched(rows)})
     return {"dirs": [d["path"] for d in dirs], "contexts": out}
 
 
@@ -251,8 +264,15 @@ def _reference_line(c):
     ref = c["reference"]
     answered = (f"{ref['correct']}/{ref['task_cases']} NIAH cases answered ({_pct(ref['accuracy'])} %)"
                 if ref["task_cases"] else "no NIAH cases at this context")
-    return (f"Full attention: {answered}; reference parts {ref['cases']}/{ref['expected']} cases; from "
+    line = (f"Full attention: {answered}; reference parts {ref['cases']}/{ref['expected']} cases; from "
             f"{', '.join(c['dirs'])}. Each run's \"full acc\" is full attention's on the run's own cases.")
+    every = c["reference_all"]
+    if c["methods_only_where_full_answers"]:
+        line += (f" The methods ran only on the cases full attention answers (\"only_where_reference_answers\"):"
+                 f" it answers {every['correct']} of its {every['task_cases']} NIAH cases here.")
+    elif every["cases"] != ref["cases"]:
+        line += f" On all {every['task_cases']} of its NIAH cases here it answers {every['correct']}."
+    return line
 
 
 def markdown(result):

@@ -61,6 +61,9 @@ def check_config(cfg, origin):
         keys(cfg["niah"], NIAH_KEYS, "niah")
     if "fidelity" not in cfg and "niah" not in cfg and "cases" not in cfg:
         raise ConfigError(f"{origin}: no task: give \"fidelity\", \"niah\" and/or \"cases\" (a JSONL file)")
+    if not isinstance(cfg.get("only_where_reference_answers", False), bool):
+        raise ConfigError(f"{origin}: only_where_reference_answers must be true or false, got "
+                          f"{cfg['only_where_reference_answers']!r}")
     dl = cfg.get("dense_layers", 0)
     if not (isinstance(dl, int) and dl >= 0):
         raise ConfigError(f"{origin}: dense_layers must be an integer >= 0, got {dl!r}")
@@ -75,6 +78,25 @@ def run_id(run, cfg):
         key["method_source"] = run["method_source"]
         stem = "py-" + stem.rsplit(":", 1)[1]  # "py:dir/file.py:Class" names no directory
     return stem + "-" + hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:10]
+
+
+def reference_misses(cfg, ref):
+    """Whether the config runs the methods only where full attention answers ("only_where_reference_answers":
+    issue 27 #2's grid: a case full attention gets wrong says nothing about retrieval and costs as much as
+    one it answers) and the reference part `ref` is a scored case it got wrong. Fidelity cases never miss."""
+    return bool(cfg.get("only_where_reference_answers")) and ref is not None and \
+        ref.get("answer") is not None and "correct" in ref and not ref["correct"]
+
+
+def skipped_case(res, cfg, case_id):
+    """reference_misses for a case whose reference part is on disk (False before the reference ran)."""
+    return bool(cfg.get("only_where_reference_answers")) and res.has_part(REFERENCE, case_id) and \
+        reference_misses(cfg, res.read_part(REFERENCE, case_id))
+
+
+def case_done(res, cfg, run_id, case_id):
+    """A run's part on a case is present, or not wanted (the case is skipped: reference_misses)."""
+    return res.has_part(run_id, case_id) or (run_id != REFERENCE and skipped_case(res, cfg, case_id))
 
 
 def build_key(run, search_params):
@@ -255,6 +277,9 @@ def run_case(lm, rb, cfg, case, runs, res, tok, search_params=None):
         res.write_part(REFERENCE, case["id"], ref)
         log(f"  reference: " + (f"ppl {np.exp(np.mean(ref['nll'])):.2f}" if "nll" in ref else "")
             + (f" answer {ref['text']!r} ({'ok' if ref['correct'] else 'wrong'})" if "text" in ref else ""))
+    if reference_misses(cfg, ref):
+        log(f"  methods skipped on this case: full attention answers it wrong (\"only_where_reference_answers\")")
+        return
     gen_full = ref.get("tokens")
     for run in runs:
         rid = run["id"]
@@ -285,10 +310,12 @@ def ms_median(parts, keys=("tf", "gen")):
     return float(np.median(v)) if v else None
 
 
-def aggregate(res, runs, cases, lm_name):
-    """runs.jsonl (reference first) and cases.csv from the part files."""
+def aggregate(res, cfg, runs, cases, lm_name):
+    """runs.jsonl (reference first) and cases.csv from the part files. A run is complete with a part on every
+    case but those skipped (reference_misses), whose number the reference's record gives."""
     ids = [c["id"] for c in cases]
     ref_parts = [res.read_part(REFERENCE, c) for c in ids if res.has_part(REFERENCE, c)]
+    skipped = {p["case"] for p in ref_parts if reference_misses(cfg, p)}
     records, rows = [], []
     ref_gen = [dict(p, agreement=len(p["tokens"]), correct_full=p["correct"])
                for p in ref_parts if "tokens" in p]
@@ -298,7 +325,8 @@ def aggregate(res, runs, cases, lm_name):
                         params={}, model=lm_name, cases=len(ref_parts),
                         fidelity=metrics.summarize_fidelity(ref_fid), task=metrics.summarize_task(ref_gen),
                         step_ms_median=ms_median(ref_parts),
-                        prefill_s_total=float(sum(p["prefill_s"] for p in ref_parts))))
+                        prefill_s_total=float(sum(p["prefill_s"] for p in ref_parts)),
+                        cases_skipped=len(skipped)))
     for run in runs:
         parts = [res.read_part(run["id"], c) for c in ids if res.has_part(run["id"], c)]
         if not parts:
@@ -306,7 +334,7 @@ def aggregate(res, runs, cases, lm_name):
         infos = [p[k] for p in parts for k in ("tf", "gen") if k in p]
         records.append(dict(
             run_id=run["id"], method=run["method"], params=run["params"], label=run["label"], model=lm_name,
-            cases=len(parts), complete=len(parts) == len(ids), fidelity=metrics.summarize_fidelity([p for p in parts if "kl" in p]),
+            cases=len(parts), complete=len(parts) == len(ids) - len(skipped), fidelity=metrics.summarize_fidelity([p for p in parts if "kl" in p]),
             task=metrics.summarize_task([p for p in parts if "tokens" in p]),
             step_ms_median=ms_median(parts), build_s_total=float(sum(i["build_s"] for i in infos)),
             exact_frac=float(np.mean([i["exact_frac"] for i in infos])),
@@ -429,7 +457,7 @@ def run(args):
         try:
             if "cases" not in manifest:
                 raise ConfigError(f"{res.dir}: the manifest lists no cases yet (no session got past loading the model)")
-            records = aggregate(res, runs, manifest["cases"], manifest["model"]["name"])
+            records = aggregate(res, cfg, runs, manifest["cases"], manifest["model"]["name"])
             print_table(records)
             if cfg.get("open_loop") and os.path.isdir(os.path.join(res.dir, "traces")):
                 import offline_online
@@ -463,7 +491,7 @@ def run(args):
             i_w, n_w = (int(x) for x in args.worker.split("/"))
             for group in build_groups(runs, search_params)[i_w::n_w]:
                 for case in cases:
-                    todo = [r for r in group if not res.has_part(r["id"], case["id"])]
+                    todo = [r for r in group if not case_done(res, cfg, r["id"], case["id"])]
                     if todo and (not args.only_kind or case["kind"] == args.only_kind):
                         run_case(lm, rb, cfg, case, todo, res, lm.tok, search_params)
         # shorter prompts first (in 1024-token buckets: an interrupted long grid has its cheap cases done),
@@ -475,7 +503,7 @@ def run(args):
             if args.worker or (args.only_kind and case["kind"] != args.only_kind) or \
                     (mine is not None and case["id"] not in mine):
                 continue
-            todo = [r for r in runs if not res.has_part(r["id"], case["id"])]
+            todo = [r for r in runs if not case_done(res, cfg, r["id"], case["id"])]
             if not todo and res.has_part(REFERENCE, case["id"]):
                 continue
             log(f"case {i + 1}/{len(cases)}: {len(todo)} run(s) to do")
@@ -483,11 +511,11 @@ def run(args):
         if args.worker or args.only_kind:
             status = "partial"
             return 0
-        if args.case_shard and not all(res.has_part(r["id"], c["id"]) for r in runs + [{"id": REFERENCE}] for c in cases):
+        if args.case_shard and not all(case_done(res, cfg, r["id"], c["id"]) for r in runs + [{"id": REFERENCE}] for c in cases):
             status = "partial"
             log(f"shard {args.case_shard} done; other shards' cases remain (the last shard writes runs.jsonl)")
             return 0
-        records = aggregate(res, runs, cases, lm.name)
+        records = aggregate(res, cfg, runs, cases, lm.name)
         print_table(records)
         if cfg.get("open_loop") and not args.only_kind and not args.case_shard:
             import offline_online

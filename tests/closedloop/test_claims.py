@@ -69,13 +69,15 @@ def fidelity_part(run_id):
     return dict(p, run=run_id, kl=KL[run_id], top1=[1.0, 0.0], nll_full=[1.0, 2.0], tf=info(BUDGET[run_id]))
 
 
-def make_dir(root, name, case_ids, model="qwen2.5-0.5b (GGUF)"):
-    """A closed-loop results directory holding case_ids (manifest, parts; runs.jsonl's reference line)."""
+def make_dir(root, name, case_ids, model="qwen2.5-0.5b (GGUF)", only_answered=False):
+    """A closed-loop results directory holding case_ids (manifest, parts; runs.jsonl's reference line).
+    only_answered: the config's "only_where_reference_answers" (no run part where full attention is wrong)."""
     d = os.path.join(root, name)
     cases = [{"id": c, "kind": c.split("-")[0], "desc": c, "prompt_len": LENGTHS[c],
               "answer": "123456" if c.startswith("niah") else None} for c in case_ids]
     write(os.path.join(d, "manifest.json"), {"experiment": "closed-loop", "cases": cases, "model": {"name": model},
-                                             "resolved": {"runs": RUNS}})
+                                             "resolved": {"runs": RUNS},
+                                             "config": {"only_where_reference_answers": only_answered}})
     write(os.path.join(d, "runs.jsonl"), {"run_id": "reference"})
     for c in case_ids:
         if c.startswith("fidelity"):
@@ -86,7 +88,7 @@ def make_dir(root, name, case_ids, model="qwen2.5-0.5b (GGUF)"):
         full, *by_run = ANSWERS[c]
         write(os.path.join(d, "parts", "reference", c + ".json"), niah_part(None, c, full, None))
         for r, ok in zip(RUNS, by_run):
-            if ok is not None:
+            if ok is not None and (full or not only_answered):
                 write(os.path.join(d, "parts", r["id"], c + ".json"), niah_part(r["id"], c, ok, full))
     return d
 
@@ -146,6 +148,25 @@ class Claims(unittest.TestCase):
         self.assertEqual((c["reference"]["cases"], c["reference"]["expected"]), (3, 3))
         r = next(r for r in c["rows"] if r["run_id"] == "oracle_topk-bbbb")
         self.assertNotEqual(r["cases"], self.row("16K", "oracle_topk-bbbb")["cases"])  # 4 without --common
+
+    def test_methods_only_where_full_answers(self):
+        """A directory whose config skips the methods on the cases full attention gets wrong (a4 here):
+        a run is complete without them, full attention's own accuracy over all its cases stays reported."""
+        d = make_dir(self.tmp, "only", ["niah-a1", "niah-a2", "niah-a4"], only_answered=True)
+        # a part on the missed case from before the option was set: left out
+        write(os.path.join(d, "parts", "oracle_topk-aaaa", "niah-a4.json"), niah_part("oracle_topk-aaaa", "niah-a4", True, False))
+        for common in (False, True):
+            c = claims.claims([d], common=common)["contexts"][0]
+            self.assertTrue(c["methods_only_where_full_answers"])
+            self.assertEqual({(r["cases"], r["expected"]) for r in c["rows"]}, {(2, 2)}, common)
+            self.assertEqual({r["full_accuracy"] for r in c["rows"]}, {1.0})
+            self.assertEqual((c["reference_all"]["correct"], c["reference_all"]["task_cases"]), (2, 3))
+        self.assertEqual(c["reference"]["task_cases"], 2)  # --common: the reference on the runs' cases
+        md = claims.markdown(claims.claims([d]))
+        self.assertIn("The methods ran only on the cases full attention answers", md)
+        self.assertIn("it answers 2 of its 3 NIAH cases here", md)
+        self.assertIn("| 2/2 cases |", md)
+        self.assertFalse(self.ctx("16K")["methods_only_where_full_answers"])  # a full grid: a4 expected
 
     def test_order(self):
         self.assertEqual([r["run_id"] for r in self.ctx("16K")["rows"]],

@@ -13,7 +13,8 @@ user_cases.py, docs/closed-loop.md).
 
 The config runs through scripts/closedloop/closed_loop.py with the runs retro-bench would pass
 (--runs-json); `retro-bench validate` accepts it (its key check lists "cases"). Needs the dump venv and
-the binding (else exit 77). ~20 s."""
+the binding (else exit 77). ~25 s.
+- "only_where_reference_answers": the methods skip a case the reference gets wrong; complete without it."""
 
 import json
 import os
@@ -159,6 +160,59 @@ class Sharded(unittest.TestCase):
             recs = [json.loads(x) for x in f]
         self.assertEqual(sorted(x["method"] for x in recs), ["oracle_topk", "reference", "streaming"])
         self.assertTrue(all(x["task"]["cases"] == 3 for x in recs if "task" in x), recs)
+
+
+class OnlyWhereReferenceAnswers(unittest.TestCase):
+    def test_methods_skip_the_cases_full_attention_gets_wrong(self):
+        """"only_where_reference_answers": true (issue 27 #2: the grid on the cases full attention answers):
+        no method runs on a scored case the reference gets wrong, the runs are complete without it, a
+        fidelity case is never skipped, and a resumed session finds nothing to do."""
+        d = os.path.join(TMP, "only-answered")
+        os.makedirs(d, exist_ok=True)
+        digits = [str(i) for i in range(10)]  # "contains" any digit: the space-joined token ids always answer
+        lines = [{"id": "hit", "prompt_ids": ids(120, 20), "answers": digits, "max_new_tokens": 2},
+                 {"id": "miss", "prompt_ids": ids(130, 21), "answers": ["never-generated"], "max_new_tokens": 2},
+                 {"id": "fid", "prompt_ids": ids(110, 22), "continuation_ids": ids(5, 23)}]
+        with open(os.path.join(d, "cases.jsonl"), "w") as f:
+            f.write("\n".join(json.dumps(x) for x in lines) + "\n")
+        cfg = {"name": "only", "experiment": "closed-loop", "model": "tiny-random-llama", "prefill_queries": 16,
+               "threads": 1, "cases": "cases.jsonl", "only_where_reference_answers": True,
+               "methods": [{"name": x["method"], "params": x["params"]} for x in RUNS]}
+        path = os.path.join(d, "config.json")
+        with open(path, "w") as f:
+            json.dump(cfg, f)
+        res = os.path.join(d, "results")
+        r = subprocess.run([BIN, "run", path, "--results", res], capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stderr[-3000:])
+        self.assertIn("methods skipped on this case", r.stderr)
+        out = os.path.join(res, "only")
+        with open(os.path.join(out, "manifest.json")) as f:
+            m = json.load(f)
+        self.assertEqual(m["status"], "complete")
+        case = {c["desc"].split(" ")[0]: c["id"] for c in m["cases"]}
+        with open(os.path.join(out, "runs.jsonl")) as f:
+            recs = [json.loads(x) for x in f]
+        ref = next(x for x in recs if x["method"] == "reference")
+        self.assertEqual(ref["cases_skipped"], 1)
+        for x in recs:
+            have = {ln for ln, cid in case.items() if os.path.exists(os.path.join(out, "parts", x["run_id"], cid + ".json"))}
+            if x["method"] == "reference":
+                self.assertEqual(have, {"cases.jsonl:1", "cases.jsonl:2", "cases.jsonl:3"})
+            else:
+                self.assertEqual(have, {"cases.jsonl:1", "cases.jsonl:3"}, x["label"])
+                self.assertTrue(x["complete"], x["label"])
+                self.assertEqual((x["cases"], x["task"]["accuracy"]), (2, 1.0), x["label"])
+        r = subprocess.run([BIN, "run", path, "--results", res, "--resume"], capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stderr[-3000:])
+        self.assertNotIn("run(s) to do", r.stderr)  # the skipped case is done, not pending
+        r = subprocess.run([BIN, "validate", path], capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        cfg["only_where_reference_answers"] = "yes"
+        with open(path, "w") as f:
+            json.dump(cfg, f)
+        r = subprocess.run([BIN, "run", path, "--results", res, "--resume"], capture_output=True, text=True)
+        self.assertEqual(r.returncode, 2, r.stderr[-3000:])
+        self.assertIn("only_where_reference_answers must be true or false, got 'yes'", r.stderr)
 
 
 class Refused(unittest.TestCase):
