@@ -321,18 +321,74 @@ __device__ __forceinline__ uint32_t order_key(float a) {
 
 using RankScan = cub::BlockScan<int, kRankThreads>;
 
+// order_key(-inf): the key of an invalid cluster (padding past M is 0, every finite aggregate above it)
+constexpr uint32_t kInvalidKey = 0x007fffffu;
+
+// cluster_select's histogram variants (SelectHist), as bits of the kernels' MODE
+constexpr int kHistCombine = 1;   // one histogram while the two prefixes agree, runs of equal digits added once
+constexpr int kHistAdaptive = 2;  // the passes start at the valid keys' highest differing bit
+
+// The valid keys' (key > kInvalidKey) minimum, maximum and count over the block, in every thread.
+template <int ITEMS>
+__device__ void valid_key_range(const uint32_t (&key)[ITEMS], uint32_t& lo, uint32_t& hi, int& v) {
+    __shared__ uint32_t red[3][32];
+    lo = 0xffffffffu, hi = 0u, v = 0;
+#pragma unroll
+    for (int i = 0; i < ITEMS; ++i)
+        if (key[i] > kInvalidKey) lo = min(lo, key[i]), hi = max(hi, key[i]), ++v;
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nw = blockDim.x / 32;
+    for (int round = 0; round < 2; ++round) {
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {
+            lo = min(lo, __shfl_xor_sync(0xffffffffu, lo, o));
+            hi = max(hi, __shfl_xor_sync(0xffffffffu, hi, o));
+            v += __shfl_xor_sync(0xffffffffu, v, o);
+        }
+        if (round == 1) break;
+        if (lane == 0) red[0][warp] = lo, red[1][warp] = hi, red[2][warp] = (uint32_t)v;
+        __syncthreads();  // every warp then reduces the warps' values itself: no second barrier
+        lo = lane < nw ? red[0][lane] : 0xffffffffu;
+        hi = lane < nw ? red[1][lane] : 0u;
+        v = lane < nw ? (int)red[2][lane] : 0;
+    }
+}
+
 // Which of the block's items are among its K[0] largest and which among its K[1] largest, in the order
 // (key descending, id ascending), as a bit mask per thread each (bit i = item t*ITEMS + i; K[z] = 0 gives
 // an empty mask, else 1 <= K[z] <= items). MSB-first radix select over 8-bit digits finds the K-th largest
 // key T and how many items equal to T belong (`take`); those are the lowest ids among the equal ones (a
 // block scan over the per-thread counts in id order). Both selections run in the same four passes (two
 // histograms, two warps resolving them): wave's two zone boundaries at the cost of one.
-template <int ITEMS, bool COMBINE>
+// MODE (SelectHist): kHistCombine shares the histogram; kHistAdaptive first reduces the valid keys' range
+// and starts the passes at the highest bit in which they differ (the bits above are common to every valid
+// key): the aggregates are softmax sums in [0, g], whose keys share their top bits, so the first pass of
+// the plain variant puts all 8192 items in a handful of bins and its shared atomics serialize on them;
+// from the range's top bit the first digit spreads over the exponents and mantissas actually present.
+// A selection larger than the valid keys (K > valid) takes them all and its threshold is kInvalidKey.
+template <int ITEMS, int MODE>
 __device__ void top_k_masks(const uint32_t (&key)[ITEMS], const int (&K)[2], uint32_t (&in)[2], int (*hist)[256],
                             int* sh, typename RankScan::TempStorage& scan) {
+    constexpr bool COMBINE = (MODE & kHistCombine) != 0;
     uint32_t prefix[2] = {0u, 0u}, mask = 0;
     int k[2] = {K[0], K[1]};
-    for (int shift = 24; shift >= 0; shift -= 8) {
+    bool active[2] = {K[0] > 0, K[1] > 0};  // block-uniform: the selection still has passes to resolve
+    int top = 31;                           // the highest bit the passes resolve
+    if constexpr ((MODE & kHistAdaptive) != 0) {
+        uint32_t lo, hi;
+        int v;
+        valid_key_range<ITEMS>(key, lo, hi, v);
+        top = lo < hi ? 31 - __clz(lo ^ hi) : -1;  // -1: one valid key value (or none): no pass
+        mask = top >= 0 ? ~((2u << top) - 1u) : 0xffffffffu;  // top 31: 2u << 31 wraps to 0, the mask to 0
+#pragma unroll
+        for (int z = 0; z < 2; ++z) {
+            if (K[z] > v) prefix[z] = kInvalidKey, k[z] = K[z] - v, active[z] = false;  // every valid key, then invalid ones
+            else prefix[z] = lo & mask;
+            if (K[z] <= v && top < 0) active[z] = false, prefix[z] = lo;  // T = the one valid value, take K
+        }
+    }
+    for (int hi_bit = top; hi_bit >= 0; hi_bit -= 8) {
+        const int shift = max(hi_bit - 7, 0);
+        const uint32_t dmask = (2u << (hi_bit - shift)) - 1u;  // 255 but in a last, narrower pass
         for (int i = threadIdx.x; i < 2 * 256; i += blockDim.x) hist[i / 256][i % 256] = 0;
         __syncthreads();
         if constexpr (!COMBINE) {
@@ -342,22 +398,22 @@ __device__ void top_k_masks(const uint32_t (&key)[ITEMS], const int (&K)[2], uin
             for (int i = 0; i < ITEMS; ++i)
 #pragma unroll
                 for (int z = 0; z < 2; ++z)
-                    if (k[z] > 0 && (key[i] & mask) == prefix[z]) atomicAdd(&hist[z][(key[i] >> shift) & 255u], 1);
+                    if (active[z] && (key[i] & mask) == prefix[z]) atomicAdd(&hist[z][(key[i] >> shift) & dmask], 1);
         } else {
             // the variant (RETRO_SELECT_HIST=combined): the two selections share one histogram while their
             // prefixes agree (always in the first pass, where every key is counted), and each thread adds a
             // run of equal digits among its items once: the first passes' digits fall in a few bins, so
             // the block's atomics serialize on them
-            const bool same = k[0] > 0 && k[1] > 0 && prefix[0] == prefix[1];
+            const bool same = active[0] && active[1] && prefix[0] == prefix[1];
 #pragma unroll
             for (int z = 0; z < 2; ++z) {
-                if (k[z] == 0 || (z == 1 && same)) continue;  // block-uniform
+                if (!active[z] || (z == 1 && same)) continue;  // block-uniform
                 unsigned run_bin = 0;
                 int run = 0;
 #pragma unroll
                 for (int i = 0; i < ITEMS; ++i) {
                     if ((key[i] & mask) != prefix[z]) continue;
-                    const unsigned bin = (key[i] >> shift) & 255u;
+                    const unsigned bin = (key[i] >> shift) & dmask;
                     if (run > 0 && bin != run_bin) atomicAdd(&hist[z][run_bin], run), run = 0;
                     run_bin = bin, ++run;
                 }
@@ -370,7 +426,10 @@ __device__ void top_k_masks(const uint32_t (&key)[ITEMS], const int (&K)[2], uin
         }
         __syncthreads();
         const int z = threadIdx.x / 32;
-        if (z < 2 && k[z] > 0) {  // warp z resolves selection z; digits from 255 down: lane l holds 255 - 8l ... 248 - 8l
+        // selects, not k[z] / active[z]: a thread-dependent index puts the arrays in local memory
+        const bool act = z == 0 ? active[0] : (z == 1 && active[1]);
+        const int kz = z == 0 ? k[0] : k[1];
+        if (act) {  // warp z resolves selection z; digits from 255 down: lane l holds 255 - 8l ... 248 - 8l
             const int lane = threadIdx.x % 32;
             int c[8], sum = 0;
 #pragma unroll
@@ -381,12 +440,12 @@ __device__ void top_k_masks(const uint32_t (&key)[ITEMS], const int (&K)[2], uin
                 const int y = __shfl_up_sync(0xffffffffu, inc, o);
                 if (lane >= o) inc += y;
             }
-            const unsigned ball = __ballot_sync(0xffffffffu, inc >= k[z]);
+            const unsigned ball = __ballot_sync(0xffffffffu, inc >= kz);
             if (lane == __ffs(ball) - 1) {
                 int cum = inc - sum;
                 for (int j = 0; j < 8; ++j) {
-                    if (cum + c[j] >= k[z]) {
-                        sh[2 * z] = 255 - (lane * 8 + j), sh[2 * z + 1] = k[z] - cum;
+                    if (cum + c[j] >= kz) {
+                        sh[2 * z] = 255 - (lane * 8 + j), sh[2 * z + 1] = kz - cum;
                         break;
                     }
                     cum += c[j];
@@ -396,8 +455,8 @@ __device__ void top_k_masks(const uint32_t (&key)[ITEMS], const int (&K)[2], uin
         __syncthreads();
 #pragma unroll
         for (int y = 0; y < 2; ++y)
-            if (k[y] > 0) prefix[y] |= (uint32_t)sh[2 * y] << shift, k[y] = sh[2 * y + 1];
-        mask |= 255u << shift;
+            if (active[y]) prefix[y] |= (uint32_t)sh[2 * y] << shift, k[y] = sh[2 * y + 1];
+        mask |= dmask << shift;
         __syncthreads();
     }
     // the items equal to each threshold, counted in id order (packed: selection 0 low 16 bits, M <= 8192)
@@ -435,7 +494,7 @@ constexpr int kCountingSortMax = 256;
 // full block sort of 8192 clusters took 52 us per (b, kv head) block on the H200 (ncu, 128K batch 8);
 // this kernel 46 us with its two selections in separate passes and every r through the radix sort.
 // grid B*Hkv, block 1024; M <= 1024 * ITEMS (ITEMS <= 8), r + e <= M, r <= 1024.
-template <int ITEMS, bool COMBINE>
+template <int ITEMS, int MODE>
 __global__ void __launch_bounds__(kRankThreads) cluster_select_block_kernel(ClusterScoreShape s, int r, int e,
                                                                            const float* scores, float* agg,
                                                                            int32_t* ranked) {
@@ -458,7 +517,7 @@ __global__ void __launch_bounds__(kRankThreads) cluster_select_block_kernel(Clus
     }
     const int K[2] = {r, r + e};
     uint32_t in[2];
-    top_k_masks<ITEMS, COMBINE>(key, K, in, hist, sh, tmp.scan);
+    top_k_masks<ITEMS, MODE>(key, K, in, hist, sh, tmp.scan);
     const uint32_t in_r = in[0], in_e = in[1] & ~in[0];
     // positions: retrieval count in the low 16 bits, estimation count above (r <= 1024, e < 65536)
     int packed = __popc(in_r) | (__popc(in_e) << 16), off = 0;
@@ -584,19 +643,33 @@ void launch_scores(const ClusterScoreShape& s, const float* q, const uint16_t* c
 }
 }  // namespace
 
-// cluster_select's histogram variant (top_k_masks' COMBINE): both builds of the kernel in one binary, so
-// a lease measures them side by side without a rebuild. -1 = not set: RETRO_SELECT_HIST on first use.
+// cluster_select's histogram variants (top_k_masks' MODE): every build of the kernel in one binary, so a
+// lease measures them side by side without a rebuild. -1 = not set: RETRO_SELECT_HIST on first use.
 namespace {
-std::atomic<int> g_select_combined{-1};
+std::atomic<int> g_select_hist{-1};
 }
-void set_select_histograms_combined(bool on) { g_select_combined = on ? 1 : 0; }
-bool select_histograms_combined() {
-    if (g_select_combined < 0) {
-        const char* v = std::getenv("RETRO_SELECT_HIST");
-        g_select_combined = v != nullptr && std::string(v) == "combined" ? 1 : 0;
+void set_select_histograms(SelectHist h) { g_select_hist = (int)h; }
+SelectHist select_histograms() {
+    if (g_select_hist < 0) g_select_hist = (int)select_histograms_from_env();
+    return (SelectHist)g_select_hist.load();
+}
+
+namespace {
+template <int ITEMS>
+void launch_select_block(const ClusterScoreShape& s, int r, int e, const float* scores, float* agg, int32_t* ranked,
+                         cudaStream_t stream) {
+    auto* kernel = cluster_select_block_kernel<ITEMS, 0>;
+    switch (select_histograms()) {
+        case SelectHist::plain: break;
+        case SelectHist::combined: kernel = cluster_select_block_kernel<ITEMS, kHistCombine>; break;
+        case SelectHist::adaptive: kernel = cluster_select_block_kernel<ITEMS, kHistAdaptive>; break;
+        case SelectHist::adaptive_combined:
+            kernel = cluster_select_block_kernel<ITEMS, kHistAdaptive | kHistCombine>;
+            break;
     }
-    return g_select_combined == 1;
+    kernel<<<s.batch * s.kv_heads, kRankThreads, 0, stream>>>(s, r, e, scores, agg, ranked);
 }
+}  // namespace
 
 void cluster_select(const ClusterScoreShape& s, int r, int e, const float* q, const uint16_t* cent,
                     const uint8_t* valid, float* agg, int32_t* ranked, void* work, size_t work_bytes, void* stream) {
@@ -611,14 +684,10 @@ void cluster_select(const ClusterScoreShape& s, int r, int e, const float* q, co
     RankWork w = carve(s, work, &total);
     if (work_bytes < total) throw ParamError("cuda cluster_select: workspace too small");
     launch_scores(s, q, cent, valid, w, st(stream));
-    const int n_seg = s.batch * s.kv_heads;
-    const bool combine = select_histograms_combined();
     if (s.clusters <= kRankThreads * 4)
-        (combine ? cluster_select_block_kernel<4, true> : cluster_select_block_kernel<4, false>)
-            <<<n_seg, kRankThreads, 0, st(stream)>>>(s, r, e, w.scores, agg, ranked);
+        launch_select_block<4>(s, r, e, w.scores, agg, ranked, st(stream));
     else
-        (combine ? cluster_select_block_kernel<8, true> : cluster_select_block_kernel<8, false>)
-            <<<n_seg, kRankThreads, 0, st(stream)>>>(s, r, e, w.scores, agg, ranked);
+        launch_select_block<8>(s, r, e, w.scores, agg, ranked, st(stream));
     check_launch("cluster_select_block");
 }
 

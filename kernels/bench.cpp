@@ -286,19 +286,20 @@ std::vector<BenchRow> run_benches(const BenchOptions& o, const DeviceCeilings& c
                                  wwork.get());
             };
             const std::string p = shape("B=%ld N=%ld Hq=%ld Hkv=%ld d=%ld", B, N, kHq, kHkv, kD);
-            if (nbk <= nbk_sel) {  // the zones as the wave step selects them, both histogram variants
-                const bool variant = select_histograms_combined();
-                for (const bool combined : {false, true}) {
-                    set_select_histograms_combined(combined);
+            if (nbk <= nbk_sel) {  // the zones as the wave step selects them, every histogram variant
+                const SelectHist variant = select_histograms();
+                for (const SelectHist hist : kSelectHists) {
+                    set_select_histograms(hist);
                     const double us = median_us(
                         [&] { cluster_select(cs, r, e, dq.get(), cent_r.get(), nullptr, agg.get(), ranked.get(), rw.get(),
                                              rw.size()); },
                         reps);
-                    rows.push_back(bw_row(combined ? "cluster_select_combined" : "cluster_select",
+                    rows.push_back(bw_row(hist == SelectHist::plain ? std::string("cluster_select")
+                                                                    : std::string("cluster_select_") + select_hist_name(hist),
                                           p + shape(" r=%ld e=%ld", r, e), us, (double)nbk * M * kD * 2,
                                           c.d2d_bytes_per_s, "D2D copy"));
                 }
-                set_select_histograms_combined(variant);
+                set_select_histograms(variant);
             }
             const double t_sel = median_us(select, reps), t_est = median_us(estimate, reps);
             const double t_gat = median_us(gather, reps), t_att = median_us(attend, reps);

@@ -174,7 +174,7 @@ void check_cluster_select(Checker& c) {
                           {1, 1, 4, 777, 128, 1.0f, 50, 0, 0},       {2, 2, 4, 2048, 128, 1.0f, 100, 700, 37},
                           {1, 1, 3, 5000, 128, 0.95f, 200, 1000, 5}, {1, 1, 4, 12000, 128, 1.0f, 200, 2000, 0}};
     std::mt19937 rng(4242);
-    const bool variant = select_histograms_combined();  // the process's choice, restored after
+    const SelectHist variant = select_histograms();  // the process's choice, restored after
     for (const Case& k : cases) {
         ClusterScoreShape s{k.B, k.Hkv, k.g, k.M, k.d, 0.0f};
         const int nbk = k.B * k.Hkv, Hq = k.Hkv * k.g;
@@ -199,15 +199,15 @@ void check_cluster_select(Checker& c) {
         synchronize();
         const auto a1 = download(agg1);
         const auto full = download(rank1);
-        for (const bool combined : {false, true}) {  // both histogram variants against the same ranking
+        for (const SelectHist hist : kSelectHists) {  // every histogram variant against the same ranking
             poison(agg2), poison(rank2);
-            set_select_histograms_combined(combined);
+            set_select_histograms(hist);
             cluster_select(s, k.r, k.e, dq.get(), dc.get(), dv.get(), agg2.get(), rank2.get(), dwork.get(), dwork.size());
             synchronize();
             const auto a2 = download(agg2);
             const auto zones = download(rank2);
             const std::string tag = fmt("B=%g Hkv=%g g=%g M=%g", k.B, k.Hkv, k.g, k.M) +
-                                    fmt(" r=%g e=%g ties=%g", k.r, k.e, k.distinct) + (combined ? " combined" : " plain");
+                                    fmt(" r=%g e=%g ties=%g ", k.r, k.e, k.distinct) + select_hist_name(hist);
             int bad_order = 0, bad_set = 0;
             for (int bk = 0; bk < nbk; ++bk) {
                 const int32_t* f = full.data() + (size_t)bk * k.M;
@@ -221,7 +221,7 @@ void check_cluster_select(Checker& c) {
             c.expect(std::memcmp(a1.data(), a2.data(), a1.size() * sizeof(float)) == 0, tag + ": aggregates not identical");
         }
     }
-    set_select_histograms_combined(variant);
+    set_select_histograms(variant);
     bool refused = false;  // zones larger than the clusters
     try {
         ClusterScoreShape s{1, 1, 4, 10, 128, 0.0f};

@@ -55,10 +55,14 @@ LaunchGate::~LaunchGate() { pinned_free(flag_); }
 void LaunchGate::hold(void*) { flag_[0] = 0, flag_[1] = 1; }
 void LaunchGate::release() { flag_[0] = 1, flag_[1] = 0; }
 bool LaunchGate::timed_out() const { return flag_[1] != 0; }
-// The emulated cluster_select has one histogram: the variant is only remembered.
-static bool g_select_combined = false;
-void set_select_histograms_combined(bool on) { g_select_combined = on; }
-bool select_histograms_combined() { return g_select_combined; }
+// The emulated cluster_select has one histogram: the variant is only remembered (the environment's read
+// on first use, as the CUDA build does).
+static int g_select_hist = -1;
+void set_select_histograms(SelectHist h) { g_select_hist = (int)h; }
+SelectHist select_histograms() {
+    if (g_select_hist < 0) g_select_hist = (int)select_histograms_from_env();
+    return (SelectHist)g_select_hist;
+}
 EventTimer::EventTimer(void* s) : stream_(s) {}
 EventTimer::~EventTimer() {}
 void EventTimer::start() {}

@@ -12,10 +12,12 @@
 // heads of one KV head are consecutive.
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 #include <utility>
 
 #include "cluster/kmeans.hpp"
+#include "core/error.hpp"
 
 namespace retro::cuda {
 
@@ -207,12 +209,35 @@ void cluster_rank(const ClusterScoreShape& s, const float* d_q, const uint16_t* 
                   const uint8_t* d_valid, float* d_agg, int32_t* d_ranked, void* d_work, size_t work_bytes,
                   void* stream = nullptr);
 
-/// cluster_select's histogram variant: false (the default) plain shared atomics per item; true the two
-/// selections share one histogram while their prefixes agree and each thread adds a run of equal digits
-/// once (fewer atomics on the few bins the first radix passes fill). The process default comes from
-/// RETRO_SELECT_HIST=combined|plain on first use; the check ClusterSelect runs both.
-void set_select_histograms_combined(bool on);
-bool select_histograms_combined();
+/// cluster_select's radix-select histograms (every variant selects the same zones; they differ in how the
+/// block counts digits): plain (the default): shared atomics per item over 8-bit digits from bit 31;
+/// combined: the two selections share one histogram while their prefixes agree and each thread adds a run
+/// of equal digits once; adaptive: one block reduction of the valid keys' range first, the passes start at
+/// its highest differing bit (the aggregates' keys share their top bits: from bit 31 the first pass fills
+/// a handful of bins and the atomics serialize on them); adaptive_combined: both. The process default
+/// comes from RETRO_SELECT_HIST=plain|combined|adaptive|adaptive_combined on first use (any other value:
+/// ParamError); the check ClusterSelect runs every variant, the wave_step microbenchmark times each.
+enum class SelectHist { plain, combined, adaptive, adaptive_combined };
+inline constexpr SelectHist kSelectHists[] = {SelectHist::plain, SelectHist::combined, SelectHist::adaptive,
+                                              SelectHist::adaptive_combined};
+inline const char* select_hist_name(SelectHist h) {
+    switch (h) {
+        case SelectHist::combined: return "combined";
+        case SelectHist::adaptive: return "adaptive";
+        case SelectHist::adaptive_combined: return "adaptive_combined";
+        default: return "plain";
+    }
+}
+/// RETRO_SELECT_HIST's variant (unset or empty: plain; an unknown name: ParamError naming the four).
+inline SelectHist select_histograms_from_env() {
+    const char* v = std::getenv("RETRO_SELECT_HIST");
+    if (v == nullptr || *v == '\0') return SelectHist::plain;
+    for (const SelectHist h : kSelectHists)
+        if (std::string(v) == select_hist_name(h)) return h;
+    throw ParamError(std::string("RETRO_SELECT_HIST=") + v + ": expected plain, combined, adaptive or adaptive_combined");
+}
+void set_select_histograms(SelectHist h);
+SelectHist select_histograms();
 
 /// The zones only, without ranking every cluster: for each (b, kv head) ranked[0, r) = the top r clusters
 /// in cluster_rank's order and ranked[r, r + e) = the next e as a set (ascending id); the rest of the row
