@@ -643,6 +643,16 @@ void launch_scores(const ClusterScoreShape& s, const float* q, const uint16_t* c
 }
 }  // namespace
 
+// estimate_attention's block width (estimate_partial_vec_kernel's W), switched as the select's histograms
+namespace {
+std::atomic<int> g_estimate_wide{-1};
+}
+void set_estimate_wide(bool on) { g_estimate_wide = on ? 1 : 0; }
+bool estimate_wide() {
+    if (g_estimate_wide < 0) g_estimate_wide = estimate_wide_from_env() ? 1 : 0;
+    return g_estimate_wide == 1;
+}
+
 // cluster_select's histogram variants (top_k_masks' MODE): every build of the kernel in one binary, so a
 // lease measures them side by side without a rebuild. -1 = not set: RETRO_SELECT_HIST on first use.
 namespace {
@@ -728,21 +738,22 @@ namespace {
 constexpr int kEstChunk = 64;  // estimation clusters per block (16 per warp)
 constexpr int kEstWarps = 4;
 
-// After each of the block's kEstWarps warps wrote its online-softmax state (per query head h < g: m, l
-// and acc over the d dims) to shared memory: the states merged by LSE and written as chunk `chunk`'s
-// partial state, work[qh, chunk] = (m, l, acc[d]) (decode_combine_kernel's format).
-__device__ void write_chunk_state(const ClusterScoreShape& s, int bk, int chunk, int chunks,
-                                  const float (*sh_m)[kMaxGroup], const float (*sh_l)[kMaxGroup],
-                                  const float (*sh_acc)[kMaxGroup][256], float* work) {
+// After each of the block's W warps wrote its online-softmax state (per query head h < g: m, l and acc
+// over the d dims) to shared memory (sh_m, sh_l: [W][G]; sh_acc: [W][G][D], G >= g, D >= d): the states
+// merged by LSE and written as chunk `chunk`'s partial state, work[qh, chunk] = (m, l, acc[d])
+// (decode_combine_kernel's format).
+template <int W, int G, int D>
+__device__ void write_chunk_state(const ClusterScoreShape& s, int bk, int chunk, int chunks, const float (*sh_m)[G],
+                                  const float (*sh_l)[G], const float (*sh_acc)[G][D], float* work) {
     const int b = bk / s.kv_heads, kvh = bk % s.kv_heads, g = s.group, d = s.d;
     for (int idx = threadIdx.x; idx < g * d; idx += blockDim.x) {
         const int h = idx / d, e = idx % d;
         float M_ = -INFINITY;
-        for (int w = 0; w < kEstWarps; ++w)
+        for (int w = 0; w < W; ++w)
             if (sh_l[w][h] > 0) M_ = fmaxf(M_, sh_m[w][h]);
         float L = 0, A = 0;
         if (M_ != -INFINITY)
-            for (int w = 0; w < kEstWarps; ++w)
+            for (int w = 0; w < W; ++w)
                 if (sh_l[w][h] > 0) {
                     const float f = __expf(sh_m[w][h] - M_);
                     L += sh_l[w][h] * f;
@@ -828,7 +839,7 @@ __global__ void estimate_partial_kernel(ClusterScoreShape s, float scale, int E,
             if (i < per) sh_acc[warp][h][lane + 32 * i] = acc[h][i];
     }
     __syncthreads();
-    write_chunk_state(s, bk, chunk, chunks, sh_m, sh_l, sh_acc, work);
+    write_chunk_state<W, kMaxGroup, 256>(s, bk, chunk, chunks, sh_m, sh_l, sh_acc, work);
 }
 
 // The estimation with 8/16-byte loads (d = 32 * PER, PER in {2, 4, 8}; G >= group in {1, 2, 4, 8}):
@@ -839,14 +850,21 @@ __global__ void estimate_partial_kernel(ClusterScoreShape s, float scale, int E,
 // 128K batch 8 on the H200 (62 MB: 1.1 TB/s; ncu); with four in flight and the ids up front, 59 us: its
 // issue slots, not its loads, bound it (80 shuffles per four clusters, then the softmax), so the dot
 // products are now reduced together (transpose_sum) and fetched per lane.
-template <int PER, int G>
-__global__ void estimate_partial_vec_kernel(ClusterScoreShape s, float scale, int E, int chunks, const int32_t* ids,
-                                            const float* q, const uint16_t* cent, const uint16_t* vsum,
-                                            const int32_t* sizes, float* work) {
-    constexpr int W = kEstWarps, U = 4, PER_WARP = kEstChunk / W;  // 16 clusters per warp, 4 loads in flight
+//
+// W warps per block (kEstWarps = 4, or the wide variant's 8-16: estimate_warps_wide): a warp's clusters
+// are a serial chain of online-softmax updates (the running max, its correction, the accumulators), and at
+// batch 1 the grid's 240 blocks (128K: 30 chunks x 8 kv heads) leave each SM 2 warps per scheduler to
+// hide that chain (ncu: 19 us for 7.8 MB at 128K batch 1). W = 16 gives each warp 4 clusters (one round
+// of loads) and the SM 4x the warps, with the same chunks, so the combine's work does not grow.
+template <int PER, int G, int W>
+__global__ void __launch_bounds__(W * 32) estimate_partial_vec_kernel(ClusterScoreShape s, float scale, int E,
+                                                                      int chunks, const int32_t* ids, const float* q,
+                                                                      const uint16_t* cent, const uint16_t* vsum,
+                                                                      const int32_t* sizes, float* work) {
+    constexpr int PER_WARP = kEstChunk / W, U = PER_WARP < 4 ? PER_WARP : 4;  // U loads in flight
     static_assert(PER_WARP <= 32 && PER_WARP % U == 0, "one id per lane");
-    __shared__ float sh_m[W][kMaxGroup], sh_l[W][kMaxGroup];
-    __shared__ float sh_acc[W][kMaxGroup][256];
+    __shared__ float sh_m[W][G], sh_l[W][G];
+    __shared__ float sh_acc[W][G][PER * 32];
     const int chunk = blockIdx.x, bk = blockIdx.y, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int b = bk / s.kv_heads, kvh = bk % s.kv_heads, g = s.group, d = PER * 32, M = s.clusters;
     const float* qb = q + ((size_t)b * s.kv_heads * g + (size_t)kvh * g) * d + lane * PER;
@@ -912,23 +930,41 @@ __global__ void estimate_partial_vec_kernel(ClusterScoreShape s, float scale, in
         for (int i = 0; i < PER; ++i) sh_acc[warp][h][lane * PER + i] = acc[h][i];
     }
     __syncthreads();
-    write_chunk_state(s, bk, chunk, chunks, sh_m, sh_l, sh_acc, work);
+    write_chunk_state<W, G, PER * 32>(s, bk, chunk, chunks, sh_m, sh_l, sh_acc, work);
+}
+
+// The wide variant's warps per block: 16, fewer where their states would pass 32 KB of shared memory
+// (W x G x d floats: 16 at g <= 4 and d = 128; 8 at g = 8 and d = 128; 4 at g = 8 and d = 256).
+constexpr int estimate_warps_wide(int PER, int G) {
+    return G * PER * 32 * 16 <= 8192 ? 16 : G * PER * 32 * 8 <= 8192 ? 8 : 4;
+}
+
+template <int PER, int G>
+void launch_estimate_vec_group(const ClusterScoreShape& s, float scale, int E, int chunks, const int32_t* ids,
+                               const float* q, const uint16_t* cent, const uint16_t* vsum, const int32_t* sizes,
+                               float* work, cudaStream_t stream) {
+    const dim3 grid(chunks, s.batch * s.kv_heads);
+    constexpr int WW = estimate_warps_wide(PER, G);
+    if (estimate_wide())
+        estimate_partial_vec_kernel<PER, G, WW><<<grid, WW * 32, 0, stream>>>(s, scale, E, chunks, ids, q, cent, vsum,
+                                                                              sizes, work);
+    else
+        estimate_partial_vec_kernel<PER, G, kEstWarps><<<grid, kEstWarps * 32, 0, stream>>>(s, scale, E, chunks, ids, q,
+                                                                                            cent, vsum, sizes, work);
 }
 
 template <int PER>
 void launch_estimate_vec(const ClusterScoreShape& s, float scale, int E, int chunks, const int32_t* ids, const float* q,
                          const uint16_t* cent, const uint16_t* vsum, const int32_t* sizes, float* work,
                          cudaStream_t stream) {
-    const dim3 grid(chunks, s.batch * s.kv_heads);
-    const int T = kEstWarps * 32;
     if (s.group == 1)
-        estimate_partial_vec_kernel<PER, 1><<<grid, T, 0, stream>>>(s, scale, E, chunks, ids, q, cent, vsum, sizes, work);
+        launch_estimate_vec_group<PER, 1>(s, scale, E, chunks, ids, q, cent, vsum, sizes, work, stream);
     else if (s.group == 2)
-        estimate_partial_vec_kernel<PER, 2><<<grid, T, 0, stream>>>(s, scale, E, chunks, ids, q, cent, vsum, sizes, work);
+        launch_estimate_vec_group<PER, 2>(s, scale, E, chunks, ids, q, cent, vsum, sizes, work, stream);
     else if (s.group <= 4)
-        estimate_partial_vec_kernel<PER, 4><<<grid, T, 0, stream>>>(s, scale, E, chunks, ids, q, cent, vsum, sizes, work);
+        launch_estimate_vec_group<PER, 4>(s, scale, E, chunks, ids, q, cent, vsum, sizes, work, stream);
     else
-        estimate_partial_vec_kernel<PER, 8><<<grid, T, 0, stream>>>(s, scale, E, chunks, ids, q, cent, vsum, sizes, work);
+        launch_estimate_vec_group<PER, 8>(s, scale, E, chunks, ids, q, cent, vsum, sizes, work, stream);
 }
 
 int estimate_chunks(int E) { return std::max(1, (E + kEstChunk - 1) / kEstChunk); }

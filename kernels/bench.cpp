@@ -301,6 +301,14 @@ std::vector<BenchRow> run_benches(const BenchOptions& o, const DeviceCeilings& c
                 }
                 set_select_histograms(variant);
             }
+            {  // the estimation's two block widths side by side (the step below uses the process's choice)
+                const bool variant = estimate_wide();
+                set_estimate_wide(!variant);
+                const double us = median_us(estimate, reps);
+                set_estimate_wide(variant);
+                rows.push_back(bw_row(variant ? "estimate_attention_4warps" : "estimate_attention_wide", p, us,
+                                      2.0 * nbk * e * kD * 2, c.d2d_bytes_per_s, "D2D copy"));
+            }
             const double t_sel = median_us(select, reps), t_est = median_us(estimate, reps);
             const double t_gat = median_us(gather, reps), t_att = median_us(attend, reps);
             const double t_step = median_us([&] { select(), estimate(), gather(), attend(); }, reps);

@@ -244,6 +244,7 @@ void check_estimate(Checker& c) {
                           // tile (6 of 8), and d = 96 (the first kernel: no vector loads)
                           {1, 2, 4, 8188, 1900, 128}, {1, 2, 6, 1000, 300, 128}, {1, 1, 3, 400, 130, 96}};
     std::mt19937 rng(777);
+    const bool variant = estimate_wide();  // the process's choice, restored after
     for (const Case& k : cases) {
         ClusterScoreShape s{k.B, k.Hkv, k.g, k.M, k.d, 0.0f};
         const int nbk = k.B * k.Hkv, Hq = k.Hkv * k.g;
@@ -267,14 +268,8 @@ void check_estimate(Checker& c) {
         auto dids = upload(ids);
         DeviceBuffer<float> dout((size_t)k.B * Hq * k.d), dlse((size_t)k.B * Hq);
         DeviceBuffer<float> dwork(estimate_workspace_floats(s, k.E));
-        poison(dout), poison(dlse), poison(dwork);
-        estimate_attention(s, k.E, dids.get(), dq.get(), dc.get(), dvs.get(), dsz.get(), dout.get(), dlse.get(),
-                           dwork.get());
-        synchronize();
-        const auto out = download(dout);
-        const auto lse = download(dlse);
 
-        std::vector<float> rout(out.size()), rlse(lse.size());
+        std::vector<float> rout((size_t)k.B * Hq * k.d), rlse((size_t)k.B * Hq);
         for (int bk = 0; bk < nbk; ++bk) {
             const int b = bk / k.Hkv, kvh = bk % k.Hkv;
             for (int h = 0; h < k.g; ++h) {
@@ -292,16 +287,26 @@ void check_estimate(Checker& c) {
                 rlse[qh] = (float)p.lse();
             }
         }
-        const std::string tag = fmt("B=%g Hkv=%g g=%g E=%g d=%g", k.B, k.Hkv, k.g, k.E, k.d);
-        if (k.E == 0) {
-            c.expect(std::all_of(out.begin(), out.end(), [](float x) { return x == 0.0f; }), tag + ": out = 0");
-            c.expect(std::all_of(lse.begin(), lse.end(), [](float x) { return std::isinf(x) && x < 0; }),
-                     tag + ": lse = -inf");
-            continue;
+        for (const bool wide : {false, true}) {  // both block widths against the same reference
+            set_estimate_wide(wide);
+            poison(dout), poison(dlse), poison(dwork);
+            estimate_attention(s, k.E, dids.get(), dq.get(), dc.get(), dvs.get(), dsz.get(), dout.get(), dlse.get(),
+                               dwork.get());
+            synchronize();
+            const auto out = download(dout);
+            const auto lse = download(dlse);
+            const std::string tag = fmt("B=%g Hkv=%g g=%g E=%g d=%g", k.B, k.Hkv, k.g, k.E, k.d) + (wide ? " wide" : "");
+            if (k.E == 0) {
+                c.expect(std::all_of(out.begin(), out.end(), [](float x) { return x == 0.0f; }), tag + ": out = 0");
+                c.expect(std::all_of(lse.begin(), lse.end(), [](float x) { return std::isinf(x) && x < 0; }),
+                         tag + ": lse = -inf");
+                continue;
+            }
+            c.expect_close(tag + " out", out.data(), rout.data(), out.size(), kTolAttention);
+            c.expect_close(tag + " lse", lse.data(), rlse.data(), lse.size(), kTolLse);
         }
-        c.expect_close(tag + " out", out.data(), rout.data(), out.size(), kTolAttention);
-        c.expect_close(tag + " lse", lse.data(), rlse.data(), lse.size(), kTolLse);
     }
+    set_estimate_wide(variant);
 }
 
 // ---------------------------------------------------------------------------------------------------

@@ -249,6 +249,20 @@ void cluster_select(const ClusterScoreShape& s, int r, int e, const float* d_q, 
 
 // ---- estimation zone (CPU reference: lib/attention add_estimated_cluster) ----
 
+/// estimate_attention's block width: false (the default) 4 warps of 16 clusters each per 64-cluster
+/// chunk; true (wide) 16 warps of 4 clusters (8 or 4 where their states would pass 32 KB of shared memory:
+/// g = 8 with d = 128, d = 256): the same chunks and output, 4x the warps per SM to hide each warp's serial
+/// online-softmax chain (batch 1's grid is a few blocks per SM). The process default comes from
+/// RETRO_EST_WARPS=4|wide on first use (any other value: ParamError); the check EstimateAttention runs both.
+inline bool estimate_wide_from_env() {
+    const char* v = std::getenv("RETRO_EST_WARPS");
+    if (v == nullptr || *v == '\0' || std::string(v) == "4") return false;
+    if (std::string(v) == "wide") return true;
+    throw ParamError(std::string("RETRO_EST_WARPS=") + v + ": expected 4 or wide");
+}
+void set_estimate_wide(bool on);
+bool estimate_wide();
+
 /// Floats of workspace estimate_attention needs for E clusters: B * Hkv*g * ceil(E / 64) * (d + 2).
 size_t estimate_workspace_floats(const ClusterScoreShape& s, int E);
 

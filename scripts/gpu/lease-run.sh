@@ -17,13 +17,15 @@
 #      the KV in device memory, its duration from Nsight Compute (one metric, clocks left alone), where
 #      ncu can read the counters (FlashInfer's decode kernel is left out: full's runs use it too; wave's
 #      attend is FlashInfer's decode and merge plus finish_merge)
-#   RETRO_BENCH=GROUP: the microbenchmarks of GROUP (wave_step: cluster_select's two histogram variants,
-#      the phases; full_decode: the own, FlashInfer's and cuDNN's kernels) on the contexts x
+#   RETRO_BENCH=GROUP: the microbenchmarks of GROUP (wave_step: cluster_select's four histogram variants,
+#      estimate_attention's two block widths, the phases; full_decode: the own, FlashInfer's and cuDNN's kernels) on the contexts x
 #      RETRO_BENCH_BATCHES (default the batches), into OUT/bench
 #   RETRO_HOST_THREADS=N: wave's host lookup workers (--host-threads; 1 = the caller alone, no pool): the
 #      offloaded rows' host phase with and without the pool, call against call
 #   RETRO_UNGATED_BATCHES=1,8: the device-only rows once more at those batches with --no-launch-gate (the
 #      launch calls inside the timing, as before the gate), into OUT/wave-ungated
+#   RETRO_VARIANT_BATCHES=1,8: the device-only rows once more at those batches with the kernel variants of
+#      RETRO_VARIANT_ENV (default "RETRO_SELECT_HIST=adaptive RETRO_EST_WARPS=wide"), into OUT/wave-variants
 # A retro_gpu_check.prev beside the binary (the previous revision's build) runs the wave step instead
 # when the binary's own checks fail.
 # usage: bash scripts/gpu/lease-run.sh OUTDIR [CONTEXTS] [BATCHES]   (defaults 32768,131072 and 1,8,32)
@@ -62,7 +64,7 @@ if [[ -n ${RETRO_BENCH:-} ]]; then  # a microbenchmark group (retro_gpu_check --
   t0=$SECONDS
   timeout "${RETRO_BENCH_TIMEOUT:-120}" "$bin" --out "$out/bench" --bench-only "$RETRO_BENCH" --contexts "$ctx" \
     --batches "${RETRO_BENCH_BATCHES:-$bat}" > "$out/bench.log" 2>&1
-  echo "bench $RETRO_BENCH: exit $? ($((SECONDS - t0)) s)"; grep -E "^(cluster_select|full_decode|wave_step)" "$out/bench/gpu-report.txt"
+  echo "bench $RETRO_BENCH: exit $? ($((SECONDS - t0)) s)"; grep -E "^(cluster_select|estimate_attention|full_decode|wave_step)" "$out/bench/gpu-report.txt"
 fi
 hwfile=$out/hardware.txt
 python3 "$root/scripts/hardware-values.py" "$root/configs/hardware/$hw.json" > "$hwfile" 2>/dev/null ||
@@ -81,6 +83,14 @@ if [[ -n ${RETRO_UNGATED_BATCHES:-} ]]; then  # the same rows timed with the lau
   timeout "${RETRO_WAVE_TIMEOUT:-330}" "$bin" --out "$out/wave-ungated" --wave-only --no-launch-gate --contexts "$ctx" \
     --batches "$RETRO_UNGATED_BATCHES" --wave-kv gpu > "$out/wave-ungated.log" 2>&1
   echo "wave run without the launch gate: exit $? ($((SECONDS - t0)) s)"
+fi
+if [[ -n ${RETRO_VARIANT_BATCHES:-} ]]; then  # the kernel variants' rows beside the defaults'
+  t0=$SECONDS
+  variant_env=${RETRO_VARIANT_ENV:-RETRO_SELECT_HIST=adaptive RETRO_EST_WARPS=wide}
+  # shellcheck disable=SC2086  # the variables, one word each
+  env $variant_env timeout "${RETRO_WAVE_TIMEOUT:-330}" "$bin" --out "$out/wave-variants" --wave-only --contexts "$ctx" \
+    --batches "$RETRO_VARIANT_BATCHES" --wave-kv gpu > "$out/wave-variants.log" 2>&1
+  echo "wave run with $variant_env: exit $? ($((SECONDS - t0)) s)"
 fi
 grep -v Warning "$out/sdpa.log" | grep "^sdpa"
 sed -n '/^wave decode step/,$p' "$out/wave/gpu-report.txt" 2>/dev/null || grep -E "^  (full|wave)" "$out/wave.log"
