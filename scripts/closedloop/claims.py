@@ -10,6 +10,11 @@ but no runs.jsonl yet. A context is a prompt length rounded to the nearest 1,000
 the same model (the same run id: method, params and setup) in several directories are pooled per
 context, each method part paired with full attention's answer on that case ("correct_full").
 
+`--reference` prints instead full attention's own accuracy (issue 27 #2's first step): per model, context
+and NIAH variant (multikey / single), the cases answered, the wrong ones by text and depth, the median
+reference decode step; a case in several directories (a grid sharing a reference-only run's ids) counts
+once.
+
 Two tables per (model, context): every run (budget, accuracy, full's accuracy on the same cases, the
 difference in points, accuracy on full's correct cases, cases present / expected, KL and top-1 on the
 fidelity cases), and per method its points nearest to 1.8 / 5 / 10 % exact budget."""
@@ -224,6 +229,57 @@ def claims(paths, common=False):
     return {"dirs": [d["path"] for d in dirs], "contexts": out}
 
 
+def _niah_fields(desc):
+    """A builtin NIAH case's (text, depth, variant) from its desc ("mobydick 16000 d0.4 multikey shared");
+    other scored cases: (desc, None, "task")."""
+    words = desc.split()
+    variant = next((w for w in words if w in ("multikey", "single")), None)
+    depth = next((w[1:] for w in words[1:] if w[:1] == "d" and w[1:].replace(".", "", 1).isdigit()), None)
+    return (words[0], depth, variant) if variant and words else (desc, None, "task")
+
+
+def reference_accuracy(paths):
+    """Full attention's own accuracy: [{model, context, label, variant, cases, correct, wrong: ["text dD"],
+    step_ms_median}] by model (first appearance), context, variant; each scored case once per model (its
+    first directory's reference part)."""
+    dirs, seen = [], set()
+    for p in paths:
+        if os.path.realpath(p) not in seen:
+            seen.add(os.path.realpath(p))
+            dirs.append(load_dir(p))
+    groups, counted = {}, set()
+    for d in dirs:
+        for c in d["cases"]:
+            part = _part(d["path"], REFERENCE, c["id"])
+            if part is None or not _scored(part) or (d["model"], c["id"]) in counted:
+                continue
+            counted.add((d["model"], c["id"]))
+            text, depth, variant = _niah_fields(part.get("desc", c["id"]))
+            g = groups.setdefault((d["model"], context_of(c["prompt_len"]), variant), {"parts": [], "wrong": []})
+            g["parts"].append(part)
+            if not part["correct"]:
+                g["wrong"].append(f"{text} d{depth}" if depth else text)
+    models = list(dict.fromkeys(d["model"] for d in dirs))
+    out = []
+    for (model, ctx, variant) in sorted(groups, key=lambda k: (models.index(k[0]), k[1], k[2])):
+        g = groups[(model, ctx, variant)]
+        steps = [x for p in g["parts"] for x in (p.get("gen") or {}).get("step_ms", [])]
+        out.append({"model": model, "context": ctx, "label": context_label(ctx), "variant": variant,
+                    "cases": len(g["parts"]), "correct": sum(bool(p["correct"]) for p in g["parts"]),
+                    "wrong": sorted(g["wrong"]), "step_ms_median": float(np.median(steps)) if steps else None})
+    return out
+
+
+def reference_markdown(rows):
+    lines = ["| model | context | variant | correct | wrong (text, depth) | decode step (median) |",
+             "|---|---|---|---|---|---|"]
+    for r in rows:
+        step = f"{r['step_ms_median'] / 1000:.2f} s" if r["step_ms_median"] is not None else "–"
+        lines.append(f"| {r['model']} | {r['label']} | {r['variant']} | {r['correct']}/{r['cases']} | "
+                     f"{', '.join(r['wrong']) or '-'} | {step} |")
+    return "\n".join(lines)
+
+
 # ----------------------------------------------------------------------------------------------------
 # Markdown
 
@@ -291,8 +347,14 @@ def main(argv=None):
     ap.add_argument("--json", action="store_true", help="print the numbers as JSON instead of Markdown")
     ap.add_argument("--common", action="store_true",
                     help="per context, only the cases that full attention and every run have (a grid in progress)")
+    ap.add_argument("--reference", action="store_true",
+                    help="full attention's own accuracy per context and variant instead (each case once)")
     args = ap.parse_args(argv)
     try:
+        if args.reference:
+            rows = reference_accuracy(args.dirs)
+            print(json.dumps(rows, indent=1) if args.json else reference_markdown(rows))
+            return 0
         result = claims(args.dirs, common=args.common)
     except ClaimsError as e:
         print(f"claims.py: error: {e}", file=sys.stderr)

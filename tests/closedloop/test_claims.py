@@ -7,8 +7,9 @@ budgets each, one part missing. Checked: the grouping by context and the pooling
 full's accuracy on the run's own cases (the missing part's case left out of both sides), the difference
 in points, accuracy on full's correct cases, "3/4 cases", KL / top-1 from the fidelity part, the run
 order, the matched-budget choice (nearest exact_frac to 1.8 / 5 / 10 %) and its within-2-points column,
-another model's directory in its own tables, the Markdown and --json, and the one-line error (exit 2) on
-directories that are not closed-loop results. ~1 s."""
+another model's directory in its own tables, the Markdown and --json, the one-line error (exit 2) on
+directories that are not closed-loop results, "only_where_reference_answers" directories, and --reference
+(full attention's own accuracy per context and variant). ~1 s."""
 
 import json
 import os
@@ -167,6 +168,34 @@ class Claims(unittest.TestCase):
         self.assertIn("it answers 2 of its 3 NIAH cases here", md)
         self.assertIn("| 2/2 cases |", md)
         self.assertFalse(self.ctx("16K")["methods_only_where_full_answers"])  # a full grid: a4 expected
+
+    def test_reference_accuracy(self):
+        """--reference: full attention's own accuracy per context and variant, parsed from the builtin NIAH
+        descriptions; a case present in two directories (a grid sharing a reference-only run's ids) once."""
+        def ref_dir(name, cases):
+            d = os.path.join(self.tmp, name)
+            write(os.path.join(d, "manifest.json"), {
+                "experiment": "closed-loop", "model": {"name": "m"}, "resolved": {"runs": []},
+                "cases": [{"id": c, "kind": "niah", "desc": desc, "prompt_len": n, "answer": "1"}
+                          for c, desc, n, _, _ in cases]})
+            for c, desc, n, ok, step in cases:
+                write(os.path.join(d, "parts", "reference", c + ".json"),
+                      {"case": c, "kind": "niah", "desc": desc, "answer": "1", "correct": ok, "tokens": [1],
+                       "gen": info(1.0) | {"step_ms": [step]}})
+            return d
+        x = ref_dir("refx", [("c1", "kjv 16000 d0.2 multikey shared", 16000, True, 100.0),
+                             ("c2", "kjv 16000 d0.4 multikey shared", 16000, False, 300.0),
+                             ("c3", "kjv 16000 d0.4 single shared", 16384, True, 200.0)])
+        y = ref_dir("refy", [("c2", "kjv 16000 d0.4 multikey shared", 16000, False, 300.0),
+                             ("c4", "emma 32000 d0.6 multikey shared", 32000, False, 400.0)])
+        rows = claims.reference_accuracy([x, y])
+        got = [(r["label"], r["variant"], r["correct"], r["cases"], r["wrong"]) for r in rows]
+        self.assertEqual(got, [("16K", "multikey", 1, 2, ["kjv d0.4"]), ("16K", "single", 1, 1, []),
+                               ("32K", "multikey", 0, 1, ["emma d0.6"])])
+        self.assertEqual(rows[0]["step_ms_median"], 200.0)
+        out = subprocess.run([sys.executable, "-B", SCRIPT, "--reference", x, y], capture_output=True, text=True)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertIn("| m | 16K | multikey | 1/2 | kjv d0.4 | 0.20 s |", out.stdout)
 
     def test_order(self):
         self.assertEqual([r["run_id"] for r in self.ctx("16K")["rows"]],
