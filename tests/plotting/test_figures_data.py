@@ -733,6 +733,35 @@ class ClosedLoopFiguresTest(U.TempDirMixin, unittest.TestCase):
                     self.assertEqual(q["cases"], want, (q["run_id"], p["context"]))
         self.assertTrue(data("closed_loop_kl", res)["panels"])
 
+    def test_only_where_reference_answers_leaves_out_full_attentions_misses(self):
+        """A config with "only_where_reference_answers": no method part where full attention is wrong, and
+        the panel at that context compares on the cases it answers (full at 1.0); without the key the same
+        parts give full's accuracy over every case."""
+        d = os.path.join(self.tmp, "only")
+        shutil.copytree(U.fixture("closed-loop-tiny"), d)
+        with open(os.path.join(d, "manifest.json")) as f:
+            m = json.load(f)
+        miss = [c["id"] for c in m["cases"] if c["answer"] is not None and c["prompt_len"] == 200][0]
+        rpath = os.path.join(d, "parts", "reference", miss + ".json")
+        with open(rpath) as f:
+            ref = json.load(f)
+        ref["correct"] = False
+        with open(rpath, "w") as f:
+            json.dump(ref, f)
+        for r in m["resolved"]["runs"]:  # the runner skipped the methods there
+            os.remove(os.path.join(d, "parts", r["id"], miss + ".json"))
+        whole = {(q["run_id"], p["context"]): q for p in data("closed_loop_accuracy", load("closed-loop-tiny"))["panels"]
+                 for ser in p["series"] for q in ser["points"]}
+        for flag, full_at_200 in ((False, 2 / 3), (True, 1.0)):
+            m.setdefault("config", {})["only_where_reference_answers"] = flag
+            with open(os.path.join(d, "manifest.json"), "w") as f:
+                json.dump(m, f)
+            panels = {p["context"]: p for p in data("closed_loop_accuracy", R.load(d))["panels"]}
+            self.assertAlmostEqual(panels[200]["reference"], full_at_200, places=9, msg=flag)
+            self.assertEqual(panels[400]["reference"], 1.0)
+            for q in (q for ser in panels[200]["series"] for q in ser["points"]):
+                self.assertEqual(q["cases"], whole[(q["run_id"], 200)]["cases"] - 1)
+
     def test_two_models(self):
         res = R.load(U.fixture("closed-loop-smollm2"), others=[U.fixture("closed-loop-tiny")])
         from retroplot import closed as C

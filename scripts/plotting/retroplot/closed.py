@@ -11,7 +11,8 @@ pooled over every scored position, accuracy the mean over the scored cases; the 
 over the decode loops behind the value: the teacher-forced loops for KL and top-1, the scored generations for
 accuracy); without part files, one panel per model from the records (their exact_frac over every loop).
 A grid still running (part files, no runs.jsonl yet: results.py makes its records from the manifest) is
-drawn on the cases every one of its runs has done.
+drawn on the cases every one of its runs has done; a directory whose config says
+"only_where_reference_answers" on the cases full attention answers.
 
 Several directories (`retro-bench plot DIR OTHER...`) are read together: each run belongs to the model its
 record (or its directory's manifest) names. Pure Python: no matplotlib, no numpy."""
@@ -102,6 +103,21 @@ def _case_lengths(res):
     return out
 
 
+def _reference_misses(res, cases):
+    """The scored cases full attention gets wrong in a directory whose config runs the methods only where it
+    answers ("only_where_reference_answers"): they are left out of every point, so a panel compares the
+    methods with full attention on the cases they ran (full's accuracy there is 1.0)."""
+    cfg = res.manifest.get("config")
+    if not (isinstance(cfg, dict) and cfg.get("only_where_reference_answers") is True):
+        return set()
+    out = set()
+    for cid, (_, _, scored) in cases.items():
+        p = _read(os.path.join(res.path, "parts", REFERENCE, cid + ".json")) if scored else None
+        if isinstance(p, dict) and p.get("answer") is not None and "correct" in p and not p["correct"]:
+            out.add(cid)
+    return out
+
+
 def _from_parts(res, run, cases):
     """{context: point values} of one run from its part files, or None when it has none."""
     files = sorted(glob.glob(os.path.join(res.path, "parts", run.get("run_id", ""), "*.json")))
@@ -165,6 +181,8 @@ def points(res):
     groups = OrderedDict()
     for d in directories(res):
         cases = _case_lengths(d)
+        misses = _reference_misses(d, cases)
+        cases = {k: v for k, v in cases.items() if k not in misses}
         if any(r.get("in_progress") for r in d.runs):  # a grid still running: the cases every run has done,
             # so that every point of a panel stands on the same cases
             done = [{os.path.splitext(os.path.basename(f))[0]
