@@ -620,6 +620,12 @@ class ClosedLoopDirectoryTest(U.TempDirMixin, unittest.TestCase):
         self.assertNotIn('id="closed-loop"', report.make_report(load("quickstart"), []))
 
 
+def C_points(res):
+    """The closed-loop points per (model, context), as the figures and the report read them."""
+    from retroplot import closed
+    return list(closed.points(res).values())
+
+
 def closed_parts(name):
     """The fixture's part files by (run id, prompt length), read here without the plotting package."""
     d = U.fixture(name)
@@ -732,6 +738,14 @@ class ClosedLoopFiguresTest(U.TempDirMixin, unittest.TestCase):
                     want = full[(q["run_id"], p["context"])]["cases"] - (1 if p["context"] == 200 else 0)
                     self.assertEqual(q["cases"], want, (q["run_id"], p["context"]))
         self.assertTrue(data("closed_loop_kl", res)["panels"])
+        # the report's closed-loop table: the same points pooled per run, marked partial (no record yet)
+        from retroplot import report
+        sec = report.closed_loop_html(res)
+        cases = sum(p["cases"] for p in (q for ps in C_points(res) for q in ps if q["run_id"] == victim))
+        self.assertIn(f"(partial: {cases} common cases)", sec)
+        acc = [q for ps in C_points(res) for q in ps if q["run_id"] == victim and q["accuracy"] is not None]
+        pooled = sum(q["accuracy"] * q["task_cases"] for q in acc) / sum(q["task_cases"] for q in acc)
+        self.assertIn(f">{pooled:.4g}<", sec.replace("</td>", "<"))
 
     def test_only_where_reference_answers_leaves_out_full_attentions_misses(self):
         """A config with "only_where_reference_answers": no method part where full attention is wrong, and

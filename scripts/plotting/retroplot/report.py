@@ -229,13 +229,38 @@ def _spearman_html(oo, title):
                     "spearman-table", left=(0,)))
 
 
+def _in_progress_values(res):
+    """{(results path, run id): record-shaped values} of the runs of grids still running, from the points
+    the figures draw (retroplot/closed.py: the part files on the cases every run of the grid has done),
+    pooled over the run's contexts: accuracy weighted by scored cases, KL and top-1 by positions."""
+    pooled = {}
+    for pts in C.points(res).values():
+        for q in pts:
+            if q.get("source") == "parts":
+                pooled.setdefault((q["results"], q["run_id"]), []).append(q)
+
+    def mean(qs, key, weight):
+        w = [(q[key], q.get(weight) or 0) for q in qs if q.get(key) is not None]
+        return sum(v * n for v, n in w) / sum(n for _, n in w) if w and sum(n for _, n in w) > 0 else None
+
+    out = {}
+    for k, qs in pooled.items():
+        out[k] = {"exact_frac": mean(qs, "exact_frac", "cases"), "cases": sum(q.get("cases") or 0 for q in qs),
+                  "fidelity": {"kl_mean": mean(qs, "kl_mean", "positions"), "top1": mean(qs, "top1", "positions")},
+                  "task": {"accuracy": mean(qs, "accuracy", "task_cases")}}
+    return out
+
+
 def closed_loop_html(res):
     """The closed-loop runs (the reference first) of every directory given (a model column when there are
     several models) and, per directory with offline-online.json, the Spearman rank correlation of each
-    (open-loop, closed-loop) metric pair."""
+    (open-loop, closed-loop) metric pair. A grid still running has no records yet: its runs' exact %, KL,
+    top-1 and accuracy come from the part files of the cases all its runs have done, marked partial."""
     dirs = C.directories(res) or [res]
     several = len(C.models(res)) > 1
-    runs = [(d, r) for d in dirs for r in d.runs]
+    partial = _in_progress_values(res) if any(r.get("in_progress") for d in dirs for r in d.runs) else {}
+    runs = [(d, dict(r, **partial.get((d.path, r.get("run_id")), {})) if r.get("in_progress") else r)
+            for d in dirs for r in d.runs]
     cols = [c for c in CLOSED_COLUMNS if any(record_field(r, c[1]) is not None for _, r in runs)]
     rows = []
     for d, r in runs:
@@ -243,7 +268,8 @@ def closed_loop_html(res):
         cells += [method_cell(r.get("method")), esc(r.get("label") or d.short_label(r, False))]
         cells += [fmt_num(None if record_field(r, p) is None else record_field(r, p) * sc) for _, p, sc in cols]
         if r.get("complete") is False:
-            cells[len(cells) - len(cols) - 1] += " (partial)"
+            cells[len(cells) - len(cols) - 1] += (f" (partial: {r['cases']} common cases)" if r.get("in_progress")
+                                                  and r.get("cases") else " (partial)")
         rows.append(cells)
     head = (["model"] if several else []) + ["method", "run"] + [c[0] for c in cols]
     out = ['<div class="scroll">' + table(head, rows, "closed", "closed-loop-table",
