@@ -328,7 +328,8 @@ def aggregate(res, cfg, runs, cases, lm_name):
                         prefill_s_total=float(sum(p["prefill_s"] for p in ref_parts)),
                         cases_skipped=len(skipped)))
     for run in runs:
-        parts = [res.read_part(run["id"], c) for c in ids if res.has_part(run["id"], c)]
+        # a part on a skipped case (written before the option was set) is left out, as claims.py does
+        parts = [res.read_part(run["id"], c) for c in ids if c not in skipped and res.has_part(run["id"], c)]
         if not parts:
             continue
         infos = [p[k] for p in parts for k in ("tf", "gen") if k in p]

@@ -202,9 +202,18 @@ class OnlyWhereReferenceAnswers(unittest.TestCase):
                 self.assertEqual(have, {"cases.jsonl:1", "cases.jsonl:3"}, x["label"])
                 self.assertTrue(x["complete"], x["label"])
                 self.assertEqual((x["cases"], x["task"]["accuracy"]), (2, 1.0), x["label"])
+        # a method part on the skipped case from before the option was set: not counted, not pending
+        miss_part = os.path.join(out, "parts", recs[1]["run_id"], case["cases.jsonl:2"] + ".json")
+        with open(os.path.join(out, "parts", recs[1]["run_id"], case["cases.jsonl:1"] + ".json")) as f:
+            stale = json.load(f)
+        with open(miss_part, "w") as f:
+            json.dump(dict(stale, case=case["cases.jsonl:2"], correct=True), f)
         r = subprocess.run([BIN, "run", path, "--results", res, "--resume"], capture_output=True, text=True)
         self.assertEqual(r.returncode, 0, r.stderr[-3000:])
         self.assertNotIn("run(s) to do", r.stderr)  # the skipped case is done, not pending
+        with open(os.path.join(out, "runs.jsonl")) as f:
+            again = {x["run_id"]: x for x in map(json.loads, f)}
+        self.assertEqual((again[recs[1]["run_id"]]["cases"], again[recs[1]["run_id"]]["complete"]), (2, True))
         r = subprocess.run([BIN, "validate", path], capture_output=True, text=True)
         self.assertEqual(r.returncode, 0, r.stderr)
         cfg["only_where_reference_answers"] = "yes"
