@@ -221,6 +221,59 @@ TEST(AnnIndex, IvfWithL2TransformFindsExactTopKAtFullProbe) {
     }
 }
 
+// HNSW's storage computes its own distances (VecFlat: Debian's FAISS has only scalar ones): with the beam
+// covering every key the search is exact, for inner product and the L2 transform, in the index, in its
+// copy (the shared-build path, which must keep that storage) and after an add.
+TEST(AnnIndex, HnswFindsExactTopKAtFullBeamInItsCopyAndAfterAdd) {
+    std::mt19937 rng(7);
+    std::normal_distribution<float> N(0.0f, 1.0f);
+    const int n = 1200, d = 64, k = 25;
+    std::vector<float> keys((size_t)(n + 1) * d);
+    for (int i = 0; i <= n; ++i) {
+        const float scale = 0.3f + 2.0f * (float)(i % 5) / 5.0f;
+        for (int e = 0; e < d; ++e) keys[(size_t)i * d + e] = scale * N(rng);
+    }
+    std::vector<int32_t> ids((size_t)n);
+    std::iota(ids.begin(), ids.end(), 0);
+    const auto exact_ok = [&](const std::vector<float>& q, const std::vector<int32_t>& found, int total) {
+        std::vector<float> sc((size_t)total);
+        for (int i = 0; i < total; ++i) sc[(size_t)i] = dot(q.data(), keys.data() + (size_t)i * d, d);
+        std::vector<float> sorted = sc;
+        std::sort(sorted.begin(), sorted.end(), std::greater<float>());
+        const float kth = sorted[(size_t)k - 1];
+        int bad = (int)found.size() != k;
+        for (int32_t id : found) bad += sc[(size_t)id] < kth - 1e-4f * (1 + std::abs(kth));
+        return bad == 0;
+    };
+    for (MipsMode mips : {MipsMode::ip, MipsMode::l2_transform}) {
+        AnnParams ap;
+        ap.kind = AnnKind::hnsw;
+        ap.mips = mips;
+        AnnIndex idx(d, ap);
+        idx.build(keys.data(), ids.data(), n);
+        AnnIndex copy(idx);
+        AnnSearch s;
+        s.ef_search = n + 1;
+        std::vector<int32_t> a, b;
+        for (int qi = 0; qi < 8; ++qi) {
+            std::vector<float> q((size_t)d);
+            for (auto& v : q) v = N(rng);
+            idx.search(q.data(), k, s, a);
+            copy.search(q.data(), k, s, b);
+            EXPECT_TRUE(exact_ok(q, a, n)) << mips_name(mips) << " query " << qi;
+            EXPECT_EQ(a, b) << mips_name(mips) << ": the copy searches differently";
+        }
+        // a key added after the build that is the query itself, scaled up: the best match under IP
+        std::vector<float> q(keys.begin() + (size_t)n * d, keys.begin() + (size_t)(n + 1) * d);
+        for (int e = 0; e < d; ++e) keys[(size_t)n * d + e] = 4.0f * q[(size_t)e];
+        idx.add(keys.data() + (size_t)n * d, n);
+        idx.search(q.data(), k, s, a);
+        if (mips == MipsMode::ip) EXPECT_TRUE(exact_ok(q, a, n + 1)) << "after add";
+        ASSERT_FALSE(a.empty());
+        if (mips == MipsMode::ip) EXPECT_EQ(a[0], n);
+    }
+}
+
 TEST(AnnIndex, AddAndScanCounts) {
     std::mt19937 rng(6);
     std::normal_distribution<float> N(0.0f, 1.0f);
