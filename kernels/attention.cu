@@ -643,27 +643,8 @@ void launch_scores(const ClusterScoreShape& s, const float* q, const uint16_t* c
 }
 }  // namespace
 
-// estimate_attention's block width (estimate_partial_vec_kernel's W), switched as the select's histograms
-namespace {
-std::atomic<int> g_estimate_wide{-1};
-}
-void set_estimate_wide(bool on) { g_estimate_wide = on ? 1 : 0; }
-bool estimate_wide() {
-    if (g_estimate_wide < 0) g_estimate_wide = estimate_wide_from_env() ? 1 : 0;
-    return g_estimate_wide == 1;
-}
-
 // cluster_select's histogram variants (top_k_masks' MODE): every build of the kernel in one binary, so a
-// lease measures them side by side without a rebuild. -1 = not set: RETRO_SELECT_HIST on first use.
-namespace {
-std::atomic<int> g_select_hist{-1};
-}
-void set_select_histograms(SelectHist h) { g_select_hist = (int)h; }
-SelectHist select_histograms() {
-    if (g_select_hist < 0) g_select_hist = (int)select_histograms_from_env();
-    return (SelectHist)g_select_hist.load();
-}
-
+// lease measures them side by side without a rebuild (select_histograms(), cuda_api.hpp).
 namespace {
 template <int ITEMS>
 void launch_select_block(const ClusterScoreShape& s, int r, int e, const float* scores, float* agg, int32_t* ranked,

@@ -55,21 +55,8 @@ LaunchGate::~LaunchGate() { pinned_free(flag_); }
 void LaunchGate::hold(void*) { flag_[0] = 0, flag_[1] = 1; }
 void LaunchGate::release() { flag_[0] = 1, flag_[1] = 0; }
 bool LaunchGate::timed_out() const { return flag_[1] != 0; }
-// The emulated estimation has one width: the variant is only remembered.
-static int g_estimate_wide = -1;
-void set_estimate_wide(bool on) { g_estimate_wide = on ? 1 : 0; }
-bool estimate_wide() {
-    if (g_estimate_wide < 0) g_estimate_wide = estimate_wide_from_env() ? 1 : 0;
-    return g_estimate_wide == 1;
-}
-// The emulated cluster_select has one histogram: the variant is only remembered (the environment's read
-// on first use, as the CUDA build does).
-static int g_select_hist = -1;
-void set_select_histograms(SelectHist h) { g_select_hist = (int)h; }
-SelectHist select_histograms() {
-    if (g_select_hist < 0) g_select_hist = (int)select_histograms_from_env();
-    return (SelectHist)g_select_hist;
-}
+// The emulated cluster_select and estimation have one histogram and one width: their variants
+// (cuda_api.hpp's select_histograms, estimate_wide) are only remembered.
 EventTimer::EventTimer(void* s) : stream_(s) {}
 EventTimer::~EventTimer() {}
 void EventTimer::start() {}

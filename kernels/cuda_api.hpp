@@ -10,6 +10,7 @@
 //
 // GQA layout: query head qh of a batch item belongs to KV head qh / g (g = Hq / Hkv), i.e. the g query
 // heads of one KV head are consecutive.
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -236,8 +237,14 @@ inline SelectHist select_histograms_from_env() {
         if (std::string(v) == select_hist_name(h)) return h;
     throw ParamError(std::string("RETRO_SELECT_HIST=") + v + ": expected plain, combined, adaptive or adaptive_combined");
 }
-void set_select_histograms(SelectHist h);
-SelectHist select_histograms();
+/// The process's variant: host state shared by the CUDA build and the CPU emulation (which only remembers
+/// it); -1 until set or first read from the environment.
+inline std::atomic<int> g_select_hist{-1};
+inline void set_select_histograms(SelectHist h) { g_select_hist = (int)h; }
+inline SelectHist select_histograms() {
+    if (g_select_hist < 0) g_select_hist = (int)select_histograms_from_env();
+    return (SelectHist)g_select_hist.load();
+}
 
 /// The zones only, without ranking every cluster: for each (b, kv head) ranked[0, r) = the top r clusters
 /// in cluster_rank's order and ranked[r, r + e) = the next e as a set (ascending id); the rest of the row
@@ -260,8 +267,13 @@ inline bool estimate_wide_from_env() {
     if (std::string(v) == "wide") return true;
     throw ParamError(std::string("RETRO_EST_WARPS=") + v + ": expected 4 or wide");
 }
-void set_estimate_wide(bool on);
-bool estimate_wide();
+/// The process's width, as select_histograms' variant.
+inline std::atomic<int> g_estimate_wide{-1};
+inline void set_estimate_wide(bool on) { g_estimate_wide = on ? 1 : 0; }
+inline bool estimate_wide() {
+    if (g_estimate_wide < 0) g_estimate_wide = estimate_wide_from_env() ? 1 : 0;
+    return g_estimate_wide == 1;
+}
 
 /// Floats of workspace estimate_attention needs for E clusters: B * Hkv*g * ceil(E / 64) * (d + 2).
 size_t estimate_workspace_floats(const ClusterScoreShape& s, int E);

@@ -76,6 +76,16 @@ def load_dir(path):
             "only_answered": bool(cfg.get("only_where_reference_answers"))}
 
 
+def load_dirs(paths):
+    """load_dir of each path, a directory given twice (by any path) once: it would count its cases twice."""
+    dirs, seen = [], set()
+    for p in paths:
+        if os.path.realpath(p) not in seen:
+            seen.add(os.path.realpath(p))
+            dirs.append(load_dir(p))
+    return dirs
+
+
 def _model_name(manifest, path):
     model = manifest.get("model")
     if isinstance(model, dict) and model.get("name"):
@@ -206,11 +216,7 @@ def claims(paths, common=False):
     not); common: every (model, context) on the cases all its runs and the reference have. Returns
     {"dirs": [...], "contexts": [{model, context, label, dirs, reference, rows, matched}]}, contexts by
     model (first appearance) then length, rows by method then exact_frac."""
-    dirs, seen = [], set()
-    for p in paths:
-        if os.path.realpath(p) not in seen:  # the same directory twice would count its cases twice
-            seen.add(os.path.realpath(p))
-            dirs.append(load_dir(p))
+    dirs = load_dirs(paths)
     groups = _collect(dirs)
     for g in groups.values():
         g["reference_all"] = list(g["reference"])
@@ -242,11 +248,7 @@ def reference_accuracy(paths):
     """Full attention's own accuracy: [{model, context, label, variant, cases, correct, wrong: ["text dD"],
     step_ms_median}] by model (first appearance), context, variant; each scored case once per model (its
     first directory's reference part)."""
-    dirs, seen = [], set()
-    for p in paths:
-        if os.path.realpath(p) not in seen:
-            seen.add(os.path.realpath(p))
-            dirs.append(load_dir(p))
+    dirs = load_dirs(paths)
     groups, counted = {}, set()
     for d in dirs:
         for c in d["cases"]:
