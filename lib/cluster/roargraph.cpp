@@ -9,6 +9,7 @@
 
 #include "core/error.hpp"
 #include "core/host.hpp"
+#include "core/top_k.hpp"
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -141,27 +142,37 @@ std::vector<std::vector<int32_t>> exact_mips_knn(const float* keys, int n, int d
     std::vector<std::vector<int32_t>> out((size_t)m);
     const int B = 32;  // query rows per sgemm block
     std::vector<float> ip((size_t)B * n);
-    std::vector<int32_t> idx((size_t)n);
+    TopKScratch scratch;
     for (int r0 = 0; r0 < m; r0 += B) {
         const int rows = std::min(B, m - r0);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, n, d, 1.0f, queries + (size_t)r0 * d, d,
                     keys, d, 0.0f, ip.data(), n);
-        for (int r = 0; r < rows; ++r) {
-            const float* s = ip.data() + (size_t)r * n;
-            std::iota(idx.begin(), idx.end(), 0);
-            auto better = [&](int32_t a, int32_t b) { return s[a] > s[b] || (s[a] == s[b] && a < b); };
-            if (k < n) std::nth_element(idx.begin(), idx.begin() + (k - 1), idx.end(), better);
-            std::sort(idx.begin(), idx.begin() + k, better);
-            out[(size_t)(r0 + r)].assign(idx.begin(), idx.begin() + k);
-        }
+        for (int r = 0; r < rows; ++r) top_k_into(ip.data() + (size_t)r * n, n, k, out[(size_t)(r0 + r)], scratch);
     }
     return out;
 }
 
-GraphSearchStats graph_search(const std::vector<std::vector<int32_t>>& adj, const float* keys, int d,
-                              int entry, const float* q, int k, int L, std::vector<int32_t>& out,
-                              GraphSearchScratch& s, std::vector<GraphSearchScratch::Cand>* expanded,
-                              int exclude) {
+namespace {
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define RETRO_GRAPH_AVX2 1
+#endif
+
+using SearchFn = GraphSearchStats (*)(const std::vector<std::vector<int32_t>>&, const float*, int, int, const float*,
+                                      int, int, std::vector<int32_t>&, GraphSearchScratch&,
+                                      std::vector<GraphSearchScratch::Cand>*, int);
+
+// The search, inlined into one function per ISA (below). Each hop first marks and collects the
+// expanded node's unvisited neighbours and prefetches their key rows and list headers, then scores and
+// inserts them in list order: the same distances, insertions and result as scoring while marking, with
+// the cache misses overlapped instead of serial (a graph's neighbours are scattered over the keys, and
+// each list is its own allocation).
+[[gnu::always_inline]] inline GraphSearchStats search_body(const std::vector<std::vector<int32_t>>& adj,
+                                                           const float* keys, int d, int entry, const float* q,
+                                                           int k, int L, std::vector<int32_t>& out,
+                                                           GraphSearchScratch& s,
+                                                           std::vector<GraphSearchScratch::Cand>* expanded,
+                                                           int exclude) {
     using Cand = GraphSearchScratch::Cand;
     GraphSearchStats st;
     out.clear();
@@ -178,18 +189,21 @@ GraphSearchStats graph_search(const std::vector<std::vector<int32_t>>& adj, cons
     }
     auto& Q = s.queue;
     Q.clear();
-    auto less = [](const Cand& a, const Cand& b) { return a.dist < b.dist || (a.dist == b.dist && a.id < b.id); };
-    auto insert = [&](Cand c) {
-        if (Q.size() == cap && !less(c, Q.back())) return;
-        auto it = std::lower_bound(Q.begin(), Q.end(), c, less);
+    const auto less = [](const Cand& a, const Cand& b) { return a.dist < b.dist || (a.dist == b.dist && a.id < b.id); };
+    // Inserts c unless the queue is full of better candidates; returns its position (Q.size() if not).
+    const auto insert = [&](Cand c) {
+        if (Q.size() == cap && !less(c, Q.back())) return Q.size();
+        const size_t pos = (size_t)(std::lower_bound(Q.begin(), Q.end(), c, less) - Q.begin());
         if (Q.size() == cap) Q.pop_back();
-        Q.insert(it, c);
+        Q.insert(Q.begin() + (ptrdiff_t)pos, c);
+        return pos;
     };
     if (entry != exclude) {
         s.stamp[(size_t)entry] = s.gen;
         st.distance_ops += 1;
         insert({-dot_f32(q, keys + (size_t)entry * d, d), entry, false});
     }
+    auto& fresh = s.fresh;
     size_t cur = 0;  // first possibly unexpanded position
     while (true) {
         while (cur < Q.size() && Q[cur].expanded) ++cur;
@@ -198,15 +212,28 @@ GraphSearchStats graph_search(const std::vector<std::vector<int32_t>>& adj, cons
         const Cand c = Q[cur];
         if (expanded) expanded->push_back(c);
         ++st.hops;
-        size_t lowest = Q.size();  // lowest position an insertion reached
+        // The next unexpanded candidate is likely the next hop's node: its list on the way meanwhile
+        // (its header was prefetched when it was queued).
+        for (size_t j = cur + 1; j < Q.size(); ++j)
+            if (!Q[j].expanded) {
+                const auto& l = adj[(size_t)Q[j].id];
+                for (size_t off = 0; off < l.size() * sizeof(int32_t); off += 64)
+                    __builtin_prefetch((const char*)l.data() + off);
+                break;
+            }
+        fresh.clear();
         for (int32_t nb : adj[(size_t)c.id]) {
             if (s.stamp[(size_t)nb] == s.gen || nb == exclude) continue;
             s.stamp[(size_t)nb] = s.gen;
+            fresh.push_back(nb);
+            const char* row = (const char*)(keys + (size_t)nb * d);
+            for (size_t off = 0; off < (size_t)d * sizeof(float); off += 64) __builtin_prefetch(row + off);
+            __builtin_prefetch(&adj[(size_t)nb]);
+        }
+        size_t lowest = Q.size();  // lowest position an insertion reached
+        for (int32_t nb : fresh) {
             st.distance_ops += 1;
-            const Cand nc{-dot_f32(q, keys + (size_t)nb * d, d), nb, false};
-            if (Q.size() == cap && !less(nc, Q.back())) continue;
-            const size_t pos = (size_t)(std::lower_bound(Q.begin(), Q.end(), nc, less) - Q.begin());
-            insert(nc);
+            const size_t pos = insert({-dot_f32(q, keys + (size_t)nb * d, d), nb, false});
             lowest = std::min(lowest, pos);
         }
         cur = std::min(cur, lowest);
@@ -215,6 +242,40 @@ GraphSearchStats graph_search(const std::vector<std::vector<int32_t>>& adj, cons
     out.reserve(kk);
     for (size_t i = 0; i < kk; ++i) out.push_back(Q[i].id);
     return st;
+}
+
+GraphSearchStats search_portable(const std::vector<std::vector<int32_t>>& adj, const float* keys, int d, int entry,
+                                 const float* q, int k, int L, std::vector<int32_t>& out, GraphSearchScratch& s,
+                                 std::vector<GraphSearchScratch::Cand>* expanded, int exclude) {
+    return search_body(adj, keys, d, entry, q, k, L, out, s, expanded, exclude);
+}
+
+#ifdef RETRO_GRAPH_AVX2
+// AVX2 without FMA: dot_f32's eight sums become one 8-wide register, each lane adding in the same order
+// as the portable build's two 4-wide ones, so every distance — and the search — is bit-identical.
+__attribute__((target("avx2"))) GraphSearchStats search_avx2(
+    const std::vector<std::vector<int32_t>>& adj, const float* keys, int d, int entry, const float* q, int k, int L,
+    std::vector<int32_t>& out, GraphSearchScratch& s, std::vector<GraphSearchScratch::Cand>* expanded,
+    int exclude) {
+    return search_body(adj, keys, d, entry, q, k, L, out, s, expanded, exclude);
+}
+#endif
+
+SearchFn pick_search() {
+#ifdef RETRO_GRAPH_AVX2
+    if (__builtin_cpu_supports("avx2")) return search_avx2;
+#endif
+    return search_portable;
+}
+
+}  // namespace
+
+GraphSearchStats graph_search(const std::vector<std::vector<int32_t>>& adj, const float* keys, int d,
+                              int entry, const float* q, int k, int L, std::vector<int32_t>& out,
+                              GraphSearchScratch& s, std::vector<GraphSearchScratch::Cand>* expanded,
+                              int exclude) {
+    static const SearchFn fn = pick_search();
+    return fn(adj, keys, d, entry, q, k, L, out, s, expanded, exclude);
 }
 
 int reachable_count(const std::vector<std::vector<int32_t>>& adj, int entry) {

@@ -84,6 +84,7 @@ struct GraphSearchScratch {
     };
     std::vector<Cand> queue;      ///< sorted by (dist, id), capacity L
     std::vector<uint32_t> stamp;  ///< visited marks
+    std::vector<int32_t> fresh;   ///< one hop's unvisited neighbours
     uint32_t gen = 0;
 };
 

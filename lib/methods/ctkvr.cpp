@@ -14,6 +14,7 @@
 #include "attention/attention.hpp"
 #include "cluster/roargraph.hpp"  // dot_f32
 #include "core/error.hpp"
+#include "core/top_k.hpp"
 #include "methods/builtin_methods.hpp"
 
 namespace retro {
@@ -46,17 +47,6 @@ void check_prefill(const CtkvrParams& p, int C, int npf) {
     if (p.C_prime > C)
         throw ParamError("ctkvr: parameter 'C_prime' = " + std::to_string(p.C_prime) +
                          " exceeds the number of centroids C = " + std::to_string(C));
-}
-
-// Indices of the k largest v[i] (ties: lower index), best first.
-void top_k(const float* v, int n, int k, std::vector<int32_t>& idx, std::vector<int32_t>& out) {
-    idx.resize((size_t)n);
-    std::iota(idx.begin(), idx.end(), 0);
-    k = std::min(k, n);
-    auto better = [&](int32_t a, int32_t b) { return v[a] > v[b] || (v[a] == v[b] && a < b); };
-    if (k < n) std::nth_element(idx.begin(), idx.begin() + (k > 0 ? k - 1 : 0), idx.end(), better);
-    std::sort(idx.begin(), idx.begin() + k, better);
-    out.assign(idx.begin(), idx.begin() + k);
 }
 
 void normalize(float* x, int d) {
@@ -102,31 +92,31 @@ class Ctkvr final : public Method {
         // qcIVF: per centroid position, top-rho index keys of max_h softmax(q_h,c . K / sqrt(d)), causal.
         lists_.assign((size_t)C_, {});
         const float* keys = prompt.keys + (size_t)ib_ * d;
-        const int B = 32;
-        std::vector<float> sc((size_t)B * ni), mx((size_t)B * ni), qb((size_t)B * d);
-        std::vector<int32_t> idx;
+        // B centroid positions per block, all g query heads of a block in one sgemm (B * g ~ 256 rows): the
+        // keys are packed once per block instead of once per head (32 rows per call spent more time
+        // packing the keys than multiplying; each score is the same k-ordered sum either way).
+        const int B = std::max(1, 256 / g);
+        std::vector<float> sc((size_t)B * g * ni), mx((size_t)B * ni), qb((size_t)B * g * d);
+        TopKScratch topk;
         for (int c0 = 0; c0 < C_; c0 += B) {
             const int rows = std::min(B, C_ - c0);
-            std::fill(mx.begin(), mx.begin() + (ptrdiff_t)rows * ni, 0.0f);
-            for (int h = 0; h < g; ++h) {
+            for (int h = 0; h < g; ++h)
                 for (int r = 0; r < rows; ++r)
                     std::copy(s->prefill_query(h, first + c0 + r), s->prefill_query(h, first + c0 + r) + d,
-                              qb.begin() + (ptrdiff_t)r * d);
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, ni, d, ctx.scale, qb.data(), d, keys,
-                            d, 0.0f, sc.data(), ni);
-                for (int r = 0; r < rows; ++r) {
-                    const int pos = s->prefill_first_position + first + c0 + r;
-                    const int vis = std::clamp(pos + 1 - ib_, 0, ni);  // causal: keys at positions <= pos
-                    float* row = sc.data() + (size_t)r * ni;
-                    if (vis > 0) softmax_inplace(row, vis);
-                    float* m = mx.data() + (size_t)r * ni;
-                    for (int i = 0; i < vis; ++i) m[i] = std::max(m[i], row[i]);
-                }
-            }
+                              qb.begin() + (ptrdiff_t)((size_t)h * rows + r) * d);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows * g, ni, d, ctx.scale, qb.data(), d, keys, d,
+                        0.0f, sc.data(), ni);
             for (int r = 0; r < rows; ++r) {
                 const int pos = s->prefill_first_position + first + c0 + r;
-                const int vis = std::clamp(pos + 1 - ib_, 0, ni);
-                top_k(mx.data() + (size_t)r * ni, vis, rho_, idx, lists_[(size_t)(c0 + r)]);
+                const int vis = std::clamp(pos + 1 - ib_, 0, ni);  // causal: keys at positions <= pos
+                float* m = mx.data() + (size_t)r * ni;
+                std::fill(m, m + vis, 0.0f);
+                for (int h = 0; h < g; ++h) {
+                    float* row = sc.data() + ((size_t)h * rows + r) * ni;
+                    if (vis > 0) softmax_inplace(row, vis);
+                    for (int i = 0; i < vis; ++i) m[i] = std::max(m[i], row[i]);
+                }
+                top_k_into(m, vis, rho_, lists_[(size_t)(c0 + r)], topk);
             }
         }
         stamp_.assign((size_t)ni, 0);
@@ -154,7 +144,7 @@ class Ctkvr final : public Method {
             for (int h = 0; h < g; ++h)
                 cos_[(size_t)c] = std::max(cos_[(size_t)c], dot_f32(qn_.data() + (size_t)h * d,
                                                                     cent_.data() + ((size_t)c * g + h) * d, d));
-        top_k(cos_.data(), C_, p_.C_prime, idx_, chosen_);
+        top_k_into(cos_.data(), C_, p_.C_prime, chosen_, topk_);
 
         // Union of the chosen lists, deduplicated.
         if (++gen_ == 0) std::fill(stamp_.begin(), stamp_.end(), 0), gen_ = 1;
@@ -175,7 +165,7 @@ class Ctkvr final : public Method {
             for (int j = 0; j < U; ++j) agg_[(size_t)j] = std::max(agg_[(size_t)j], sc_[(size_t)j]);
         }
         const int keep = std::min(resolve_budget(p_.rho_prime, n), U);
-        top_k(agg_.data(), U, keep, idx_, kept_);
+        top_k_into(agg_.data(), U, keep, kept_, topk_);
         for (int32_t j : kept_) ids.push_back(ib_ + recalled_[(size_t)j]);
 
         // Work: g*C centroid cosines + g*U rerank scores (the dedup coefficient is U / (C' rho)).
@@ -189,7 +179,7 @@ class Ctkvr final : public Method {
         if (p_.dynamic_update) {
             const size_t slot = (size_t)(next_slot_++ % C_);
             std::copy(qn_.begin(), qn_.end(), cent_.begin() + (ptrdiff_t)(slot * g * d));
-            top_k(agg_.data(), U, rho_, idx_, kept_);
+            top_k_into(agg_.data(), U, rho_, kept_, topk_);
             auto& l = lists_[slot];
             l.clear();
             for (int32_t j : kept_) l.push_back(recalled_[(size_t)j]);
@@ -215,7 +205,8 @@ class Ctkvr final : public Method {
     std::vector<uint32_t> stamp_;
     uint32_t gen_ = 0;
     std::vector<float> qn_, cos_, agg_, sc_;
-    std::vector<int32_t> idx_, chosen_, recalled_, kept_;
+    std::vector<int32_t> chosen_, recalled_, kept_;
+    TopKScratch topk_;
 };
 
 CtkvrParams ctkvr_params(const nlohmann::json& j) {

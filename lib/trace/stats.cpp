@@ -64,17 +64,6 @@ MassCounts tokens_for_mass(const float* w, int n) {
     return c;
 }
 
-std::vector<int32_t> top_k_indices(const float* w, int n, int k) {
-    k = std::max(0, std::min(k, n));
-    std::vector<int32_t> idx((size_t)n);
-    std::iota(idx.begin(), idx.end(), 0);
-    const auto better = [w](int32_t a, int32_t b) { return w[a] > w[b] || (w[a] == w[b] && a < b); };
-    if (k < n) std::nth_element(idx.begin(), idx.begin() + k, idx.end(), better);
-    idx.resize((size_t)k);
-    std::sort(idx.begin(), idx.end(), better);
-    return idx;
-}
-
 double top_k_mass(const float* w, int n, int k) {
     double m = 0;
     for (int32_t i : top_k_indices(w, n, k)) m += w[i];

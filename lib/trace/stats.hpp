@@ -8,6 +8,7 @@
 #include <span>
 #include <vector>
 
+#include "core/top_k.hpp"  // top_k_indices (was declared here)
 #include "trace/trace.hpp"
 
 namespace retro {
@@ -69,9 +70,6 @@ struct MassCounts {
 
 /// Smallest numbers of tokens whose largest weights reach 50/90/99% of sum(w). w: [n], >= 0.
 MassCounts tokens_for_mass(const float* w, int n);
-
-/// Indices of the k largest values of w [n] (k clamped to n), largest first; ties by lower index.
-std::vector<int32_t> top_k_indices(const float* w, int n, int k);
 
 /// Sum of w over the k largest entries.
 double top_k_mass(const float* w, int n, int k);

@@ -1,0 +1,97 @@
+// The index builds that dominate the closed loop's method time at 16K-32K, at its shape. (1)
+// RetrievalAttention's graph (build_roargraph, lib/cluster/roargraph.cpp): d = 64 (Qwen2.5-0.5B's head_dim), n keys, 7 query heads x n/16 training queries per graph
+// (the 16K grid: ~16K keys, 7 x 1024 prefill queries), RoarGraph's defaults (nq 100, M 35, build_L 500),
+// one thread. Counters: keys_per_s, the step times (ms), and `adj_hash`, a hash of the adjacency lists
+// — equal hashes across two builds of the code mean the same graph (a speed change must not change it).
+// Also the exact top-k selection alone (exact_mips_knn, nq = 100). (2) CTKVR's qcIVF lists (the
+// `ctkvr` method's build: 1024 centroid positions x 7 query heads scored against every key, softmax,
+// max over the group, top rho = 2.5 x 1532) on a synthetic head, with `sel_hash` over the selections of
+// 4 decode steps. docs/performance.md records runs.
+#include <benchmark/benchmark.h>
+
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "cluster/roargraph.hpp"
+#include "method_harness.hpp"  // tests/unit: blob_head, make_method
+#include "core/threads.hpp"
+
+namespace {
+
+constexpr int kD = 64;
+
+std::vector<float> gaussian(int rows, unsigned seed, float shift) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> N(0.0f, 1.0f);
+    std::vector<float> x((size_t)rows * kD);
+    for (size_t i = 0; i < x.size(); ++i) x[i] = N(rng) + (i % kD == 0 ? shift : 0.0f);
+    return x;
+}
+
+uint64_t mix(uint64_t h, uint64_t v) { return (h ^ v) * 1099511628211ull; }
+
+uint64_t adj_hash(const retro::RoarGraph& g) {
+    uint64_t h = mix(1469598103934665603ull, (uint64_t)g.entry);  // FNV-1a over (list length, ids...)
+    for (const auto& l : g.adj) {
+        h = mix(h, l.size());
+        for (int32_t v : l) h = mix(h, (uint32_t)v);
+    }
+    return h;
+}
+
+void BM_RoarGraphBuild(benchmark::State& st) {
+    const int n = (int)st.range(0), m = 7 * (n / 16);
+    // queries shifted off the keys' distribution (attention queries are out-of-distribution)
+    const auto keys = gaussian(n, 11, 0.0f), queries = gaussian(m, 12, 2.0f);
+    retro::set_compute_threads(1);
+    retro::set_blas_threads(1);
+    retro::RoarGraphParams p;
+    p.threads = 1;
+    retro::RoarGraph g;
+    for (auto _ : st) {
+        g = retro::build_roargraph(keys.data(), n, kD, queries.data(), m, p);
+        benchmark::DoNotOptimize(g.adj.data());
+    }
+    st.counters["keys_per_s"] = benchmark::Counter((double)n * st.iterations(), benchmark::Counter::kIsRate);
+    st.counters["knn_ms"] = g.ms_knn;
+    st.counters["projection_ms"] = g.ms_projection;
+    st.counters["enhance_ms"] = g.ms_enhance;
+    st.counters["adj_hash"] = (double)(adj_hash(g) % (1ull << 48));
+}
+
+void BM_ExactMipsKnn(benchmark::State& st) {
+    const int n = (int)st.range(0), m = 1024;
+    const auto keys = gaussian(n, 11, 0.0f), queries = gaussian(m, 12, 2.0f);
+    retro::set_blas_threads(1);
+    for (auto _ : st) {
+        auto knn = retro::exact_mips_knn(keys.data(), n, kD, queries.data(), m, 100);
+        benchmark::DoNotOptimize(knn.data());
+    }
+    st.counters["queries_per_s"] = benchmark::Counter((double)m * st.iterations(), benchmark::Counter::kIsRate);
+}
+
+void BM_CtkvrBuild(benchmark::State& st) {
+    const int n = (int)st.range(0);
+    using namespace retro::method_test;
+    const retro::HeadSlice h = blob_head({.prompt_len = n, .steps = 4, .d = kD, .group = 7, .seed = 5,
+                                          .centers = 0, .query_scale = 2.0f, .prefill = 1024});
+    retro::set_blas_threads(1);
+    const nlohmann::json params = {{"C", 1024}, {"rho_prime", 1532}, {"sink", 4}, {"window", 64}};
+    auto m = make_method("ctkvr", params);
+    for (auto _ : st) m->build(context_of(h), retro::KVView{h.keys.data(), h.values.data(), h.prompt_len, kD});
+    uint64_t x = 1469598103934665603ull;
+    for (const auto& s : replay(*m, h, "ctkvr", {10}, 0, true).sels)
+        for (const auto& e : s.exact) {
+            x = mix(x, e.size());
+            for (int32_t v : e) x = mix(x, (uint32_t)v);
+        }
+    st.counters["sel_hash"] = (double)(x % (1ull << 48));
+}
+
+}  // namespace
+
+BENCHMARK(BM_CtkvrBuild)->Arg(16384)->Unit(benchmark::kMillisecond)->Iterations(1);
+BENCHMARK(BM_ExactMipsKnn)->Arg(16384)->Unit(benchmark::kMillisecond)->MinTime(1.0);
+BENCHMARK(BM_RoarGraphBuild)->Arg(4096)->Arg(16384)->Unit(benchmark::kMillisecond)->Iterations(1);
+BENCHMARK_MAIN();
