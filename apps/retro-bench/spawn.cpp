@@ -1,6 +1,7 @@
 // Finding and running the project's Python scripts (spawn.hpp).
 #include "spawn.hpp"
 
+#include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -20,6 +21,19 @@ namespace retro::cli {
 namespace fs = std::filesystem;
 
 namespace {
+
+volatile sig_atomic_t g_child = 0;  // the script being waited for (0: none)
+
+// SIGTERM / SIGHUP to this process while it waits: passed on to the script, which stops as after Ctrl-C
+// (the closed loop keeps its finished parts and says how to resume); this process then reports the
+// script's exit. Without it a `kill` of retro-bench (a shell's job control, a wrapper's timeout) ended
+// retro-bench alone and left the script running on, orphaned, still writing to the results directory.
+// SIGINT is not passed on: Ctrl-C reaches the script itself (same process group); one from kill(1)
+// alone to this process is ignored until the script ends.
+extern "C" void forward_to_child(int sig) {
+    if (sig != SIGINT && g_child > 0) kill((pid_t)g_child, sig);
+}
+
 bool is_file(const std::string& p) {
     std::error_code ec;
     return fs::is_regular_file(p, ec);
@@ -77,11 +91,26 @@ int spawn_wait(const std::vector<std::string>& args_in, const std::vector<std::p
     const int rc = has_slash ? posix_spawn(&pid, exe.c_str(), nullptr, nullptr, argv.data(), envp.data())
                              : posix_spawnp(&pid, exe.c_str(), nullptr, nullptr, argv.data(), envp.data());
     if (rc != 0) throw Error("cannot run " + what + " " + exe + ": " + std::strerror(rc) + " (" + hint + ")");
-    // Ctrl-C reaches the child too (same process group); wait for it to finish and report its status.
-    int status = 0;
-    while (waitpid(pid, &status, 0) < 0) {
-        if (errno != EINTR) throw Error(std::string("waitpid: ") + std::strerror(errno));
+    // Wait for the script and report its status; stop signals meanwhile go to it (forward_to_child).
+    g_child = pid;
+    struct sigaction fwd {}, old[3];
+    fwd.sa_handler = forward_to_child;
+    sigemptyset(&fwd.sa_mask);
+    const int sigs[3] = {SIGTERM, SIGHUP, SIGINT};
+    bool set[3] = {false, false, false};
+    for (int i = 0; i < 3; ++i) {  // a signal ignored here (nohup's SIGHUP, a background job's SIGINT) stays so
+        sigaction(sigs[i], nullptr, &old[i]);
+        if (old[i].sa_handler != SIG_IGN) set[i] = sigaction(sigs[i], &fwd, nullptr) == 0;
     }
+    int status = 0;
+    int waited;
+    while ((waited = waitpid(pid, &status, 0)) < 0 && errno == EINTR) {
+    }
+    const int wait_errno = errno;
+    for (int i = 0; i < 3; ++i)
+        if (set[i]) sigaction(sigs[i], &old[i], nullptr);
+    g_child = 0;
+    if (waited < 0) throw Error(std::string("waitpid: ") + std::strerror(wait_errno));
     if (WIFEXITED(status)) return WEXITSTATUS(status);
     if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
     return 3;

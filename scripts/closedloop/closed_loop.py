@@ -402,9 +402,15 @@ def main(argv=None):
     args = ap.parse_args(argv)
 
     def terminated(signum, frame):  # Slurm's time limit, kill, a shell's background job: as Ctrl-C
+        # once: a second copy (Slurm signals every process of the step, retro-bench passes its own on)
+        # must not interrupt the stop itself
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, terminated)
+    if signal.getsignal(signal.SIGHUP) != signal.SIG_IGN:  # nohup's ignored hangup stays ignored
+        signal.signal(signal.SIGHUP, terminated)
     try:
         return run(args)
     except (ConfigError, tasks.TaskError, user_cases.CasesError, ResultsError, backend.BackendError) as e:

@@ -253,3 +253,43 @@ TEST_F(Reliability, OutOfRangeNumberIsAConfigErrorAndValidateGoesOn) {
 }
 
 }  // namespace
+
+// A closed-loop run is retro-bench waiting for its Python script: SIGTERM or SIGHUP to retro-bench (a
+// shell's kill, a wrapper's timeout) reaches the script, which stops as it chooses, and retro-bench exits
+// with the script's code after it — no script left running on, orphaned, writing to the results. The
+// stand-in interpreter (RETRO_CLOSED_LOOP_PYTHON) records its PID and the signal, and exits 7.
+TEST_F(Reliability, StopSignalsToAClosedLoopRunReachItsScript) {
+    {
+        std::ofstream f("fake-python.sh");
+        f << "#!/bin/sh\necho $$ > script.pid\ntrap 'echo stopped > script.got; exit 7' TERM HUP\n"
+             "while :; do sleep 0.05; done\n";
+    }
+    fs::permissions("fake-python.sh", fs::perms::owner_all);
+    write_config("cl.json", json::parse(R"({"name": "cl", "experiment": "closed-loop", "model": "tiny-random-llama",
+                                           "methods": []})"));
+    for (const int sig : {SIGTERM, SIGHUP}) {
+        fs::remove("script.pid");
+        fs::remove("script.got");
+        setenv("RETRO_CLOSED_LOOP_PYTHON", (dir_ / "fake-python.sh").c_str(), 1);
+        // the signal at its default in retro-bench, whatever this test process inherited (nohup: SIGHUP
+        // ignored, which retro-bench leaves ignored)
+        const sighandler_t before = signal(sig, SIG_DFL);
+        Child a = Child::start({"run", "cl.json", "--results", "out"}, "a.log");
+        signal(sig, before);
+        unsetenv("RETRO_CLOSED_LOOP_PYTHON");
+        ASSERT_TRUE(wait_for([] { return fs::exists("script.pid") && fs::file_size("script.pid") > 0; }, 30))
+            << slurp("a.log");
+        const pid_t script = (pid_t)std::stol(slurp("script.pid"));
+        kill(a.pid, sig);
+        int st = 0;
+        const bool ended = wait_for([&] { return waitpid(a.pid, &st, WNOHANG) == a.pid; }, 30);
+        if (ended) a.pid = -1;  // reaped (else the Child's destructor kills it)
+        const bool script_alive = kill(script, 0) == 0;
+        if (script_alive) kill(script, SIGKILL);
+        ASSERT_TRUE(ended) << "signal " << sig << ": retro-bench still running 30 s later";
+        const int code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+        EXPECT_EQ(code, 7) << "signal " << sig << ": retro-bench ended before its script (" << slurp("a.log") << ")";
+        EXPECT_TRUE(fs::exists("script.got")) << "signal " << sig << " did not reach the script";
+        EXPECT_FALSE(script_alive) << "signal " << sig << ": the script outlived retro-bench";
+    }
+}
