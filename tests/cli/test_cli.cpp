@@ -470,10 +470,25 @@ TEST_F(Cli, TraceDeclaringABillionTokensGivesAClearError) {
 // spins forever on a corrupt global heap) is ended by the watchdog within RETRO_HDF5_TIMEOUT (1 s here),
 // a segv-* file (HDF5 dereferences the corrupt heap) by the crash guard. Before the guard, the segv file
 // ended validate with SIGSEGV (exit 139). A malformed limit is refused.
+// segv-cache-flush-bad-free.h5: HDF5 free()s a pointer it never allocated when it closes the file; glibc
+// faults on it (the guard's SIGSEGV), while ASan reports the bad free and aborts before any signal, so
+// that file is left out of the sanitizer build's run.
 TEST_F(Cli, EveryHdf5FindingEndsWithAnErrorNamingIt) {
+#if defined(__SANITIZE_ADDRESS__)
+    constexpr bool asan = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+    constexpr bool asan = true;
+#else
+    constexpr bool asan = false;
+#endif
+#else
+    constexpr bool asan = false;
+#endif
     std::map<std::string, int> kinds;  // "hang" / "segv" -> files of that kind
     for (const auto& e : fs::directory_iterator(fs::path(RETRO_SOURCE_DIR) / "tests/fuzz/hdf5-findings")) {
         const std::string name = e.path().filename().string(), kind = name.substr(0, 5);
+        if (asan && name.find("bad-free") != std::string::npos) continue;
         const std::string what =
             kind == "hang-"   ? "HDF5 did not return within 1 s reading its metadata (corrupt file?)"
             : kind == "segv-" ? "HDF5 crashed reading its metadata (SIGSEGV; corrupt file?)"
