@@ -20,6 +20,7 @@ difference in points, accuracy on full's correct cases, cases present / expected
 fidelity cases), and per method its points nearest to 1.8 / 5 / 10 % exact budget."""
 
 import argparse
+import hashlib
 import json
 import os
 import sys
@@ -244,18 +245,31 @@ def _niah_fields(desc):
     return (words[0], depth, variant) if variant and words else (desc, None, "task")
 
 
+def _prompt_key(path, case_id):
+    """What makes two directories' cases the same case: their prompt's token ids (prompts/<case>.json;
+    configs that differ elsewhere give the same prompt other case ids), else the case id."""
+    f = os.path.join(path, "prompts", f"{case_id}.json")
+    try:
+        with open(f) as fh:
+            ids = json.load(fh)
+    except (OSError, ValueError):
+        return case_id
+    return hashlib.sha1(json.dumps(ids).encode()).hexdigest() if isinstance(ids, list) else case_id
+
+
 def reference_accuracy(paths):
     """Full attention's own accuracy: [{model, context, label, variant, cases, correct, wrong: ["text dD"],
     step_ms_median}] by model (first appearance), context, variant; each scored case once per model (its
-    first directory's reference part)."""
+    first directory's reference part; the same prompt under another case id is the same case)."""
     dirs = load_dirs(paths)
     groups, counted = {}, set()
     for d in dirs:
         for c in d["cases"]:
             part = _part(d["path"], REFERENCE, c["id"])
-            if part is None or not _scored(part) or (d["model"], c["id"]) in counted:
+            key = (d["model"], _prompt_key(d["path"], c["id"]))
+            if part is None or not _scored(part) or key in counted:
                 continue
-            counted.add((d["model"], c["id"]))
+            counted.add(key)
             text, depth, variant = _niah_fields(part.get("desc", c["id"]))
             g = groups.setdefault((d["model"], context_of(c["prompt_len"]), variant), {"parts": [], "wrong": []})
             g["parts"].append(part)

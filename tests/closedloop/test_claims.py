@@ -171,7 +171,8 @@ class Claims(unittest.TestCase):
 
     def test_reference_accuracy(self):
         """--reference: full attention's own accuracy per context and variant, parsed from the builtin NIAH
-        descriptions; a case present in two directories (a grid sharing a reference-only run's ids) once."""
+        descriptions; a case present in two directories (a grid sharing a reference-only run's ids) once, and
+        so is the same prompt under another case id (configs that differ elsewhere: prompts/<case>.json)."""
         def ref_dir(name, cases):
             d = os.path.join(self.tmp, name)
             write(os.path.join(d, "manifest.json"), {
@@ -179,19 +180,25 @@ class Claims(unittest.TestCase):
                 "cases": [{"id": c, "kind": "niah", "desc": desc, "prompt_len": n, "answer": "1"}
                           for c, desc, n, _, _ in cases]})
             for c, desc, n, ok, step in cases:
+                write(os.path.join(d, "prompts", c + ".json"), prompts[c])
                 write(os.path.join(d, "parts", "reference", c + ".json"),
                       {"case": c, "kind": "niah", "desc": desc, "answer": "1", "correct": ok, "tokens": [1],
                        "gen": info(1.0) | {"step_ms": [step]}})
             return d
+        prompts = {"c1": [1, 2], "c2": [1, 3], "c3": [4], "c4": [5], "c9": [1, 3], "c7": [7]}
         x = ref_dir("refx", [("c1", "kjv 16000 d0.2 multikey shared", 16000, True, 100.0),
                              ("c2", "kjv 16000 d0.4 multikey shared", 16000, False, 300.0),
                              ("c3", "kjv 16000 d0.4 single shared", 16384, True, 200.0)])
         y = ref_dir("refy", [("c2", "kjv 16000 d0.4 multikey shared", 16000, False, 300.0),
                              ("c4", "emma 32000 d0.6 multikey shared", 32000, False, 400.0)])
+        z = ref_dir("refz", [("c9", "kjv 16000 d0.4 multikey shared", 16000, False, 300.0),  # c2's prompt
+                             ("c7", "kjv 16000 d0.2 multikey shared", 16000, True, 100.0)])  # c1's desc, not prompt
         rows = claims.reference_accuracy([x, y])
         got = [(r["label"], r["variant"], r["correct"], r["cases"], r["wrong"]) for r in rows]
         self.assertEqual(got, [("16K", "multikey", 1, 2, ["kjv d0.4"]), ("16K", "single", 1, 1, []),
                                ("32K", "multikey", 0, 1, ["emma d0.6"])])
+        got = [(r["label"], r["variant"], r["correct"], r["cases"]) for r in claims.reference_accuracy([x, y, z])]
+        self.assertEqual(got[0], ("16K", "multikey", 2, 3))
         self.assertEqual(rows[0]["step_ms_median"], 200.0)
         out = subprocess.run([sys.executable, "-B", SCRIPT, "--reference", x, y], capture_output=True, text=True)
         self.assertEqual(out.returncode, 0, out.stderr)
