@@ -589,8 +589,10 @@ class ClosedLoopDirectoryTest(U.TempDirMixin, unittest.TestCase):
         s = data("closed_loop_accuracy", res)
         self.assertEqual(len(s["panels"]), 1)
         self.assertIsNone(s["panels"][0]["context"])  # no manifest: the runs' cases have no known length
-        self.assertEqual([(q["x"], q["y"]) for q in s["panels"][0]["series"][0]["points"]],
-                         [(0.02, 0.5), (0.02, 0.5), (0.1, 0.5), (0.1, 0.5), (0.22, 0.5), (0.22, 0.5)])
+        # with and without the estimation zone: one line each (ClosedLoopVariantsTest)
+        self.assertEqual([(ser["suffix"], [(q["x"], q["y"]) for q in ser["points"]]) for ser in s["panels"][0]["series"]],
+                         [("estimation=0", [(0.02, 0.5), (0.1, 0.5), (0.22, 0.5)]),
+                          ("estimation=0.232", [(0.02, 0.5), (0.1, 0.5), (0.22, 0.5)])])
 
     def test_report_shows_the_closed_loop_tables(self):
         from retroplot import report
@@ -1119,6 +1121,28 @@ class ResultsLoaderTest(U.TempDirMixin, unittest.TestCase):
         labels = [res.short_label(r) for r in res.runs]
         self.assertEqual(labels[:3], ["full", "oracle_topk k=64", "oracle_topk k=256"])
         self.assertEqual(res.varying_params("streaming"), ["sink", "window"])
+
+
+class ClosedLoopVariantsTest(unittest.TestCase):
+    """closed_loop_*: a method's runs that are a full grid of a budget and another setting (wave's
+    retrieval x estimation) are one line per setting; knobs that move together (MagicPIG's K, L) or one
+    knob are one line."""
+
+    @staticmethod
+    def pts(rows):
+        return [{"params": dict(r), "x": i / 100.0} for i, r in enumerate(rows)]
+
+    def test_groups(self):
+        from retroplot.figures.closed_loop import variant_groups
+        wave = self.pts([{"retrieval": r, "estimation": e, "segment": 8192} for r in (14, 46, 96) for e in (0.232, 0)])
+        got = [(sfx, [q["params"]["retrieval"] for q in g]) for sfx, g in variant_groups(wave)]
+        self.assertEqual(got, [("estimation=0.232", [14, 46, 96]), ("estimation=0", [14, 46, 96])])
+        pig = self.pts([{"K": 12, "L": 150}, {"K": 10, "L": 150}, {"K": 8, "L": 75}])
+        self.assertEqual([(sfx, len(g)) for sfx, g in variant_groups(pig)], [(None, 3)])
+        one = self.pts([{"k": k, "sink": 4} for k in (220, 732)])
+        self.assertEqual([(sfx, len(g)) for sfx, g in variant_groups(one)], [(None, 2)])
+        ragged = wave[:5]  # estimation 0 at two budgets only: not a full grid
+        self.assertEqual([(sfx, len(g)) for sfx, g in variant_groups(ragged)], [(None, 5)])
 
 
 if __name__ == "__main__":

@@ -1,8 +1,10 @@
 """Closed-loop figures (docs/closed-loop.md): every method inside a model's decode.
 
 closed_loop_kl, closed_loop_top1, closed_loop_accuracy: KL(full ‖ method), top-1 agreement and task (needle)
-accuracy against the exact-token budget, one line per method, one panel per (model, context) (the papers'
-accuracy-vs-budget plots), from the closed-loop records and part files (retroplot/closed.py).
+accuracy against the exact-token budget, one line per method (per setting, where a method's runs are a
+full grid of its budget and another parameter: wave with and without its estimation zone), one panel per
+(model, context) (the papers' accuracy-vs-budget plots), from the closed-loop records and part files
+(retroplot/closed.py).
 
 offline_online: for each (open-loop metric, closed-loop metric) pair, one scatter panel of the
 (method, budget) points with the Spearman rank correlation in its title; data from each closed-loop
@@ -14,6 +16,7 @@ from collections import OrderedDict
 
 from .. import closed as C
 from .. import style
+from ..results import fmt_value
 from .drawing import legend_above, method_line, pct_axis
 from .registry import drawer, figure
 
@@ -48,6 +51,27 @@ def _budget_size(s):
     return (style.COLUMN_W if cols == 1 else style.COLUMN_W * 0.5 + 2.0 * cols), 0.35 + 1.55 * rows
 
 
+def variant_groups(pts):
+    """A method's points -> [(suffix, points)]: one group, unless its runs form a full grid of one budget
+    parameter x the settings of the others (wave's retrieval x estimation: each setting has the same
+    number >= 2 of budgets), then one group per setting, its suffix "name=value, ..." (first appearance
+    order). A method whose knobs move together (MagicPIG's K and L) stays one line."""
+    def distinct(k):
+        return {fmt_value(q["params"].get(k)) for q in pts}
+    keys = sorted({k for q in pts for k in q.get("params", {})})
+    varying = [k for k in keys if len(distinct(k)) > 1]
+    if len(varying) >= 2:
+        for budget in sorted(varying, key=lambda k: -len(distinct(k))):
+            others = [k for k in varying if k != budget]
+            groups = OrderedDict()
+            for q in pts:
+                groups.setdefault(tuple(fmt_value(q["params"].get(k)) for k in others), []).append(q)
+            sizes = {len(g) for g in groups.values()}
+            if len(groups) > 1 and len(sizes) == 1 and min(sizes) >= 2:
+                return [(", ".join(f"{k}={v}" for k, v in zip(others, key)), g) for key, g in groups.items()]
+    return [(None, pts)]
+
+
 def budget_series(res, fig_name):
     """Panels per (model, context) with the runs that have the figure's value and an exact_frac: one
     series per method, its points sorted by exact_frac (x: the exact-token fraction of the decode loops behind
@@ -62,17 +86,20 @@ def budget_series(res, fig_name):
             if p["method"] == C.REFERENCE or p.get(key) is None or p.get(xkey) is None:
                 continue
             series.setdefault(p["method"], []).append(
-                {"x": p[xkey], "y": p[key], "run_id": p["run_id"], "label": p["label"],
+                {"x": p[xkey], "y": p[key], "run_id": p["run_id"], "label": p["label"], "params": p.get("params", {}),
                  "cases": p["task_cases"] if key == "accuracy" else p["fidelity_cases"],
                  "positions": p["positions"] if key != "accuracy" else None})
         if not series:
             continue
-        for v in series.values():
-            v.sort(key=lambda q: (q["x"], q["label"]))
+        lines = []
+        for m, v in series.items():
+            for i, (suffix, g) in enumerate(variant_groups(v)):
+                g.sort(key=lambda q: (q["x"], q["label"]))
+                lines.append({"method": m, "variant": i, "suffix": suffix, "points": g})
         panels.append({"model": model, "model_label": C.model_label(model), "context": ctx,
                        "title": f"{C.model_label(model)} · {C.context_label(ctx)}",
                        "reference": ref[key] if ref else None, "source": pts[0]["source"],
-                       "series": [{"method": m, "points": v} for m, v in series.items()]})
+                       "series": lines})
     if not panels:
         return None
     return {"metric": key, "ylabel": ylabel, "log_y": log_y, "x_metric": "exact_frac", "panels": panels}
@@ -98,8 +125,10 @@ def _draw_budget(s, fig):
         for ser in p["series"]:
             xs = [100 * q["x"] for q in ser["points"]]
             ys = [max(q["y"], floor) if log_y else q["y"] for q in ser["points"]]
-            h = method_line(ax, xs, ys, ser["method"], ms=3.5)
-            handles.setdefault(style.method_style(ser["method"])["name"], h)
+            name = style.method_style(ser["method"])["name"]
+            label = f"{name} {ser['suffix']}" if ser.get("suffix") else name
+            h = method_line(ax, xs, ys, ser["method"], label=label, variant=ser.get("variant", 0), ms=3.5)
+            handles.setdefault(label, h)
         if p["reference"] is not None and not (log_y and p["reference"] <= 0):
             st = style.method_style("full")
             h = ax.axhline(p["reference"], color=st["color"], ls="--", lw=0.8, label=st["name"])
