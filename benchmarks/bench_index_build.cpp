@@ -1,6 +1,6 @@
 // The index builds that dominate the closed loop's method time at 16K-32K, at its shape. (1)
-// RetrievalAttention's graph (build_roargraph, lib/cluster/roargraph.cpp): d = 64 (Qwen2.5-0.5B's head_dim), n keys, 7 query heads x n/16 training queries per graph
-// (the 16K grid: ~16K keys, 7 x 1024 prefill queries), RoarGraph's defaults (nq 100, M 35, build_L 500),
+// RetrievalAttention's graph (build_roargraph, lib/cluster/roargraph.cpp): d = 64 (Qwen2.5-0.5B's
+// head_dim), n keys, 7 query heads x n/16 training queries per graph (the 16K grid: ~16K keys, 7 x 1024 prefill queries), RoarGraph's defaults (nq 100, M 35, build_L 500),
 // one thread. Counters: keys_per_s, the step times (ms), and `adj_hash`, a hash of the adjacency lists
 // — equal hashes across two builds of the code mean the same graph (a speed change must not change it).
 // Also the exact top-k selection alone (exact_mips_knn, nq = 100). (2) CTKVR's qcIVF lists (the
@@ -13,9 +13,12 @@
 #include <random>
 #include <vector>
 
+#include <string_view>
+
 #include "cluster/roargraph.hpp"
-#include "method_harness.hpp"  // tests/unit: blob_head, make_method
+#include "core/hash.hpp"
 #include "core/threads.hpp"
+#include "method_harness.hpp"  // tests/unit: blob_head, make_method
 
 namespace {
 
@@ -29,15 +32,16 @@ std::vector<float> gaussian(int rows, unsigned seed, float shift) {
     return x;
 }
 
-uint64_t mix(uint64_t h, uint64_t v) { return (h ^ v) * 1099511628211ull; }
-
-uint64_t adj_hash(const retro::RoarGraph& g) {
-    uint64_t h = mix(1469598103934665603ull, (uint64_t)g.entry);  // FNV-1a over (list length, ids...)
-    for (const auto& l : g.adj) {
-        h = mix(h, l.size());
-        for (int32_t v : l) h = mix(h, (uint32_t)v);
+/// FNV-1a (core/hash.hpp) over id lists, each with its length first, folded into h; 48 bits (a counter
+/// is a double).
+template <class Lists>
+double lists_hash(const Lists& lists, uint64_t h = 1469598103934665603ull) {
+    for (const auto& l : lists) {
+        const uint64_t len = l.size();
+        h = retro::fnv1a64(std::string_view((const char*)&len, sizeof len), h);
+        h = retro::fnv1a64(std::string_view((const char*)l.data(), l.size() * sizeof(int32_t)), h);
     }
-    return h;
+    return (double)(h % (1ull << 48));
 }
 
 void BM_RoarGraphBuild(benchmark::State& st) {
@@ -57,7 +61,8 @@ void BM_RoarGraphBuild(benchmark::State& st) {
     st.counters["knn_ms"] = g.ms_knn;
     st.counters["projection_ms"] = g.ms_projection;
     st.counters["enhance_ms"] = g.ms_enhance;
-    st.counters["adj_hash"] = (double)(adj_hash(g) % (1ull << 48));
+    const uint64_t entry = (uint64_t)g.entry;
+    st.counters["adj_hash"] = lists_hash(g.adj, retro::fnv1a64(std::string_view((const char*)&entry, sizeof entry)));
 }
 
 void BM_ExactMipsKnn(benchmark::State& st) {
@@ -80,13 +85,9 @@ void BM_CtkvrBuild(benchmark::State& st) {
     const nlohmann::json params = {{"C", 1024}, {"rho_prime", 1532}, {"sink", 4}, {"window", 64}};
     auto m = make_method("ctkvr", params);
     for (auto _ : st) m->build(context_of(h), retro::KVView{h.keys.data(), h.values.data(), h.prompt_len, kD});
-    uint64_t x = 1469598103934665603ull;
-    for (const auto& s : replay(*m, h, "ctkvr", {10}, 0, true).sels)
-        for (const auto& e : s.exact) {
-            x = mix(x, e.size());
-            for (int32_t v : e) x = mix(x, (uint32_t)v);
-        }
-    st.counters["sel_hash"] = (double)(x % (1ull << 48));
+    std::vector<std::vector<int32_t>> sels;  // every step's per-query-head selections, in order
+    for (const auto& s : replay(*m, h, "ctkvr", {10}, 0, true).sels) sels.insert(sels.end(), s.exact.begin(), s.exact.end());
+    st.counters["sel_hash"] = lists_hash(sels);
 }
 
 }  // namespace

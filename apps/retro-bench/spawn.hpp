@@ -20,7 +20,8 @@ std::string exe_dir();
 /// Runs argv[0] (a path, or a name looked up on PATH) with `args`, the environment plus `env_set`
 /// (NAME, value pairs replacing existing values), and waits. Returns the exit code (128 + signal when
 /// killed). While it waits, SIGTERM and SIGHUP are passed on to the script and SIGINT is left to reach it
-/// through the process group: this process outlives the script, never the other way round. `what` names the interpreter in errors ("Python interpreter", ...); `hint` says how to get it.
+/// through the process group: this process outlives the script, never the other way round. `what` names
+/// the interpreter in errors ("Python interpreter", ...); `hint` says how to get it.
 int spawn_wait(const std::vector<std::string>& args, const std::vector<std::pair<std::string, std::string>>& env_set,
                const std::string& what, const std::string& hint);
 

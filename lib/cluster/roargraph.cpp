@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <numeric>
 #include <string>
 
 #include "core/error.hpp"

@@ -15,18 +15,18 @@ void top_k_into(const float* v, int n, int k, std::vector<int32_t>& out, TopKScr
         out.resize((size_t)n);
         std::iota(out.begin(), out.end(), 0);
     } else if ((size_t)k * 16 <= (size_t)n) {
-        // Few out of many: a heap of the k best so far, worst on top; most values lose one compare
-        // against the top (a later index never beats an equal value: ties keep the lower index).
-        const auto worse_first = [&](int32_t a, int32_t b) { return better(a, b); };
+        // Few out of many: a heap of the k best so far, ordered by `better` so the worst is on top; most
+        // values lose one compare against the top (a later index never beats an equal value: ties keep
+        // the lower index).
         out.resize((size_t)k);
         std::iota(out.begin(), out.end(), 0);
-        std::make_heap(out.begin(), out.end(), worse_first);
+        std::make_heap(out.begin(), out.end(), better);
         float top = v[out.front()];
         for (int i = k; i < n; ++i) {
             if (!(v[i] > top)) continue;
-            std::pop_heap(out.begin(), out.end(), worse_first);
+            std::pop_heap(out.begin(), out.end(), better);
             out.back() = i;
-            std::push_heap(out.begin(), out.end(), worse_first);
+            std::push_heap(out.begin(), out.end(), better);
             top = v[out.front()];
         }
     } else {

@@ -5,7 +5,7 @@
 // (most values cost one compare); otherwise nth_element over a copy of the values (floats, no index
 // indirection) gives the k-th largest, and one scan collects the indices. Both replace nth_element
 // over indices with a (value, index) comparator, with the same result and faster at the closed loop's
-// shapes (bench_roargraph's BM_ExactMipsKnn; docs/performance.md). Scores must not be NaN.
+// shapes (bench_index_build's BM_ExactMipsKnn; docs/performance.md). Scores must not be NaN.
 #include <cstdint>
 #include <vector>
 

@@ -74,8 +74,9 @@ def variant_groups(pts):
 
 def budget_series(res, fig_name):
     """Panels per (model, context) with the runs that have the figure's value and an exact_frac: one
-    series per method, its points sorted by exact_frac (x: the exact-token fraction of the decode loops behind
-    the value); the reference's value (full attention) apart."""
+    series per method and setting (variant_groups: {method, variant, suffix, points}), its points sorted by
+    exact_frac (x: the exact-token fraction of the decode loops behind the value); the reference's value
+    (full attention) apart."""
     key, ylabel, log_y = _BUDGET[fig_name]
     panels = []
     for (model, ctx), pts in C.points(res).items():
