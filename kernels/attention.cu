@@ -926,7 +926,7 @@ void launch_estimate_vec_group(const ClusterScoreShape& s, float scale, int E, i
                                float* work, cudaStream_t stream) {
     const dim3 grid(chunks, s.batch * s.kv_heads);
     constexpr int WW = estimate_warps_wide(PER, G);
-    if (estimate_wide())
+    if (estimate_wide_for(estimate_width(), (long long)grid.x * grid.y, device_sms()))
         estimate_partial_vec_kernel<PER, G, WW><<<grid, WW * 32, 0, stream>>>(s, scale, E, chunks, ids, q, cent, vsum,
                                                                               sizes, work);
     else

@@ -302,12 +302,14 @@ std::vector<BenchRow> run_benches(const BenchOptions& o, const DeviceCeilings& c
                 set_select_histograms(variant);
             }
             {  // the estimation's two block widths side by side (the step below uses the process's choice)
-                const bool variant = estimate_wide();
-                set_estimate_wide(!variant);
-                const double us = median_us(estimate, reps);
-                set_estimate_wide(variant);
-                rows.push_back(bw_row(variant ? "estimate_attention_4warps" : "estimate_attention_wide", p, us,
-                                      2.0 * nbk * e * kD * 2, c.d2d_bytes_per_s, "D2D copy"));
+                const EstimateWidth variant = estimate_width();
+                for (const EstimateWidth w : {EstimateWidth::four, EstimateWidth::wide}) {
+                    set_estimate_width(w);
+                    const double us = median_us(estimate, reps);
+                    rows.push_back(bw_row(std::string("estimate_attention_") + estimate_width_name(w), p, us,
+                                          2.0 * nbk * e * kD * 2, c.d2d_bytes_per_s, "D2D copy"));
+                }
+                set_estimate_width(variant);
             }
             const double t_sel = median_us(select, reps), t_est = median_us(estimate, reps);
             const double t_gat = median_us(gather, reps), t_att = median_us(attend, reps);

@@ -244,7 +244,7 @@ void check_estimate(Checker& c) {
                           // tile (6 of 8), and d = 96 (the first kernel: no vector loads)
                           {1, 2, 4, 8188, 1900, 128}, {1, 2, 6, 1000, 300, 128}, {1, 1, 3, 400, 130, 96}};
     std::mt19937 rng(777);
-    const bool variant = estimate_wide();  // the process's choice, restored after
+    const EstimateWidth variant = estimate_width();  // the process's choice, restored after
     for (const Case& k : cases) {
         ClusterScoreShape s{k.B, k.Hkv, k.g, k.M, k.d, 0.0f};
         const int nbk = k.B * k.Hkv, Hq = k.Hkv * k.g;
@@ -288,7 +288,7 @@ void check_estimate(Checker& c) {
             }
         }
         for (const bool wide : {false, true}) {  // both block widths against the same reference
-            set_estimate_wide(wide);
+            set_estimate_width(wide ? EstimateWidth::wide : EstimateWidth::four);
             poison(dout), poison(dlse), poison(dwork);
             estimate_attention(s, k.E, dids.get(), dq.get(), dc.get(), dvs.get(), dsz.get(), dout.get(), dlse.get(),
                                dwork.get());
@@ -306,7 +306,7 @@ void check_estimate(Checker& c) {
             c.expect_close(tag + " lse", lse.data(), rlse.data(), lse.size(), kTolLse);
         }
     }
-    set_estimate_wide(variant);
+    set_estimate_width(variant);
 }
 
 // ---------------------------------------------------------------------------------------------------

@@ -19,6 +19,7 @@ bool device_available() { return true; }
 std::string device_name() { return "CPU emulation (not a GPU)"; }
 int device_cc() { return 0; }
 double device_fp32_peak() { return 0; }
+int device_sms() { return 0; }
 void* dev_alloc(size_t b) { return std::aligned_alloc(256, (b + 255) / 256 * 256); }
 void dev_free(void* p) { std::free(p); }
 void* pinned_alloc(size_t b) { return dev_alloc(b); }
@@ -56,7 +57,7 @@ void LaunchGate::hold(void*) { flag_[0] = 0, flag_[1] = 1; }
 void LaunchGate::release() { flag_[0] = 1, flag_[1] = 0; }
 bool LaunchGate::timed_out() const { return flag_[1] != 0; }
 // The emulated cluster_select and estimation have one histogram and one width: their variants
-// (cuda_api.hpp's select_histograms, estimate_wide) are only remembered.
+// (cuda_api.hpp's select_histograms, estimate_width) are only remembered.
 EventTimer::EventTimer(void* s) : stream_(s) {}
 EventTimer::~EventTimer() {}
 void EventTimer::start() {}

@@ -33,6 +33,8 @@ std::string device_name();
 int device_cc();
 /// FP32 FMA peak of device 0 in FLOP/s: SMs * clock * 128 lanes * 2 (the sm_80/sm_90 SM); 0 if unknown.
 double device_fp32_peak();
+/// The device's SM count (0 without a device); read once.
+int device_sms();
 
 void* dev_alloc(size_t bytes);                  ///< cudaMalloc; throws on failure
 void dev_free(void* p);                         ///< nullptr is ignored
@@ -256,23 +258,36 @@ void cluster_select(const ClusterScoreShape& s, int r, int e, const float* d_q, 
 
 // ---- estimation zone (CPU reference: lib/attention add_estimated_cluster) ----
 
-/// estimate_attention's block width: false (the default) 4 warps of 16 clusters each per 64-cluster
-/// chunk; true (wide) 16 warps of 4 clusters (8 or 4 where their states would pass 32 KB of shared memory:
-/// g = 8 with d = 128, d = 256): the same chunks and output, 4x the warps per SM to hide each warp's serial
-/// online-softmax chain (batch 1's grid is a few blocks per SM). The process default comes from
-/// RETRO_EST_WARPS=4|wide on first use (any other value: ParamError); the check EstimateAttention runs both.
-inline bool estimate_wide_from_env() {
+/// estimate_attention's block width. four: 4 warps of 16 clusters each per 64-cluster chunk; wide: 16
+/// warps of 4 clusters (8 or 4 where their states would pass 32 KB of shared memory: g = 8 with d = 128,
+/// d = 256): the same chunks and output, 4x the warps per SM to hide each warp's serial online-softmax
+/// chain; automatic (the default): wide where the launch has at most two blocks per SM (batch 1's few
+/// (b, kv head)s), else four. Why: on the H200 the wide blocks were faster at batch 1 (estimation 20.5 ->
+/// 14.8 us at 32K, 29.0 -> 23.4 at 128K: 64 and 240 blocks on 132 SMs) and slower at batch 8 (32K 20.3 ->
+/// 22.9, 128K 71.4 -> 79.2: 512 and 1,920 blocks), side by side in one run (docs/performance.md, "Fifth
+/// lease"). The process default comes from RETRO_EST_WARPS=4|wide|auto on first use (any other value:
+/// ParamError); the check EstimateAttention runs both widths.
+enum class EstimateWidth { four, wide, automatic };
+inline EstimateWidth estimate_width_from_env() {
     const char* v = std::getenv("RETRO_EST_WARPS");
-    if (v == nullptr || *v == '\0' || std::string(v) == "4") return false;
-    if (std::string(v) == "wide") return true;
-    throw ParamError(std::string("RETRO_EST_WARPS=") + v + ": expected 4 or wide");
+    if (v == nullptr || *v == '\0' || std::string(v) == "auto") return EstimateWidth::automatic;
+    if (std::string(v) == "4") return EstimateWidth::four;
+    if (std::string(v) == "wide") return EstimateWidth::wide;
+    throw ParamError(std::string("RETRO_EST_WARPS=") + v + ": expected 4, wide or auto");
 }
 /// The process's width, as select_histograms' variant.
-inline std::atomic<int> g_estimate_wide{-1};
-inline void set_estimate_wide(bool on) { g_estimate_wide = on ? 1 : 0; }
-inline bool estimate_wide() {
-    if (g_estimate_wide < 0) g_estimate_wide = estimate_wide_from_env() ? 1 : 0;
-    return g_estimate_wide == 1;
+inline std::atomic<int> g_estimate_width{-1};
+inline void set_estimate_width(EstimateWidth w) { g_estimate_width = static_cast<int>(w); }
+inline EstimateWidth estimate_width() {
+    if (g_estimate_width < 0) g_estimate_width = static_cast<int>(estimate_width_from_env());
+    return static_cast<EstimateWidth>(g_estimate_width.load());
+}
+/// Whether a launch of `blocks` blocks on `sms` SMs takes the wide blocks under width w.
+inline bool estimate_wide_for(EstimateWidth w, long long blocks, int sms) {
+    return w == EstimateWidth::wide || (w == EstimateWidth::automatic && blocks <= 2LL * sms);
+}
+inline const char* estimate_width_name(EstimateWidth w) {
+    return w == EstimateWidth::four ? "4warps" : w == EstimateWidth::wide ? "wide" : "auto";
 }
 
 /// Floats of workspace estimate_attention needs for E clusters: B * Hkv*g * ceil(E / 64) * (d + 2).

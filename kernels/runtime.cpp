@@ -55,6 +55,18 @@ double device_fp32_peak() {
     return (double)sms * khz * 1e3 * 128 * 2;
 }
 
+int device_sms() {
+    static const int sms = [] {
+        int n = 0;
+        if (!device_available() || cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, 0) != cudaSuccess) {
+            cudaGetLastError();
+            return 0;
+        }
+        return n;
+    }();
+    return sms;
+}
+
 void* dev_alloc(size_t bytes) {
     void* p = nullptr;
     check(cudaMalloc(&p, bytes), "cudaMalloc");

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <string>
@@ -81,6 +82,30 @@ INSTANTIATE_TEST_SUITE_P(Cuda, GpuKernel,
 TEST(GpuKernelList, EveryCheckIsInstantiated) {
     // host-only: the parameter list above must name every check (a new check is not silently dropped)
     EXPECT_EQ(cuda::gpu_checks().size(), 11u);
+}
+
+TEST(EstimateWidth, AutomaticTakesTheWideBlocksUpToTwoPerSmAndTheEnvironmentChooses) {
+    // host-only: the rule the H200's side-by-side rows chose (132 SMs: batch 1's 64 and 240 blocks wide,
+    // batch 8's 512 and 1,920 four-warp)
+    using cuda::EstimateWidth;
+    EXPECT_TRUE(cuda::estimate_wide_for(EstimateWidth::automatic, 64, 132));
+    EXPECT_TRUE(cuda::estimate_wide_for(EstimateWidth::automatic, 264, 132));
+    EXPECT_FALSE(cuda::estimate_wide_for(EstimateWidth::automatic, 265, 132));
+    EXPECT_FALSE(cuda::estimate_wide_for(EstimateWidth::automatic, 512, 132));
+    EXPECT_FALSE(cuda::estimate_wide_for(EstimateWidth::four, 8, 132));
+    EXPECT_TRUE(cuda::estimate_wide_for(EstimateWidth::wide, 100000, 132));
+    const char* old = std::getenv("RETRO_EST_WARPS");
+    const std::string saved = old ? old : "";
+    unsetenv("RETRO_EST_WARPS");
+    EXPECT_EQ(cuda::estimate_width_from_env(), EstimateWidth::automatic);
+    setenv("RETRO_EST_WARPS", "4", 1);
+    EXPECT_EQ(cuda::estimate_width_from_env(), EstimateWidth::four);
+    setenv("RETRO_EST_WARPS", "wide", 1);
+    EXPECT_EQ(cuda::estimate_width_from_env(), EstimateWidth::wide);
+    setenv("RETRO_EST_WARPS", "8", 1);
+    EXPECT_THROW(cuda::estimate_width_from_env(), ParamError);
+    if (old) setenv("RETRO_EST_WARPS", saved.c_str(), 1);
+    else unsetenv("RETRO_EST_WARPS");
 }
 #else
 TEST(GpuKernel, MatchesCpuReference) { GTEST_SKIP() << "built without CUDA (no nvcc)"; }
