@@ -44,6 +44,25 @@ def log(msg):
     print(f"[closed-loop] {msg}", file=sys.stderr, flush=True)
 
 
+def prefill_progress(case, t0, every_s=300.0, clock=time.perf_counter):
+    """A prefill's on_chunk: a line at most every `every_s` seconds (positions done, minutes since t0, the
+    rest at the rate since the first chunk), so a long prefill is not a silent half hour."""
+    state = {"last": clock(), "first": None}
+
+    def on_chunk(done, total):
+        now = clock()
+        if state["first"] is None:
+            state["first"] = (done, now)
+        if now - state["last"] < every_s or done >= total:
+            return
+        state["last"] = now
+        d0, s0 = state["first"]
+        rate = (done - d0) / (now - s0) if done > d0 and now > s0 else 0.0
+        left = f"; ~{(total - done) / rate / 60:.0f} min left" if rate > 0 else ""
+        log(f"case {case['id']}: prefill {done}/{total} positions ({(now - t0) / 60:.0f} min{left})")
+    return on_chunk
+
+
 def check_config(cfg, origin):
     def keys(obj, allowed, where):
         if not isinstance(obj, dict):
@@ -238,7 +257,8 @@ def run_case(lm, rb, cfg, case, runs, res, tok, search_params=None):
     loaded = lm.load_prefill(ppath, case["ids"], int(cfg.get("prefill_queries", 64)))
     reused = 0
     if loaded is None:
-        logp0, pq = lm.prefill(case["ids"], int(cfg.get("prefill_queries", 64)), int(cfg.get("prefill_chunk", 1024)))
+        logp0, pq = lm.prefill(case["ids"], int(cfg.get("prefill_queries", 64)), int(cfg.get("prefill_chunk", 1024)),
+                               on_chunk=prefill_progress(case, t0))
         reused = lm.reused_tokens
         lm.save_prefill(ppath, logp0, pq)
     else:

@@ -160,9 +160,10 @@ class LoadedModel:
         logits = self.model.lm_head(o.last_hidden_state[:, -1])[0].double()
         return torch.log_softmax(logits, -1).numpy()
 
-    def prefill(self, ids, n_prefill_queries, chunk=1024):
+    def prefill(self, ids, n_prefill_queries, chunk=1024, on_chunk=None):
         """Exact attention over the prompt. Returns (log-probs of the first generated token [vocab],
-        prefill queries {layer: [nq, n_pf, d]}).
+        prefill queries {layer: [nq, n_pf, d]}). `on_chunk(done, total)`, when given, is called after each
+        chunk with the positions done so far (a 32K prefill is tens of minutes here: its progress).
 
         Prefix reuse: when the previous prompt (the cache this object holds) shares a prefix with `ids`,
         the cache is cropped to that prefix rounded down to a multiple of `chunk` and the prefill goes on
@@ -190,6 +191,8 @@ class LoadedModel:
             with torch.no_grad():
                 for s in range(start, len(ids), chunk):
                     logp = self._forward(ids[s:s + chunk], s)
+                    if on_chunk is not None:
+                        on_chunk(min(s + chunk, len(ids)), len(ids))
         finally:
             self.patch.record = None
         self.prompt_len = len(ids)
