@@ -1,8 +1,9 @@
 // The index builds that dominate the closed loop's method time at 16K-32K, at its shape. (1)
 // RetrievalAttention's graph (build_roargraph, lib/cluster/roargraph.cpp): d = 64 (Qwen2.5-0.5B's
-// head_dim), n keys, 7 query heads x n/16 training queries per graph (the 16K grid: ~16K keys, 7 x 1024 prefill queries), RoarGraph's defaults (nq 100, M 35, build_L 500),
-// one thread. Counters: keys_per_s, the step times (ms), and `adj_hash`, a hash of the adjacency lists
-// — equal hashes across two builds of the code mean the same graph (a speed change must not change it).
+// head_dim), n keys, 7 query heads x n/16 training queries per graph (the 16K grid: ~16K keys, 7 x 1024
+// prefill queries), RoarGraph's defaults (nq 100, M 35, build_L 500), one thread. Counters: keys_per_s,
+// the step times (ms), and `adj_hash`, a hash of the adjacency lists — equal hashes across two builds of
+// the code mean the same graph (a speed change must not change it).
 // Also the exact top-k selection alone (exact_mips_knn, nq = 100). (2) CTKVR's qcIVF lists (the
 // `ctkvr` method's build: 1024 centroid positions x 7 query heads scored against every key, softmax,
 // max over the group, top rho = 2.5 x 1532) on a synthetic head, with `sel_hash` over the selections of
@@ -11,9 +12,8 @@
 
 #include <cstdint>
 #include <random>
-#include <vector>
-
 #include <string_view>
+#include <vector>
 
 #include "cluster/roargraph.hpp"
 #include "core/hash.hpp"
@@ -86,7 +86,8 @@ void BM_CtkvrBuild(benchmark::State& st) {
     auto m = make_method("ctkvr", params);
     for (auto _ : st) m->build(context_of(h), retro::KVView{h.keys.data(), h.values.data(), h.prompt_len, kD});
     std::vector<std::vector<int32_t>> sels;  // every step's per-query-head selections, in order
-    for (const auto& s : replay(*m, h, "ctkvr", {10}, 0, true).sels) sels.insert(sels.end(), s.exact.begin(), s.exact.end());
+    for (const auto& s : replay(*m, h, "ctkvr", {10}, 0, true).sels)
+        sels.insert(sels.end(), s.exact.begin(), s.exact.end());
     st.counters["sel_hash"] = lists_hash(sels);
 }
 

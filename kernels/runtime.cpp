@@ -44,17 +44,6 @@ int device_cc() {
     return p.major * 10 + p.minor;
 }
 
-double device_fp32_peak() {
-    if (!device_available()) return 0;
-    int sms = 0, khz = 0;
-    if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0) != cudaSuccess ||
-        cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, 0) != cudaSuccess) {
-        cudaGetLastError();
-        return 0;
-    }
-    return (double)sms * khz * 1e3 * 128 * 2;
-}
-
 int device_sms() {
     static const int sms = [] {
         int n = 0;
@@ -65,6 +54,16 @@ int device_sms() {
         return n;
     }();
     return sms;
+}
+
+double device_fp32_peak() {
+    const int sms = device_sms();
+    int khz = 0;
+    if (sms == 0 || cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, 0) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return (double)sms * khz * 1e3 * 128 * 2;
 }
 
 void* dev_alloc(size_t bytes) {
