@@ -20,6 +20,9 @@ struct ClosedLoopRun {
     /// of those cases); empty = every case. docs/closed-loop.md "Sharded".
     std::string shard;
     int threads = -1;  ///< > 0: overrides the config's "threads" (a shard's cores); otherwise the config's
+    /// "fidelity", "niah" or "task": only the cases of that kind; the directory stays "partial" (a last run
+    /// without it writes runs.jsonl). Empty = every kind.
+    std::string only_kind;
 };
 
 /// Checks the config (ConfigError naming the file and key or method parameter), prints the runs and,

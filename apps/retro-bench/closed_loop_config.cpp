@@ -76,7 +76,8 @@ int run_closed_loop_config(const json& j, const std::string& origin, const Close
     if (const char* e = std::getenv("PYTHONPATH"); e && *e) pypath += std::string(":") + e;
     std::string command = "retro-bench run " + origin + (opt.resume ? " --resume" : "") + (opt.force ? " --force" : "") +
                           (opt.shard.empty() ? "" : " --shard " + opt.shard) +
-                          (opt.threads > 0 ? " --threads " + std::to_string(opt.threads) : "");
+                          (opt.threads > 0 ? " --threads " + std::to_string(opt.threads) : "") +
+                          (opt.only_kind.empty() ? "" : " --only-kind " + opt.only_kind);
     std::vector<std::string> args = {py, "-B", script, origin, "--runs-json", runs.dump(), "--results",
                                      opt.results_root, "--command", command, "--retro-bin",
                                      (fs::path(exe_dir()) / "retro-bench").string()};
@@ -84,6 +85,7 @@ int run_closed_loop_config(const json& j, const std::string& origin, const Close
     if (opt.force) args.push_back("--force");
     if (!opt.shard.empty()) args.insert(args.end(), {"--case-shard", opt.shard});
     if (opt.threads > 0) args.insert(args.end(), {"--threads", std::to_string(opt.threads)});
+    if (!opt.only_kind.empty()) args.insert(args.end(), {"--only-kind", opt.only_kind});
     // RETRO_HOST_JSON: this binary's host_info() (git revision, BLAS, CPU, version), for the runner's manifest
     // "host" as an open-loop run records it (the report's header reads git_revision and blas there)
     return spawn_wait(args, {{"PYTHONPATH", pypath}, {"RETRO_HOST_JSON", host_info().dump()}}, "Python interpreter",

@@ -86,6 +86,7 @@ struct RunArgs {
     std::string shard;  ///< "I/N" (docs/cluster.md)
     int shard_plan = 0;  ///< print the assignment for this many shards and exit
     std::string max_memory;
+    std::string only_kind;  ///< closed-loop configs: only the cases of this kind (fidelity, niah, task)
 
     /// The command as given (every option that changes what or where it runs), for the manifest.
     std::string command_line() const {
@@ -98,6 +99,7 @@ struct RunArgs {
         if (!shard.empty()) c += " --shard " + shard;
         if (wait_lock) c += " --wait-lock";
         if (!max_memory.empty()) c += " --max-memory " + max_memory;
+        if (!only_kind.empty()) c += " --only-kind " + only_kind;
         return c;
     }
     /// The command that continues an interrupted run.
@@ -121,6 +123,10 @@ const CommandRegistrar reg(10, [](CLI::App& app) {
                     "config: the I-th of N groups of cases, every run (docs/closed-loop.md)");
     sub->add_option("--shard-plan", a->shard_plan, "print how N shards would split the sweep (units and "
                     "estimated cost per shard) and exit; nothing is generated or run")->check(CLI::Range(1, 100000));
+    sub->add_option("--only-kind", a->only_kind,
+                    "a closed-loop config: run only its cases of this kind (the directory stays partial; a "
+                    "last run without it writes runs.jsonl; docs/closed-loop.md)")
+        ->check(CLI::IsMember({"fidelity", "niah", "task"}));
     sub->add_flag("-q,--quiet", a->quiet, "no progress output");
     sub->add_option("--max-memory", a->max_memory,
                     "refuse to start when the estimated memory exceeds this, e.g. 8G (default: the available memory)");
@@ -132,6 +138,9 @@ const CommandRegistrar reg(10, [](CLI::App& app) {
         const ShardSpec shard = a->shard.empty() ? ShardSpec{} : parse_shard(a->shard);
         if (file_exists(a->config)) {  // "experiment": "ood-recall" configs run the ood-recall command
             const nlohmann::json j = read_json_file(a->config);  // strict, as load_config
+            if (!a->only_kind.empty() && !is_closed_loop_config(j))
+                throw ConfigError(a->config + ": --only-kind selects a closed-loop config's cases; this is not an "
+                                  "\"experiment\": \"closed-loop\" config");
             if (is_ood_recall_config(j) && shard.active())
                 throw ConfigError(a->config + ": --shard applies to method sweeps; an \"experiment\": \"ood-recall\" "
                                   "config runs on one machine");
@@ -144,7 +153,7 @@ const CommandRegistrar reg(10, [](CLI::App& app) {
                 return run_closed_loop_config(j, a->config,
                                               ClosedLoopRun{.results_root = a->results, .resume = a->resume,
                                                             .force = a->force, .shard = a->shard,
-                                                            .threads = a->threads});
+                                                            .threads = a->threads, .only_kind = a->only_kind});
         }
         const RunConfig cfg = load_config(a->config);
         if (a->shard_plan > 0) {

@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -22,7 +23,12 @@ namespace fs = std::filesystem;
 
 namespace {
 
-volatile sig_atomic_t g_child = 0;  // the script being waited for (0: none)
+// The script being waited for (0: none) and a stop signal that came before its PID was known. Both are
+// lock-free atomics (async-signal-safe): a process-directed signal may run the handler on any of this
+// process's threads, not only the one in spawn_wait.
+std::atomic<pid_t> g_child{0};
+std::atomic<int> g_pending{0};
+static_assert(std::atomic<pid_t>::is_always_lock_free && std::atomic<int>::is_always_lock_free);
 
 // SIGTERM / SIGHUP to this process while it waits: passed on to the script, which stops as after Ctrl-C
 // (the closed loop keeps its finished parts and says how to resume); this process then reports the
@@ -30,8 +36,14 @@ volatile sig_atomic_t g_child = 0;  // the script being waited for (0: none)
 // retro-bench alone and left the script running on, orphaned, still writing to the results directory.
 // SIGINT is not passed on: Ctrl-C reaches the script itself (same process group); one from kill(1)
 // alone to this process is ignored until the script ends.
+// A signal between the spawn and g_child's store is kept in g_pending: the handler stores it before it
+// reads g_child, spawn_wait stores g_child before it takes g_pending (sequentially consistent), so at
+// least one of them sees the other, and the exchange lets exactly one of them forward it.
 extern "C" void forward_to_child(int sig) {
-    if (sig != SIGINT && g_child > 0) kill((pid_t)g_child, sig);
+    if (sig == SIGINT) return;
+    g_pending.store(sig);
+    const pid_t child = g_child.load();
+    if (child > 0 && g_pending.exchange(0) != 0) kill(child, sig);
 }
 
 bool is_file(const std::string& p) {
@@ -87,29 +99,58 @@ int spawn_wait(const std::vector<std::string>& args_in, const std::vector<std::p
     for (auto& s : env) envp.push_back(s.data());
     envp.push_back(nullptr);
 
-    pid_t pid = 0;
-    const int rc = has_slash ? posix_spawn(&pid, exe.c_str(), nullptr, nullptr, argv.data(), envp.data())
-                             : posix_spawnp(&pid, exe.c_str(), nullptr, nullptr, argv.data(), envp.data());
-    if (rc != 0) throw Error("cannot run " + what + " " + exe + ": " + std::strerror(rc) + " (" + hint + ")");
-    // Wait for the script and report its status; stop signals meanwhile go to it (forward_to_child).
-    g_child = pid;
+    // The forwarder is in place before the script starts (installing it only after posix_spawn left a
+    // window — the script already running, its PID already written — in which a SIGHUP killed retro-bench
+    // alone); a signal that comes before the script's PID is known waits in g_pending. This thread blocks
+    // the stop signals across the spawn; the script starts with the mask from before.
+    g_pending.store(0);
+    const int sigs[3] = {SIGTERM, SIGHUP, SIGINT};
+    sigset_t stop_sigs, before_mask;
+    sigemptyset(&stop_sigs);
+    for (const int s : sigs) sigaddset(&stop_sigs, s);
+    sigprocmask(SIG_BLOCK, &stop_sigs, &before_mask);
     struct sigaction fwd {}, old[3];
     fwd.sa_handler = forward_to_child;
     sigemptyset(&fwd.sa_mask);
-    const int sigs[3] = {SIGTERM, SIGHUP, SIGINT};
     bool set[3] = {false, false, false};
     for (int i = 0; i < 3; ++i) {  // a signal ignored here (nohup's SIGHUP, a background job's SIGINT) stays so
         sigaction(sigs[i], nullptr, &old[i]);
         if (old[i].sa_handler != SIG_IGN) set[i] = sigaction(sigs[i], &fwd, nullptr) == 0;
     }
+    const auto restore = [&] {
+        g_child.store(0);  // first: the script is reaped, its PID may be reused
+        for (int i = 0; i < 3; ++i)
+            if (set[i]) sigaction(sigs[i], &old[i], nullptr);
+        sigprocmask(SIG_SETMASK, &before_mask, nullptr);
+    };
+    posix_spawnattr_t attr;
+    posix_spawnattr_init(&attr);
+    posix_spawnattr_setsigmask(&attr, &before_mask);
+    // the script gets the signals at their defaults, except those ignored here (exec keeps SIG_IGN)
+    sigset_t defaults;
+    sigemptyset(&defaults);
+    for (int i = 0; i < 3; ++i)
+        if (old[i].sa_handler != SIG_IGN) sigaddset(&defaults, sigs[i]);
+    posix_spawnattr_setsigdefault(&attr, &defaults);
+    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+    pid_t pid = 0;
+    const int rc = has_slash ? posix_spawn(&pid, exe.c_str(), nullptr, &attr, argv.data(), envp.data())
+                             : posix_spawnp(&pid, exe.c_str(), nullptr, &attr, argv.data(), envp.data());
+    posix_spawnattr_destroy(&attr);
+    if (rc != 0) {
+        restore();  // a stop signal that came meanwhile is delivered now, at its old disposition
+        throw Error("cannot run " + what + " " + exe + ": " + std::strerror(rc) + " (" + hint + ")");
+    }
+    // Wait for the script and report its status; stop signals meanwhile go to it (forward_to_child).
+    g_child.store(pid);
+    if (const int sig = g_pending.exchange(0); sig != 0) kill(pid, sig);
+    sigprocmask(SIG_SETMASK, &before_mask, nullptr);
     int status = 0;
     int waited;
     while ((waited = waitpid(pid, &status, 0)) < 0 && errno == EINTR) {
     }
     const int wait_errno = errno;
-    for (int i = 0; i < 3; ++i)
-        if (set[i]) sigaction(sigs[i], &old[i], nullptr);
-    g_child = 0;
+    restore();
     if (waited < 0) throw Error(std::string("waitpid: ") + std::strerror(wait_errno));
     if (WIFEXITED(status)) return WEXITSTATUS(status);
     if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);

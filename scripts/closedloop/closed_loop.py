@@ -249,14 +249,46 @@ class Decoder:
         return self._steps(run, self.case["greedy_tokens"], greedy=True)
 
 
-def run_case(lm, rb, cfg, case, runs, res, tok, search_params=None):
+def prefill_path(res, case_id):
+    return os.path.join(res.dir, "prefill", case_id + ".pt")  # the prefill, kept for resumed sessions
+
+
+def seed_from_kept_prefill(lm, res, cfg, case, cases):
+    """Before a prefill that the held cache serves little: the kept prefill (prefill/<id>.pt) of another
+    case of this directory whose prompt shares the longest prefix with `case`'s, loaded as the held cache,
+    so that lm.prefill goes on from there (bit-equal to a prefill from scratch, as any prefix reuse). A
+    resumed session's first case otherwise paid its whole prefill although an earlier session had left
+    the same haystack's prefix on disk (a 32K single-needle case after its text's other depths: ~30 min
+    of two cores). Returns (case id, reusable positions) or None."""
+    from model_runner import reusable_prefix
+    n_pf, chunk = int(cfg.get("prefill_queries", 64)), int(cfg.get("prefill_chunk", 1024))
+    ids = case["ids"]
+    first = len(ids) - min(n_pf, len(ids))
+    best, best_p = None, lm._reusable_prefix(ids, first, chunk)
+    for c in cases:
+        if c["id"] == case["id"] or not os.path.exists(prefill_path(res, c["id"])):
+            continue
+        p = reusable_prefix(c["ids"], len(c["ids"]) - min(n_pf, len(c["ids"])), ids, first, chunk)
+        if p > best_p:
+            best, best_p = c, p
+    if best is None or lm.load_prefill(prefill_path(res, best["id"]), best["ids"], n_pf) is None:
+        return None
+    return best["id"], best_p
+
+
+def run_case(lm, rb, cfg, case, runs, res, tok, search_params=None, cases=()):
     """Prefill once, the reference, then every pending run of this case (consecutive runs with equal
-    build_key share one build per case)."""
+    build_key share one build per case). `cases`: the directory's cases, whose kept prefills may seed
+    this one's (seed_from_kept_prefill)."""
     t0 = time.perf_counter()
-    ppath = os.path.join(res.dir, "prefill", case["id"] + ".pt")  # the prefill, kept for resumed sessions
+    ppath = prefill_path(res, case["id"])
     loaded = lm.load_prefill(ppath, case["ids"], int(cfg.get("prefill_queries", 64)))
     reused = 0
+    seeded = None
     if loaded is None:
+        seeded = seed_from_kept_prefill(lm, res, cfg, case, cases)
+        if seeded:
+            log(f"case {case['id']}: prefill goes on from case {seeded[0]}'s kept prefill ({seeded[1]} positions)")
         logp0, pq = lm.prefill(case["ids"], int(cfg.get("prefill_queries", 64)), int(cfg.get("prefill_chunk", 1024)),
                                on_chunk=prefill_progress(case, t0))
         reused = lm.reused_tokens
@@ -266,7 +298,8 @@ def run_case(lm, rb, cfg, case, runs, res, tok, search_params=None):
     prefill_s = time.perf_counter() - t0
     log(f"case {case['id']} ({case['desc']}, {len(case['ids'])} tokens): prefill {prefill_s:.1f} s"
         + (" (loaded)" if loaded is not None else "")
-        + (f" ({reused} leading tokens reused from the previous prompt)" if reused else ""))
+        + (f" ({reused} leading tokens reused from " + (f"case {seeded[0]}'s kept prefill)" if seeded else
+                                                        "the previous prompt)") if reused else ""))
     dec = Decoder(lm, rb, cfg, case, logp0, pq, search_params)
     decode = (lambda ids: tok.decode(ids, skip_special_tokens=True)) if tok is not None else \
         (lambda ids: " ".join(map(str, ids)))
@@ -520,7 +553,7 @@ def run(args):
                 for case in cases:
                     todo = [r for r in group if not case_done(res, cfg, r["id"], case["id"])]
                     if todo and (not args.only_kind or case["kind"] == args.only_kind):
-                        run_case(lm, rb, cfg, case, todo, res, lm.tok, search_params)
+                        run_case(lm, rb, cfg, case, todo, res, lm.tok, search_params, cases)
         # shorter prompts first (in 1024-token buckets: an interrupted long grid has its cheap cases done),
         # then in the order of their token ids: prompts that share a prefix (one haystack, several
         # questions) come one after the other and each prefill reuses the previous one's (LoadedModel.prefill)
@@ -534,7 +567,7 @@ def run(args):
             if not todo and res.has_part(REFERENCE, case["id"]):
                 continue
             log(f"case {i + 1}/{len(cases)}: {len(todo)} run(s) to do")
-            run_case(lm, rb, cfg, case, todo, res, lm.tok, search_params)
+            run_case(lm, rb, cfg, case, todo, res, lm.tok, search_params, cases)
         if args.worker or args.only_kind:
             status = "partial"
             return 0
@@ -555,8 +588,11 @@ def run(args):
         return 0
     except KeyboardInterrupt:
         status = "interrupted"
-        results = "" if args.results == "results" else f" --results {shlex.quote(args.results)}"
-        print(f"interrupted; continue with: retro-bench run {shlex.quote(args.config)}{results} --resume",
+        opts = "" if args.results == "results" else f" --results {shlex.quote(args.results)}"
+        # the same selection of cases (a shard, one kind) continues where it stopped
+        opts += f" --shard {args.case_shard}" if args.case_shard else ""
+        opts += f" --only-kind {args.only_kind}" if args.only_kind else ""
+        print(f"interrupted; continue with: retro-bench run {shlex.quote(args.config)}{opts} --resume",
               file=sys.stderr)
         return 130
     finally:

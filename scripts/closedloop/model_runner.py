@@ -115,6 +115,20 @@ def ids_digest(ids):
     return hashlib.sha1(np.asarray(ids, dtype=np.int64).tobytes()).hexdigest()
 
 
+def reusable_prefix(old_ids, old_first, ids, first, chunk):
+    """How many leading positions of a prefill of `old_ids` (queries recorded from old_first) serve a
+    prefill of `ids` (queries needed from `first`): the common prefix, at least one position short of the
+    end (the first token's log-probs come from the last chunk), within what the old prompt recorded of the
+    queries `ids` needs (positions >= first), rounded down to a chunk boundary."""
+    n = min(len(old_ids), len(ids) - 1)
+    a, b = np.asarray(old_ids[:n]), np.asarray(ids[:n])
+    diff = np.flatnonzero(a != b)
+    p = int(diff[0]) if len(diff) else n
+    if first < old_first:  # positions before old_first have no recorded queries
+        p = min(p, first)
+    return (p // chunk) * chunk
+
+
 class LoadedModel:
     def __init__(self, spec, threads=0, seed=0):
         import torch
@@ -200,20 +214,11 @@ class LoadedModel:
         return logp, store
 
     def _reusable_prefix(self, ids, first, chunk):
-        """How many leading positions of the held cache serve `ids`: the common prefix with the previous
-        prompt, at least one position short of the end (the first token's log-probs come from the last
-        chunk), within what the previous prompt recorded of the queries `ids` needs (positions >= first),
-        rounded down to a chunk boundary."""
+        """How many leading positions of the held cache serve `ids` (reusable_prefix with the previous
+        prompt; 0 when no complete prefill is held)."""
         if self.last_prefill is None or self.cache is None or self.prompt_len != len(self.last_prefill[0]):
             return 0
-        old_ids, old_first, _ = self.last_prefill
-        n = min(len(old_ids), len(ids) - 1)
-        a, b = np.asarray(old_ids[:n]), np.asarray(ids[:n])
-        diff = np.flatnonzero(a != b)
-        p = int(diff[0]) if len(diff) else n
-        if first < old_first:  # positions before old_first have no recorded queries
-            p = min(p, first)
-        return (p // chunk) * chunk
+        return reusable_prefix(self.last_prefill[0], self.last_prefill[1], ids, first, chunk)
 
     def save_prefill(self, path, logp, store):
         """The prefill's state (KV cache, first log-probs, prefill queries) to `path` (atomic), so that a

@@ -573,3 +573,34 @@ TEST_F(Cli, PeakMemoryIsBoundedByAHeadNotTheTrace) {
     EXPECT_LT(big - one, 8 * head_bytes) << "peak " << big << " B for a trace of " << trace_bytes
                                          << " B (one head: peak " << one << " B)";
 }
+
+// `run --only-kind KIND` on a closed-loop config passes the kind on to its script (with the shard and
+// threads) and records it in the command; a kind outside fidelity/niah/task, or --only-kind on a replay
+// config, is refused before any work, naming the option.
+TEST_F(Cli, OnlyKindReachesTheClosedLoopScriptAndIsCheckedBeforeWork) {
+    {
+        std::ofstream f("fake-python.sh");
+        f << "#!/bin/sh\nfor a in \"$@\"; do echo \"$a\"; done > script.args\n";
+    }
+    fs::permissions("fake-python.sh", fs::perms::owner_all);
+    write_config("cl.json", json::parse(R"({"name": "cl", "experiment": "closed-loop", "model": "tiny-random-llama",
+                                           "methods": []})"));
+    const std::string env = "RETRO_CLOSED_LOOP_PYTHON='" + (fs::current_path() / "fake-python.sh").string() + "' ";
+    auto r = sh(env + bin() + " run cl.json --only-kind niah --shard 1/3 --threads 1");
+    ASSERT_EQ(r.code, 0) << r.out;
+    const std::string args = slurp("script.args");
+    EXPECT_NE(args.find("\n--only-kind\nniah\n"), std::string::npos) << args;
+    EXPECT_NE(args.find("\n--case-shard\n1/3\n"), std::string::npos) << args;
+    EXPECT_NE(args.find("--shard 1/3 --threads 1 --only-kind niah\n"), std::string::npos)
+        << "the recorded command: " << args;
+    fs::remove("script.args");
+    r = sh(env + bin() + " run cl.json --only-kind needle");
+    EXPECT_NE(r.code, 0) << r.out;
+    EXPECT_NE(r.out.find("--only-kind"), std::string::npos) << r.out;
+    EXPECT_FALSE(fs::exists("script.args"));
+    write_config("replay.json", json::parse(R"({"name": "r", "traces": ["t.h5"], "methods": [{"name": "full"}]})"));
+    r = sh(bin() + " run replay.json --only-kind niah");
+    EXPECT_EQ(r.code, 2) << r.out;
+    EXPECT_NE(r.out.find("replay.json: --only-kind selects a closed-loop config's cases"), std::string::npos) << r.out;
+    EXPECT_FALSE(fs::exists("results"));
+}

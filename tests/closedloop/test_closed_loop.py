@@ -316,6 +316,22 @@ shared.save_prefill(path, lp_b, q_b)
 out["load_same"] = shared.load_prefill(path, b, 100) is not None
 out["load_other_ids"] = shared.load_prefill(path, b[:-1] + [b[-1] % 400 + 5], 100) is None
 out["load_other_queries"] = shared.load_prefill(path, b, 50) is None
+# a resumed session (a new model, nothing held) seeds b's prefill from a's kept prefill: the same 384
+# positions reused, the same result as from scratch; c shares nothing with a kept prompt: no seed
+import types, closed_loop
+res = types.SimpleNamespace(dir=tempfile.mkdtemp())
+cfg = {"prefill_queries": 100, "prefill_chunk": 128}
+cases = [{"id": "A", "ids": a}, {"id": "B", "ids": b}, {"id": "C", "ids": c}]
+lp_a, q_a = shared.prefill(a, 100, chunk=128)
+os.makedirs(os.path.join(res.dir, "prefill"))
+shared.save_prefill(closed_loop.prefill_path(res, "A"), lp_a, q_a)
+resumed = model_runner.LoadedModel("tiny-random-llama", threads=1, seed=2)
+out["seed_b"] = closed_loop.seed_from_kept_prefill(resumed, res, cfg, cases[1], cases)
+lp_r, q_r = resumed.prefill(b, 100, chunk=128)
+out["seeded_reused"] = resumed.reused_tokens
+out["seeded_equal"] = same(lp_r, lp_f) and all(same(q_r[l], q_f[l]) for l in q_f)
+out["seed_c"] = closed_loop.seed_from_kept_prefill(model_runner.LoadedModel("tiny-random-llama", threads=1, seed=2),
+                                                   res, cfg, cases[2], cases)
 print(json.dumps(out))
 """
 
@@ -340,6 +356,10 @@ class PrefixReuse(unittest.TestCase):
         self.assertTrue(out["load_same"])
         self.assertTrue(out["load_other_ids"])       # same length, another prompt: not this prefill
         self.assertTrue(out["load_other_queries"])   # another prefill_queries: recomputed
+        self.assertEqual(out["seed_b"], ["A", 384])      # a new session: a's kept prefill seeds b's
+        self.assertEqual(out["seeded_reused"], 384)
+        self.assertTrue(out["seeded_equal"])
+        self.assertIsNone(out["seed_c"])
 
 
 class Metrics(unittest.TestCase):
