@@ -148,19 +148,25 @@ def _within(diff):
     return "above" if diff > 0 else "no"
 
 
+TIE = 0.001  # exact_frac within 0.1 point of a method's nearest row: the same budget
+
+
 def matched(rows):
     """Per method and target budget, its row with the exact_frac nearest the target (ties: the smaller
-    budget). rows: run_row dicts. Returns [{method, target, run_id, label, exact_frac, accuracy,
-    full_accuracy, diff_points, within}] in method then target order; methods without budgets or
-    accuracies are left out."""
+    budget) and every other row of the method at that same budget (within TIE): variants that spend the
+    budget alike (wave with and without its estimation zone, whose estimated tokens are not exact ones)
+    each get their line instead of the first in run order standing for all. rows: run_row dicts. Returns
+    [{method, target, run_id, label, exact_frac, accuracy, full_accuracy, diff_points, within}] in method,
+    target, then run order; methods without budgets or accuracies are left out."""
     out = []
     for method in sorted({r["method"] for r in rows}):
         rs = [r for r in rows if r["method"] == method and r["exact_frac"] is not None and r["accuracy"] is not None]
         for t in TARGETS if rs else ():
-            r = min(rs, key=lambda r: (abs(r["exact_frac"] - t), r["exact_frac"]))
-            out.append({"method": method, "target": t, **{k: r[k] for k in (
-                "run_id", "label", "exact_frac", "accuracy", "full_accuracy", "diff_points")},
-                "within": _within(r["diff_points"])})
+            best = min(rs, key=lambda r: (abs(r["exact_frac"] - t), r["exact_frac"]))
+            for r in (r for r in rs if abs(r["exact_frac"] - best["exact_frac"]) <= TIE):
+                out.append({"method": method, "target": t, **{k: r[k] for k in (
+                    "run_id", "label", "exact_frac", "accuracy", "full_accuracy", "diff_points")},
+                    "within": _within(r["diff_points"])})
     return out
 
 

@@ -224,6 +224,16 @@ class Claims(unittest.TestCase):
         self.assertEqual((m32[0.018]["run_id"], m32[0.018]["within"]), ("oracle_topk-bbbb", "yes"))  # 1/2 = full's
         self.assertEqual((m32[0.05]["run_id"], m32[0.05]["within"]), ("oracle_topk-aaaa", "above"))  # 2/2: +50
 
+    def test_matched_variants_at_one_budget(self):
+        """Two runs of a method at the same budget (wave with and without its estimation zone: equal
+        exact_frac) each get their matched line; the one 0.2 point off is a budget of its own."""
+        def row(run_id, frac, acc):
+            return {"run_id": run_id, "method": "wave", "label": run_id, "exact_frac": frac, "accuracy": acc,
+                    "full_accuracy": 1.0, "diff_points": 100.0 * (acc - 1.0)}
+        rows = [row("zone", 0.018, 1.0), row("nozone", 0.018, 0.75), row("other", 0.0205, 0.5)]
+        at = [(x["run_id"], x["within"]) for x in claims.matched(rows) if x["target"] == 0.018]
+        self.assertEqual(at, [("zone", "yes"), ("nozone", "no")])
+
     def test_other_model(self):
         c = make_dir(self.tmp, "c", ["niah-b1"], model="qwen2.5-1.5b")
         res = claims.claims([self.a, c, self.a])  # a directory given twice counts once
