@@ -23,6 +23,10 @@ struct ClosedLoopRun {
     /// "fidelity", "niah" or "task": only the cases of that kind; the directory stays "partial" (a last run
     /// without it writes runs.jsonl). Empty = every kind.
     std::string only_kind;
+    std::string device;  ///< "cpu" or "cuda": where the model's forward runs; empty = the script's default (cpu)
+    /// The command as given, recorded in the manifest's sessions (RunArgs::command_line()); empty: built
+    /// from the fields above.
+    std::string command_line;
 };
 
 /// Checks the config (ConfigError naming the file and key or method parameter), prints the runs and,

@@ -18,19 +18,26 @@ namespace {
 using json = nlohmann::json;
 namespace fs = std::filesystem;
 
-/// The closed loop's interpreter: $RETRO_CLOSED_LOOP_PYTHON, else the trace dumper's venv (torch,
-/// transformers; scripts/dump/setup_venv.sh): $RETRO_DUMP_VENV or ${XDG_CACHE_HOME:-~/.cache}/retro-bench/dump-venv.
-std::string closed_loop_python() {
+/// A venv's directory: $`var`, else ${XDG_CACHE_HOME:-~/.cache}/retro-bench/`name`.
+std::string venv_dir(const char* var, const char* name) {
+    if (const char* e = std::getenv(var); e && *e) return e;
+    const char* xdg = std::getenv("XDG_CACHE_HOME");
+    const char* home = std::getenv("HOME");
+    return (xdg && *xdg ? std::string(xdg) : std::string(home ? home : "") + "/.cache") + "/retro-bench/" + name;
+}
+
+/// The closed loop's interpreter: $RETRO_CLOSED_LOOP_PYTHON, else for --device cuda the GPU venv
+/// (PyPI's CUDA torch; `scripts/dump/setup_venv.sh --cuda`: $RETRO_DUMP_VENV_CUDA or .../dump-venv-cuda)
+/// when it exists, else the trace dumper's venv (Debian's CPU torch; scripts/dump/setup_venv.sh:
+/// $RETRO_DUMP_VENV or ${XDG_CACHE_HOME:-~/.cache}/retro-bench/dump-venv; the script then says that its
+/// torch has no CUDA).
+std::string closed_loop_python(const std::string& device) {
     if (const char* e = std::getenv("RETRO_CLOSED_LOOP_PYTHON"); e && *e) return e;
-    std::string venv;
-    if (const char* e = std::getenv("RETRO_DUMP_VENV"); e && *e) {
-        venv = e;
-    } else {
-        const char* xdg = std::getenv("XDG_CACHE_HOME");
-        const char* home = std::getenv("HOME");
-        venv = (xdg && *xdg ? std::string(xdg) : std::string(home ? home : "") + "/.cache") + "/retro-bench/dump-venv";
+    if (device == "cuda") {
+        const std::string py = venv_dir("RETRO_DUMP_VENV_CUDA", "dump-venv-cuda") + "/bin/python";
+        if (fs::exists(py)) return py;
     }
-    return venv + "/bin/python";
+    return venv_dir("RETRO_DUMP_VENV", "dump-venv") + "/bin/python";
 }
 
 }  // namespace
@@ -70,14 +77,11 @@ int run_closed_loop_config(const json& j, const std::string& origin, const Close
         for (const auto& r : runs) fmt::print("  {}\n", r["label"].get<std::string>());
         return 0;
     }
-    const std::string py = closed_loop_python();
+    const std::string py = closed_loop_python(opt.device);
     const std::string script = find_script("scripts/closedloop/closed_loop.py", "RETRO_CLOSED_LOOP_SCRIPT");
     std::string pypath = (fs::path(exe_dir()) / "python").string();  // build/python: the retro_bench binding
     if (const char* e = std::getenv("PYTHONPATH"); e && *e) pypath += std::string(":") + e;
-    std::string command = "retro-bench run " + origin + (opt.resume ? " --resume" : "") + (opt.force ? " --force" : "") +
-                          (opt.shard.empty() ? "" : " --shard " + opt.shard) +
-                          (opt.threads > 0 ? " --threads " + std::to_string(opt.threads) : "") +
-                          (opt.only_kind.empty() ? "" : " --only-kind " + opt.only_kind);
+    const std::string command = !opt.command_line.empty() ? opt.command_line : "retro-bench run " + origin;
     std::vector<std::string> args = {py, "-B", script, origin, "--runs-json", runs.dump(), "--results",
                                      opt.results_root, "--command", command, "--retro-bin",
                                      (fs::path(exe_dir()) / "retro-bench").string()};
@@ -86,6 +90,7 @@ int run_closed_loop_config(const json& j, const std::string& origin, const Close
     if (!opt.shard.empty()) args.insert(args.end(), {"--case-shard", opt.shard});
     if (opt.threads > 0) args.insert(args.end(), {"--threads", std::to_string(opt.threads)});
     if (!opt.only_kind.empty()) args.insert(args.end(), {"--only-kind", opt.only_kind});
+    if (!opt.device.empty()) args.insert(args.end(), {"--device", opt.device});
     // RETRO_HOST_JSON: this binary's host_info() (git revision, BLAS, CPU, version), for the runner's manifest
     // "host" as an open-loop run records it (the report's header reads git_revision and blas there)
     return spawn_wait(args, {{"PYTHONPATH", pypath}, {"RETRO_HOST_JSON", host_info().dump()}}, "Python interpreter",

@@ -87,6 +87,7 @@ struct RunArgs {
     int shard_plan = 0;  ///< print the assignment for this many shards and exit
     std::string max_memory;
     std::string only_kind;  ///< closed-loop configs: only the cases of this kind (fidelity, niah, task)
+    std::string device;     ///< closed-loop configs: where the model runs (cpu, cuda); empty = cpu
 
     /// The command as given (every option that changes what or where it runs), for the manifest.
     std::string command_line() const {
@@ -100,6 +101,7 @@ struct RunArgs {
         if (wait_lock) c += " --wait-lock";
         if (!max_memory.empty()) c += " --max-memory " + max_memory;
         if (!only_kind.empty()) c += " --only-kind " + only_kind;
+        if (!device.empty()) c += " --device " + device;
         return c;
     }
     /// The command that continues an interrupted run.
@@ -127,6 +129,10 @@ const CommandRegistrar reg(10, [](CLI::App& app) {
                     "a closed-loop config: run only its cases of this kind (the directory stays partial; a "
                     "last run without it writes runs.jsonl; docs/closed-loop.md)")
         ->check(CLI::IsMember({"fidelity", "niah", "task"}));
+    sub->add_option("--device", a->device,
+                    "a closed-loop config: where the model's forward runs, cpu (default) or cuda (torch's first "
+                    "GPU); the methods run on the host through the binding either way (docs/closed-loop.md)")
+        ->check(CLI::IsMember({"cpu", "cuda"}));
     sub->add_flag("-q,--quiet", a->quiet, "no progress output");
     sub->add_option("--max-memory", a->max_memory,
                     "refuse to start when the estimated memory exceeds this, e.g. 8G (default: the available memory)");
@@ -141,6 +147,10 @@ const CommandRegistrar reg(10, [](CLI::App& app) {
             if (!a->only_kind.empty() && !is_closed_loop_config(j))
                 throw ConfigError(a->config + ": --only-kind selects a closed-loop config's cases; this is not an "
                                   "\"experiment\": \"closed-loop\" config");
+            if (!a->device.empty() && !is_closed_loop_config(j))
+                throw ConfigError(a->config + ": --device places a closed-loop config's model; this is not an "
+                                  "\"experiment\": \"closed-loop\" config (a replay config's GPU path is its "
+                                  "\"backend\": \"cuda\")");
             if (is_ood_recall_config(j) && shard.active())
                 throw ConfigError(a->config + ": --shard applies to method sweeps; an \"experiment\": \"ood-recall\" "
                                   "config runs on one machine");
@@ -153,7 +163,9 @@ const CommandRegistrar reg(10, [](CLI::App& app) {
                 return run_closed_loop_config(j, a->config,
                                               ClosedLoopRun{.results_root = a->results, .resume = a->resume,
                                                             .force = a->force, .shard = a->shard,
-                                                            .threads = a->threads, .only_kind = a->only_kind});
+                                                            .threads = a->threads, .only_kind = a->only_kind,
+                                                            .device = a->device,
+                                                            .command_line = a->command_line()});
         }
         const RunConfig cfg = load_config(a->config);
         if (a->shard_plan > 0) {

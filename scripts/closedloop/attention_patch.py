@@ -85,7 +85,7 @@ class AttentionPatch:
             if bsz != 1:
                 raise PatchError("the closed loop decodes one sequence (batch 1)")
             out = self._attend_methods(heads, q[0, :, 0], k_new[0, :, 0], v_new[0, :, 0])
-            attn_output = torch.from_numpy(out).to(x.dtype).reshape(1, 1, nq * d)
+            attn_output = torch.from_numpy(out).to(device=x.device, dtype=x.dtype).reshape(1, 1, nq * d)
         elif T > 1 and bsz == 1 and self.fast_exact:  # a prefill chunk (a decode step: the eager path below;
             # per-head products were no faster for one query on this machine's BLAS, docs/closed-loop.md)
             attn_output = self._exact_attention(q, k, v, attention_mask)
@@ -117,9 +117,9 @@ class AttentionPatch:
         if attention_mask is not None:
             mask = attention_mask[0, 0, :, s0:S]
         else:  # the causal mask of the chunk's own columns
-            mask = torch.full((T, T), float("-inf"), dtype=q.dtype).triu(1)
+            mask = torch.full((T, T), float("-inf"), dtype=q.dtype, device=q.device).triu(1)
         qs = q[0] * (1.0 / math.sqrt(d))
-        out = torch.empty((T, nq, d), dtype=q.dtype)
+        out = torch.empty((T, nq, d), dtype=q.dtype, device=q.device)
         for h in range(self.nkv):
             kt, vh = k[0, h].transpose(0, 1), v[0, h]
             for j in range(0, T, block):
@@ -136,7 +136,7 @@ class AttentionPatch:
         pos = cache_position.tolist()
         sel = [j for j, p in enumerate(pos) if first <= p < first + n]
         if sel and l in store:
-            arr = q[0, :, sel[0]:sel[-1] + 1].detach().float().numpy()
+            arr = q[0, :, sel[0]:sel[-1] + 1].detach().float().cpu().numpy()
             store[l][:, pos[sel[0]] - first:pos[sel[-1]] - first + 1] = arr
 
     def to_trace_layout(self, a):
@@ -148,9 +148,12 @@ class AttentionPatch:
         """q: [nq, d], k, v: [nkv, d] (this step's token). Returns the attention output [nq, d]."""
         t0 = time.perf_counter()
         g, d = self.group, self.d
-        qn = self.to_trace_layout(q.detach().float().numpy())
-        kn = self.to_trace_layout(k.detach().float().numpy())
-        vn = np.ascontiguousarray(v.detach().float().numpy())
+        # one transfer for the step's q, k, v of this layer (a device model: the methods run on the host)
+        qkv = self.torch.cat([q, k, v]).detach().float().cpu().numpy()
+        nq, nkv = self.nq, self.nkv
+        qn = self.to_trace_layout(qkv[:nq])
+        kn = self.to_trace_layout(qkv[nq:nq + nkv])
+        vn = np.ascontiguousarray(qkv[nq + nkv:])
         out = np.empty((self.nq, d), dtype=np.float32)
         for h, m in enumerate(heads):
             m.append(kn[h:h + 1], vn[h:h + 1])

@@ -88,6 +88,23 @@ def check_config(cfg, origin):
         raise ConfigError(f"{origin}: dense_layers must be an integer >= 0, got {dl!r}")
 
 
+def check_same_device(res, device):
+    """A resumed directory continues on the device it started on (its manifest's model.device; "cpu" before
+    the option existed): the reference and the methods' parts of one directory come from one device's
+    forward passes (a GPU's float rounding differs from the CPU's). ResultsError naming both otherwise."""
+    path = res.manifest_path()
+    if not os.path.exists(path):
+        return
+    with open(path, encoding="utf-8") as f:
+        model = json.load(f).get("model")
+    if not model:  # no session got past loading the model
+        return
+    was = str(model.get("device", "cpu")).split(":")[0]
+    if was != device:
+        raise ResultsError(f"{res.dir} was computed with --device {was} (manifest.json model.device); continue it "
+                           f"with --device {was}, or write the --device {device} run to another --results directory")
+
+
 def run_id(run, cfg):
     key = {"method": run["method"], "params": run["params"], "model": cfg["model"],
            "dense_layers": cfg.get("dense_layers", 0), "storage": cfg.get("storage", "f16"),
@@ -447,6 +464,9 @@ def main(argv=None):
     ap.add_argument("--threads", type=int, default=None,
                     help="> 0: overrides the config's \"threads\" (torch, BLAS and the methods' OpenMP; a shard's "
                          "cores; not part of a run's id)")
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                    help="where the model's forward runs (cuda: torch's first GPU); the methods run on the host "
+                         "through the binding either way. A results directory keeps the device it started on")
     ap.add_argument("--aggregate-only", action="store_true",
                     help="compute nothing: runs.jsonl, cases.csv and the open-loop correlation from the part "
                          "files on disk (runs missing cases are marked complete=false)")
@@ -471,7 +491,8 @@ def main(argv=None):
         return 2
     except Exception as e:  # noqa: BLE001
         import model_loading
-        if isinstance(e, model_loading.ModelError):
+        import model_runner
+        if isinstance(e, (model_loading.ModelError, model_runner.DeviceError)):
             print(f"retro-bench run: error: {e}", file=sys.stderr)
             return 2
         raise
@@ -499,6 +520,8 @@ def run(args):
         r["id"] = run_id(r, cfg)
     search_params = {name: {p["name"] for p in m["params"] if p.get("search")} for name, m in methods.items()}
     import model_runner
+    # a device torch cannot use: refused before the model is fetched and anything is written
+    device = None if args.aggregate_only else model_runner.check_device(args.device)
     ctx = model_runner.model_context(cfg["model"])  # ModelError for a model the loaders cannot read
     tasks.check_lengths(cfg, ctx, args.config)
     own = []
@@ -509,6 +532,8 @@ def run(args):
         own = user_cases.build(parsed, path, tok, vocab, ctx, bool(cfg.get("allow_beyond_context", False)), stop_ids)
         log(f"{len(own)} case(s) from {path}")
     res = ResultsDir(args.results, cfg["name"], args.resume, args.force)
+    if device is not None:
+        check_same_device(res, args.device)
     resolved = {"runs": [{k: r[k] for k in ("id", "method", "params", "label")} for r in runs],
                 "dense_layers": cfg.get("dense_layers", 0), "storage": cfg.get("storage", "f16")}
     manifest = res.start_session(cfg, resolved, args.command)
@@ -531,7 +556,8 @@ def run(args):
             res.end_session(manifest, status, wall_s=round(time.time() - t_start, 1))
     try:
         t0 = time.time()
-        lm = model_runner.LoadedModel(cfg["model"], threads=int(cfg.get("threads", 0)), seed=int(cfg.get("seed", 0)))
+        lm = model_runner.LoadedModel(cfg["model"], threads=int(cfg.get("threads", 0)), seed=int(cfg.get("seed", 0)),
+                                      device=args.device)
         load_s = time.time() - t0
         log(f"{lm.name}: {lm.n_layers} layers, {lm.nq} q / {lm.nkv} kv heads, head_dim {lm.d}, "
             f"q/k to methods in {lm.layout} order; loaded in {load_s:.1f} s")
@@ -539,7 +565,8 @@ def run(args):
         manifest["cases"] = [{k: c[k] for k in ("id", "kind", "desc", "answer")} | {"prompt_len": len(c["ids"])}
                              for c in cases]
         manifest["model"] = dict(name=lm.name, source=lm.source, layers=lm.n_layers, q_heads=lm.nq,
-                                 kv_heads=lm.nkv, head_dim=lm.d, layout=lm.layout, versions=lm.versions)
+                                 kv_heads=lm.nkv, head_dim=lm.d, layout=lm.layout, versions=lm.versions,
+                                 device=device)
         res.save_manifest(manifest)
         pdir = os.path.join(res.dir, "prompts")
         for c in cases:  # the prompts' token ids: the open-loop traces are dumped from these (--prompt-ids)
@@ -592,6 +619,7 @@ def run(args):
         # the same selection of cases (a shard, one kind) continues where it stopped
         opts += f" --shard {args.case_shard}" if args.case_shard else ""
         opts += f" --only-kind {args.only_kind}" if args.only_kind else ""
+        opts += f" --device {args.device}" if args.device != "cpu" else ""
         print(f"interrupted; continue with: retro-bench run {shlex.quote(args.config)}{opts} --resume",
               file=sys.stderr)
         return 130

@@ -129,8 +129,35 @@ def reusable_prefix(old_ids, old_first, ids, first, chunk):
     return (p // chunk) * chunk
 
 
+def check_device(device):
+    """The torch device the model runs on ("cpu" or "cuda"), checked before any model work: DeviceError
+    naming what is missing when this Python's torch cannot use it. Returns a description for the manifest
+    ("cpu", "cuda: NVIDIA H200")."""
+    if device == "cpu":
+        return "cpu"
+    if device != "cuda":
+        raise DeviceError(f"--device {device!r}: expected cpu or cuda")
+    import torch
+    if not torch.backends.cuda.is_built():
+        raise DeviceError(f"--device cuda: this Python's torch ({torch.__version__}, {sys.executable}) was built "
+                          "without CUDA; make the GPU venv (bash scripts/dump/setup_venv.sh --cuda; retro-bench "
+                          "uses it for --device cuda), set RETRO_CLOSED_LOOP_PYTHON, or run with --device cpu")
+    if not torch.cuda.is_available():
+        raise DeviceError(f"--device cuda: torch {torch.__version__} (CUDA {torch.version.cuda}) sees no CUDA device "
+                          "(driver missing or CUDA_VISIBLE_DEVICES empty); run with --device cpu")
+    return f"cuda: {torch.cuda.get_device_name(0)}"
+
+
+class DeviceError(Exception):
+    pass
+
+
 class LoadedModel:
-    def __init__(self, spec, threads=0, seed=0):
+    """A model on `device` ("cpu" or "cuda", check_device): its weights, KV cache and forward passes there;
+    what crosses to the host per decode step is one token's q/k/v per layer (to the methods, which run on
+    the host through the binding) and their outputs back, plus the log-probabilities [vocab]."""
+
+    def __init__(self, spec, threads=0, seed=0, device="cpu"):
         import torch
         import transformers
         transformers.logging.set_verbosity_error()
@@ -149,7 +176,8 @@ class LoadedModel:
         else:
             self.model, self.tok, self.name, self.source, layout = model_loading.load_model(
                 None if tiny else spec, torch, transformers, tiny=tiny, seed=seed)
-        self.model.eval()
+        self.device = torch.device(device)
+        self.model.to(self.device).eval()
         cfg = self.model.config
         self.n_layers = cfg.num_hidden_layers
         self.nq, self.nkv = cfg.num_attention_heads, cfg.num_key_value_heads
@@ -167,12 +195,12 @@ class LoadedModel:
 
     def _forward(self, ids, start):
         torch = self.torch
-        pos = torch.arange(start, start + len(ids))
-        o = self.model.model(input_ids=torch.tensor([ids]), past_key_values=self.cache, use_cache=True,
+        pos = torch.arange(start, start + len(ids), device=self.device)
+        o = self.model.model(input_ids=torch.tensor([ids], device=self.device), past_key_values=self.cache, use_cache=True,
                              position_ids=pos[None], cache_position=pos)
         self.cache = o.past_key_values
         logits = self.model.lm_head(o.last_hidden_state[:, -1])[0].double()
-        return torch.log_softmax(logits, -1).numpy()
+        return torch.log_softmax(logits, -1).cpu().numpy()
 
     def prefill(self, ids, n_prefill_queries, chunk=1024, on_chunk=None):
         """Exact attention over the prompt. Returns (log-probs of the first generated token [vocab],
@@ -225,8 +253,8 @@ class LoadedModel:
         resumed session skips the prefill."""
         torch = self.torch
         state = {"prompt_len": self.prompt_len, "logp": torch.from_numpy(logp), "ids_sha1": ids_digest(self.last_prefill[0]),
-                 "keys": [k[:, :, :self.prompt_len].clone() for k in self.cache.key_cache],
-                 "values": [v[:, :, :self.prompt_len].clone() for v in self.cache.value_cache],
+                 "keys": [k[:, :, :self.prompt_len].cpu().clone() for k in self.cache.key_cache],
+                 "values": [v[:, :, :self.prompt_len].cpu().clone() for v in self.cache.value_cache],
                  "queries": {l: torch.from_numpy(q) for l, q in store.items()}}
         tmp = f"{path}.tmp-{os.getpid()}"
         os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -243,14 +271,15 @@ class LoadedModel:
         copied from another results directory is used when it is the same prompt's)."""
         if not os.path.exists(path):
             return None
-        state = self.torch.load(path)
+        state = self.torch.load(path, map_location="cpu")
         n_pf = min(n_prefill_queries, len(ids))
         digest = ids_digest(ids)
         if state["prompt_len"] != len(ids) or len(state["keys"]) != self.n_layers or \
                 any(q.shape[1] != n_pf for q in state["queries"].values()) or \
                 state.get("ids_sha1", digest) != digest:  # files before the digest: trusted
             return None
-        self.cache = self.Cache.from_legacy_cache(tuple(zip(state["keys"], state["values"])))
+        self.cache = self.Cache.from_legacy_cache(tuple((k.to(self.device), v.to(self.device))
+                                                        for k, v in zip(state["keys"], state["values"])))
         self.prompt_len = len(ids)
         self.patch.heads = None
         store = {l: q.numpy() for l, q in state["queries"].items()}
@@ -265,8 +294,8 @@ class LoadedModel:
     def prefill_kv(self, layer):
         """Post-RoPE keys and values of the prompt: ([nkv, n, d], [nkv, n, d]) float32 numpy."""
         # copies: the cache's buffer is written again by the next decode steps and prompts
-        k = self.cache.key_cache[layer][0, :, :self.prompt_len].float().numpy().copy()
-        v = self.cache.value_cache[layer][0, :, :self.prompt_len].float().numpy().copy()
+        k = self.cache.key_cache[layer][0, :, :self.prompt_len].float().cpu().numpy().copy()
+        v = self.cache.value_cache[layer][0, :, :self.prompt_len].float().cpu().numpy().copy()
         return k, v
 
     def step(self, token, position, step_index):

@@ -577,7 +577,7 @@ TEST_F(Cli, PeakMemoryIsBoundedByAHeadNotTheTrace) {
 // `run --only-kind KIND` on a closed-loop config passes the kind on to its script (with the shard and
 // threads) and records it in the command; a kind outside fidelity/niah/task, or --only-kind on a replay
 // config, is refused before any work, naming the option.
-TEST_F(Cli, OnlyKindReachesTheClosedLoopScriptAndIsCheckedBeforeWork) {
+TEST_F(Cli, OnlyKindAndDeviceReachTheClosedLoopScriptAndAreCheckedBeforeWork) {
     {
         std::ofstream f("fake-python.sh");
         f << "#!/bin/sh\nfor a in \"$@\"; do echo \"$a\"; done > script.args\n";
@@ -586,21 +586,28 @@ TEST_F(Cli, OnlyKindReachesTheClosedLoopScriptAndIsCheckedBeforeWork) {
     write_config("cl.json", json::parse(R"({"name": "cl", "experiment": "closed-loop", "model": "tiny-random-llama",
                                            "methods": []})"));
     const std::string env = "RETRO_CLOSED_LOOP_PYTHON='" + (fs::current_path() / "fake-python.sh").string() + "' ";
-    auto r = sh(env + bin() + " run cl.json --only-kind niah --shard 1/3 --threads 1");
+    auto r = sh(env + bin() + " run cl.json --only-kind niah --shard 1/3 --threads 1 --device cuda");
     ASSERT_EQ(r.code, 0) << r.out;
     const std::string args = slurp("script.args");
     EXPECT_NE(args.find("\n--only-kind\nniah\n"), std::string::npos) << args;
     EXPECT_NE(args.find("\n--case-shard\n1/3\n"), std::string::npos) << args;
-    EXPECT_NE(args.find("--shard 1/3 --threads 1 --only-kind niah\n"), std::string::npos)
-        << "the recorded command: " << args;
+    EXPECT_NE(args.find("\n--device\ncuda\n"), std::string::npos) << args;
+    // the command as given (RunArgs::command_line), for the manifest
+    EXPECT_NE(args.find("\nretro-bench run cl.json --threads 1 --shard 1/3 --only-kind niah --device cuda\n"),
+              std::string::npos) << "the recorded command: " << args;
     fs::remove("script.args");
-    r = sh(env + bin() + " run cl.json --only-kind needle");
-    EXPECT_NE(r.code, 0) << r.out;
-    EXPECT_NE(r.out.find("--only-kind"), std::string::npos) << r.out;
-    EXPECT_FALSE(fs::exists("script.args"));
+    for (const char* bad : {"--only-kind needle", "--device gpu"}) {
+        r = sh(env + bin() + " run cl.json " + bad);
+        EXPECT_NE(r.code, 0) << bad << ": " << r.out;
+        EXPECT_NE(r.out.find(std::string(bad).substr(0, std::string(bad).find(' '))), std::string::npos) << r.out;
+        EXPECT_FALSE(fs::exists("script.args")) << bad;
+    }
     write_config("replay.json", json::parse(R"({"name": "r", "traces": ["t.h5"], "methods": [{"name": "full"}]})"));
     r = sh(bin() + " run replay.json --only-kind niah");
     EXPECT_EQ(r.code, 2) << r.out;
     EXPECT_NE(r.out.find("replay.json: --only-kind selects a closed-loop config's cases"), std::string::npos) << r.out;
+    r = sh(bin() + " run replay.json --device cuda");
+    EXPECT_EQ(r.code, 2) << r.out;
+    EXPECT_NE(r.out.find("replay.json: --device places a closed-loop config's model"), std::string::npos) << r.out;
     EXPECT_FALSE(fs::exists("results"));
 }

@@ -10,7 +10,9 @@ decode through the retro_bench binding.
 - resume: a second session computes nothing; a deleted part file is recomputed alone;
 - a budget sweep builds each index once per case (HeadMethod.clone) and equals its points run alone;
 - bad input (unknown method or parameter, a model the loaders cannot read, a prompt beyond the model's
-  context) is a clear error before any model work.
+  context, --device cuda where torch sees no GPU) is a clear error before any model work; where torch
+  has a GPU, --device cuda gives the CPU's results up to float rounding; a directory resumes only on the
+  device it started on.
 
 Needs the dump venv (scripts/setup.sh) and the binding (build/python); without them the test exits 77
 (ctest: skipped).
@@ -232,6 +234,59 @@ class Interrupted(unittest.TestCase):
         r = run(cfg, "--resume")
         self.assertEqual(r.returncode, 0, r.stderr[-3000:])
         self.assertEqual(len(records("tiny-term")), 1 + len(EXHAUSTIVE + LOSSY))
+
+
+def venv_has_cuda():
+    r = subprocess.run([os.path.join(VENV, "bin", "python"), "-c",
+                        "import torch; print(int(torch.backends.cuda.is_built() and torch.cuda.is_available()))"],
+                       capture_output=True, text=True)
+    return r.stdout.strip() == "1"
+
+
+class Device(unittest.TestCase):
+    """--device (issue 27 #5): the model on torch's GPU, the methods on the host through the binding."""
+
+    def test_cuda_runs_where_torch_has_a_gpu_else_is_refused_before_work(self):
+        cfg = tiny_config("tiny-cuda", EXHAUSTIVE[:2] + LOSSY[:1])
+        d = os.path.join(TMP, "results", "tiny-cuda")
+        r = run(cfg, "--device", "cuda")
+        if not venv_has_cuda():  # this machine: a clear refusal before the model loads or anything is written
+            self.assertEqual(r.returncode, 2, r.stdout + r.stderr[-3000:])
+            self.assertIn("--device cuda: ", r.stderr)
+            self.assertIn("--device cpu", r.stderr)
+            self.assertNotIn("Traceback", r.stderr)
+            self.assertFalse(os.path.exists(d))
+            return
+        # a GPU: the forward passes there give what the CPU's give, up to float rounding, and an exhaustive
+        # method equals the GPU reference as on the CPU
+        self.assertEqual(r.returncode, 0, r.stderr[-3000:])
+        with open(os.path.join(d, "manifest.json")) as f:
+            self.assertTrue(json.load(f)["model"]["device"].startswith("cuda: "))
+        cpu = tiny_config("tiny-cpu", EXHAUSTIVE[:2] + LOSSY[:1])
+        self.assertEqual(run(cpu).returncode, 0)
+        on = {x["label"]: x for x in records("tiny-cuda")}
+        off = {x["label"]: x for x in records("tiny-cpu")}
+        for label, x in on.items():
+            self.assertAlmostEqual(x["fidelity"]["ppl"], off[label]["fidelity"]["ppl"],
+                                   delta=1e-3 * off[label]["fidelity"]["ppl"], msg=label)
+            if x["method"] in ("full", "oracle_topk") and "k=4" not in label:
+                self.assertLess(max(parts("tiny-cuda", x["run_id"])["kl"]), 1e-5, label)
+
+    def test_a_directory_continues_on_the_device_it_started_on(self):
+        cfg = tiny_config("tiny-dev", LOSSY[:1])
+        self.assertEqual(run(cfg).returncode, 0)
+        m = os.path.join(TMP, "results", "tiny-dev", "manifest.json")
+        with open(m) as f:
+            manifest = json.load(f)
+        self.assertEqual(manifest["model"]["device"], "cpu")
+        manifest["model"]["device"] = "cuda: a GPU"  # as if a GPU session had started it
+        with open(m, "w") as f:
+            json.dump(manifest, f)
+        r = run(cfg, "--resume")
+        self.assertEqual(r.returncode, 2, r.stdout + r.stderr[-3000:])
+        self.assertIn("was computed with --device cuda", r.stderr)
+        with open(m) as f:
+            self.assertEqual(len(json.load(f)["sessions"]), 1)  # refused before a session was recorded
 
 
 PATCH_CHECK = r"""
