@@ -101,14 +101,11 @@ int spawn_wait(const std::vector<std::string>& args_in, const std::vector<std::p
 
     // The forwarder is in place before the script starts (installing it only after posix_spawn left a
     // window — the script already running, its PID already written — in which a SIGHUP killed retro-bench
-    // alone); a signal that comes before the script's PID is known waits in g_pending. This thread blocks
-    // the stop signals across the spawn; the script starts with the mask from before.
+    // alone); a signal that comes before the script's PID is known waits in g_pending. The script starts
+    // with this thread's mask and its signals at their defaults (exec resets handled signals; glibc's
+    // posix_spawn resets them in the child before exec too), except those ignored here.
     g_pending.store(0);
     const int sigs[3] = {SIGTERM, SIGHUP, SIGINT};
-    sigset_t stop_sigs, before_mask;
-    sigemptyset(&stop_sigs);
-    for (const int s : sigs) sigaddset(&stop_sigs, s);
-    sigprocmask(SIG_BLOCK, &stop_sigs, &before_mask);
     struct sigaction fwd {}, old[3];
     fwd.sa_handler = forward_to_child;
     sigemptyset(&fwd.sa_mask);
@@ -121,30 +118,18 @@ int spawn_wait(const std::vector<std::string>& args_in, const std::vector<std::p
         g_child.store(0);  // first: the script is reaped, its PID may be reused
         for (int i = 0; i < 3; ++i)
             if (set[i]) sigaction(sigs[i], &old[i], nullptr);
-        sigprocmask(SIG_SETMASK, &before_mask, nullptr);
     };
-    posix_spawnattr_t attr;
-    posix_spawnattr_init(&attr);
-    posix_spawnattr_setsigmask(&attr, &before_mask);
-    // the script gets the signals at their defaults, except those ignored here (exec keeps SIG_IGN)
-    sigset_t defaults;
-    sigemptyset(&defaults);
-    for (int i = 0; i < 3; ++i)
-        if (old[i].sa_handler != SIG_IGN) sigaddset(&defaults, sigs[i]);
-    posix_spawnattr_setsigdefault(&attr, &defaults);
-    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
     pid_t pid = 0;
-    const int rc = has_slash ? posix_spawn(&pid, exe.c_str(), nullptr, &attr, argv.data(), envp.data())
-                             : posix_spawnp(&pid, exe.c_str(), nullptr, &attr, argv.data(), envp.data());
-    posix_spawnattr_destroy(&attr);
+    const int rc = has_slash ? posix_spawn(&pid, exe.c_str(), nullptr, nullptr, argv.data(), envp.data())
+                             : posix_spawnp(&pid, exe.c_str(), nullptr, nullptr, argv.data(), envp.data());
     if (rc != 0) {
-        restore();  // a stop signal that came meanwhile is delivered now, at its old disposition
+        restore();
+        if (const int sig = g_pending.exchange(0); sig != 0) raise(sig);  // at its old disposition
         throw Error("cannot run " + what + " " + exe + ": " + std::strerror(rc) + " (" + hint + ")");
     }
     // Wait for the script and report its status; stop signals meanwhile go to it (forward_to_child).
     g_child.store(pid);
     if (const int sig = g_pending.exchange(0); sig != 0) kill(pid, sig);
-    sigprocmask(SIG_SETMASK, &before_mask, nullptr);
     int status = 0;
     int waited;
     while ((waited = waitpid(pid, &status, 0)) < 0 && errno == EINTR) {

@@ -281,7 +281,7 @@ def seed_from_kept_prefill(lm, res, cfg, case, cases):
     n_pf, chunk = int(cfg.get("prefill_queries", 64)), int(cfg.get("prefill_chunk", 1024))
     ids = case["ids"]
     first = len(ids) - min(n_pf, len(ids))
-    best, best_p = None, lm._reusable_prefix(ids, first, chunk)
+    best, best_p = None, lm.held_reusable_prefix(ids, first, chunk)
     for c in cases:
         if c["id"] == case["id"] or not os.path.exists(prefill_path(res, c["id"])):
             continue

@@ -216,7 +216,7 @@ class LoadedModel:
         n_pf = min(n_prefill_queries, len(ids))
         first = len(ids) - n_pf
         store = {l: np.zeros((self.nq, n_pf, self.d), dtype=np.float32) for l in range(self.n_layers)}
-        start = self._reusable_prefix(ids, first, chunk)
+        start = self.held_reusable_prefix(ids, first, chunk)
         if start:
             self.cache.crop(start)
             old_first, old_store = self.last_prefill[1], self.last_prefill[2]
@@ -241,7 +241,7 @@ class LoadedModel:
         self.last_prefill = (list(ids), first, store)
         return logp, store
 
-    def _reusable_prefix(self, ids, first, chunk):
+    def held_reusable_prefix(self, ids, first, chunk):
         """How many leading positions of the held cache serve `ids` (reusable_prefix with the previous
         prompt; 0 when no complete prefill is held)."""
         if self.last_prefill is None or self.cache is None or self.prompt_len != len(self.last_prefill[0]):
