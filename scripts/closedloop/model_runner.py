@@ -271,7 +271,7 @@ class LoadedModel:
         copied from another results directory is used when it is the same prompt's)."""
         if not os.path.exists(path):
             return None
-        state = self.torch.load(path, map_location="cpu")
+        state = self.torch.load(path, map_location="cpu", weights_only=True)  # tensors, ints, a str
         n_pf = min(n_prefill_queries, len(ids))
         digest = ids_digest(ids)
         if state["prompt_len"] != len(ids) or len(state["keys"]) != self.n_layers or \
