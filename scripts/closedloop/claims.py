@@ -128,7 +128,7 @@ def run_row(run, parts, expected):
     """One run at one context. parts: its part dicts present there; expected: the context's case count.
     Returns {run_id, method, params, label, exact_frac, cases, expected, task_cases, accuracy,
     full_accuracy, diff_points, accuracy_on_full_correct, full_correct_cases, fidelity_cases, kl_mean,
-    top1}; accuracies are fractions (None without scored cases), diff_points = 100 x (method - full)."""
+    top1, ppl, ppl_full}; accuracies are fractions (None without scored cases), diff_points = 100 x (method - full)."""
     task = metrics.summarize_task([p for p in parts if _scored(p)]) or {}
     fid = metrics.summarize_fidelity([p for p in parts if "kl" in p]) or {}
     acc, full = task.get("accuracy"), task.get("accuracy_full")
@@ -138,7 +138,8 @@ def run_row(run, parts, expected):
             "diff_points": 100.0 * (acc - full) if acc is not None else None,
             "accuracy_on_full_correct": task.get("accuracy_on_full_correct"),
             "full_correct_cases": task.get("full_correct_cases", 0),
-            "fidelity_cases": fid.get("cases", 0), "kl_mean": fid.get("kl_mean"), "top1": fid.get("top1")}
+            "fidelity_cases": fid.get("cases", 0), "kl_mean": fid.get("kl_mean"), "top1": fid.get("top1"),
+            "ppl": fid.get("ppl"), "ppl_full": fid.get("ppl_full")}
 
 
 def _within(diff):
@@ -319,13 +320,14 @@ def _diff(v):
 
 
 def _run_table(c):
-    lines = ["| run | exact % | NIAH acc % | full acc % | Δ pts | acc on full-correct % | cases | KL mean | top-1 |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| run | exact % | NIAH acc % | full acc % | Δ pts | acc on full-correct % | cases | KL mean | top-1 | ppl (full's) |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in c["rows"]:
         lines.append(f"| {r['label']} | {_budget(r['exact_frac'])} | {_pct(r['accuracy'])} | "
                      f"{_pct(r['full_accuracy'])} | {_diff(r['diff_points'])} | "
                      f"{_pct(r['accuracy_on_full_correct'])} | {r['cases']}/{r['expected']} cases | "
-                     f"{_f(r['kl_mean'], '{:.4f}')} | {_f(r['top1'], '{:.3f}')} |")
+                     f"{_f(r['kl_mean'], '{:.4f}')} | {_f(r['top1'], '{:.3f}')} | "
+                     f"{_f(r['ppl'], '{:.2f}')}{_f(r['ppl_full'], ' ({:.2f})') if r['ppl'] is not None else ''} |")
     return lines
 
 

@@ -12,6 +12,7 @@ directories that are not closed-loop results, "only_where_reference_answers" dir
 (full attention's own accuracy per context and variant). ~1 s."""
 
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -133,6 +134,7 @@ class Claims(unittest.TestCase):
         self.assertEqual((r["task_cases"], r["fidelity_cases"]), (2, 1))
         self.assertAlmostEqual(r["kl_mean"], 0.02)
         self.assertAlmostEqual(r["top1"], 0.5)
+        self.assertAlmostEqual(r["ppl"], math.exp(1.5))  # exp(mean NLL [1, 2]) of the true continuation
         self.assertIsNone(self.row("16K", "oracle_topk-aaaa")["kl_mean"])  # no fidelity case at 16K
 
     def test_partial(self):
