@@ -15,6 +15,7 @@ bool is_closed_loop_config(const nlohmann::json& j);
 struct ClosedLoopRun {
     std::string results_root = "results";
     bool resume = false, force = false;
+    bool wait_lock = false;  ///< wait for another writer of the results directory to finish (--wait-lock)
     bool validate_only = false;  ///< check and print the runs, launch nothing
     /// "I/N": only the I-th of N groups of cases (cases sharing a prompt prefix stay together; every run
     /// of those cases); empty = every case. docs/closed-loop.md "Sharded".

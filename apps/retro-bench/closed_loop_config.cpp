@@ -6,7 +6,10 @@
 #include <filesystem>
 
 #include "bench/config.hpp"
+#include "bench/results_lock.hpp"
+#include "bench/shard.hpp"
 #include "closed_loop_cmd.hpp"
+#include "core/child_process.hpp"
 #include "core/error.hpp"
 #include "core/host.hpp"
 #include "core/json_keys.hpp"
@@ -91,11 +94,38 @@ int run_closed_loop_config(const json& j, const std::string& origin, const Close
     if (opt.threads > 0) args.insert(args.end(), {"--threads", std::to_string(opt.threads)});
     if (!opt.only_kind.empty()) args.insert(args.end(), {"--only-kind", opt.only_kind});
     if (!opt.device.empty()) args.insert(args.end(), {"--device", opt.device});
+    // One writer per results directory (issue 43): the directory's lock is taken here and inherited by the
+    // model process, which holds it with us (and passes it to its own writers): it is free only when no
+    // writer lives. A shard of the cases or one kind of them runs beside the others (shared lock plus its
+    // own), as shards of a replay sweep do.
+    ResultsLockRequest lock_req;
+    lock_req.wait = opt.wait_lock;
+    lock_req.command = command;
+    if (!opt.shard.empty()) {
+        const ShardSpec s = parse_shard(opt.shard);
+        lock_req.shard_index = s.index;
+        lock_req.shard_count = s.count;
+    }
+    lock_req.part = opt.only_kind;
+    lock_req.on_wait = [](const std::string& s) { fmt::print(stderr, "{}\n", s); };
+    const std::string dir = (fs::path(opt.results_root) / cfg.name).string();
+    std::error_code ec;
+    const bool existed = fs::exists(dir, ec);
+    ResultsLock lock(dir, lock_req);
+    if (opt.force && lock.exclusive()) clear_locked_dir(lock);  // the lock files stay: the child holds them
+    clean_temp_files(lock);
     // RETRO_HOST_JSON: this binary's host_info() (git revision, BLAS, CPU, version), for the runner's manifest
     // "host" as an open-loop run records it (the report's header reads git_revision and blas there)
-    return spawn_wait(args, {{"PYTHONPATH", pypath}, {"RETRO_HOST_JSON", host_info().dump()}}, "Python interpreter",
-                      "the closed loop runs in the trace dumper's venv: bash scripts/dump/setup_venv.sh, or set "
-                      "RETRO_CLOSED_LOOP_PYTHON");
+    ChildOptions child{.env_set = {{"PYTHONPATH", pypath}, {"RETRO_HOST_JSON", host_info().dump()}},
+                       .what = "Python interpreter",
+                       .hint = "the closed loop runs in the trace dumper's venv: bash scripts/dump/setup_venv.sh, "
+                               "or set RETRO_CLOSED_LOOP_PYTHON",
+                       .inherit_fds = lock.fds(),
+                       .on_started = [&](long pid) { lock.add_writer(pid, "closed loop: " + py + " " + script); }};
+    const int rc = run_child(args, child);
+    if (!existed && lock.exclusive() && holds_only_lock_files(dir))
+        fs::remove_all(dir, ec);  // refused before anything was written (bad input): no empty directory left
+    return rc;
 }
 
 }  // namespace retro::cli

@@ -10,6 +10,7 @@
 
 #include "commands.hpp"
 #include "core/error.hpp"
+#include "core/child_process.hpp"
 #include "spawn.hpp"
 
 namespace retro::cli {
@@ -53,8 +54,9 @@ int run_script(const std::string& sub, const PlotArgs& a) {
     if (!a.only.empty()) args.insert(args.end(), {"--only", a.only});
     for (const auto& f : a.inspect) args.insert(args.end(), {"--inspect", f});
     for (const auto& r : a.heatmap_runs) args.insert(args.end(), {"--heatmap-run", r});
-    return spawn_wait(args, {}, "Python interpreter",
-                      "install python3 and python3-matplotlib with bash scripts/setup.sh, or set RETRO_PYTHON");
+    return run_child(args, {.what = "Python interpreter",
+                            .hint = "install python3 and python3-matplotlib with bash scripts/setup.sh, or set "
+                                    "RETRO_PYTHON"});
 }
 
 void add_common(CLI::App* sub, PlotArgs& a) {

@@ -162,7 +162,8 @@ const CommandRegistrar reg(10, [](CLI::App& app) {
             if (is_closed_loop_config(j))  // the Python side over the binding (closed_loop_config.cpp)
                 return run_closed_loop_config(j, a->config,
                                               ClosedLoopRun{.results_root = a->results, .resume = a->resume,
-                                                            .force = a->force, .shard = a->shard,
+                                                            .force = a->force, .wait_lock = a->wait_lock,
+                                                            .shard = a->shard,
                                                             .threads = a->threads, .only_kind = a->only_kind,
                                                             .device = a->device,
                                                             .command_line = a->command_line()});

@@ -8,6 +8,7 @@
 #include "commands.hpp"
 #include "hdf5_crash_guard.hpp"
 #include "hdf5_watchdog.hpp"
+#include "core/child_process.hpp"
 #include "core/host.hpp"
 #include "core/error.hpp"
 #ifdef RETRO_HAVE_PYTHON_METHODS
@@ -31,6 +32,8 @@ bool stderr_is_tty() { return isatty(STDERR_FILENO) != 0; }
 
 int main(int argc, char** argv) {
     using namespace retro::cli;
+    // started by a retro-bench or closed loop that may be killed: end with it (core/child_process.hpp)
+    retro::die_with_parent_from_env();
     CLI::App app{"retro-bench: replay dumped attention traces through sparse KV-cache retrieval methods "
                  "and report recall, attention-output error, PCIe traffic and latency"};
     app.require_subcommand(1);

@@ -1,10 +1,7 @@
 #pragma once
-// Running the project's Python scripts from the CLI (plot, report, closed-loop runs): finding a script
-// in the source tree or next to the executable, and running an interpreter on it by posix_spawn with an
-// argument vector (no shell), waiting for it.
+// Finding the project's Python scripts from the CLI (plot, report, closed-loop runs) in the source tree or
+// next to the executable; core/child_process.hpp runs them (they end when retro-bench ends).
 #include <string>
-#include <utility>
-#include <vector>
 
 namespace retro::cli {
 
@@ -16,13 +13,5 @@ std::string find_script(const std::string& rel, const char* env_var, const std::
 
 /// The directory of the running executable ("" when /proc/self/exe cannot be read).
 std::string exe_dir();
-
-/// Runs argv[0] (a path, or a name looked up on PATH) with `args`, the environment plus `env_set`
-/// (NAME, value pairs replacing existing values), and waits. Returns the exit code (128 + signal when
-/// killed). While it waits, SIGTERM and SIGHUP are passed on to the script and SIGINT is left to reach it
-/// through the process group: this process outlives the script, never the other way round. `what` names
-/// the interpreter in errors ("Python interpreter", ...); `hint` says how to get it.
-int spawn_wait(const std::vector<std::string>& args, const std::vector<std::pair<std::string, std::string>>& env_set,
-               const std::string& what, const std::string& hint);
 
 }  // namespace retro::cli

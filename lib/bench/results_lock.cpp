@@ -23,8 +23,12 @@ namespace {
 
 constexpr const char* kMainLock = ".lock";
 
-std::string shard_lock_name(int index, int count) {
-    return ".lock-shard-" + std::to_string(index) + "-of-" + std::to_string(count);
+/// ".lock-shard-I-of-N", ".lock-shard-<part>" or ".lock-shard-I-of-N-<part>" (ResultsLockRequest).
+std::string shard_lock_name(const ResultsLockRequest& req) {
+    std::string name = ".lock-shard-";
+    if (req.shard_count > 0) name += std::to_string(req.shard_index) + "-of-" + std::to_string(req.shard_count);
+    if (!req.part.empty()) name += (req.shard_count > 0 ? "-" : "") + req.part;
+    return name;
 }
 
 int open_lock_file(const std::string& path) {
@@ -99,7 +103,12 @@ void write_holder(int fd, const LockHolder& h, const std::string& path) {
 }  // namespace
 
 json LockHolder::to_json() const {
-    return {{"pid", pid}, {"host", host}, {"started_at", started_at}, {"command", command}, {"lock", lock}};
+    json j = {{"pid", pid}, {"host", host}, {"started_at", started_at}, {"command", command}, {"lock", lock}};
+    if (!writers.empty()) {
+        j["writers"] = json::array();
+        for (const auto& w : writers) j["writers"].push_back({{"pid", w.pid}, {"started_at", w.started_at}, {"command", w.command}});
+    }
+    return j;
 }
 
 LockHolder LockHolder::from_json(const json& j) {
@@ -109,15 +118,30 @@ LockHolder LockHolder::from_json(const json& j) {
     h.started_at = j.value("started_at", "");
     h.command = j.value("command", "");
     h.lock = j.value("lock", "");
+    if (j.contains("writers") && j["writers"].is_array())
+        for (const auto& w : j["writers"]) {
+            if (!w.is_object()) continue;
+            LockHolder c = from_json(w);
+            c.host = h.host;
+            c.lock = h.lock;
+            h.writers.push_back(std::move(c));
+        }
     return h;
 }
 
 std::string LockHolder::describe() const {
     if (pid <= 0) return "an unknown process (lock file " + lock + " without a holder record)";
-    std::string s = "PID " + std::to_string(pid) + " on host " + host;
-    if (!started_at.empty()) s += " (since " + started_at;
-    if (!command.empty()) s += (started_at.empty() ? " (" : ", ") + std::string("`") + command + "`";
-    if (!started_at.empty() || !command.empty()) s += ")";
+    // "gone" only where it can be known: a process of this host with no such PID
+    auto one = [](const LockHolder& h, bool with_host) {
+        std::string s = "PID " + std::to_string(h.pid) + (with_host ? " on host " + h.host : "");
+        if (!h.started_at.empty()) s += " (since " + h.started_at;
+        if (!h.command.empty()) s += (h.started_at.empty() ? " (" : ", ") + std::string("`") + h.command + "`";
+        if (!h.started_at.empty() || !h.command.empty()) s += ")";
+        if (temp_owner_gone(TempOwner{h.host, h.pid})) s += " - gone";
+        return s;
+    };
+    std::string s = one(*this, true);
+    for (const auto& w : writers) s += ", with its writer " + one(w, false);
     return s;
 }
 
@@ -125,16 +149,18 @@ ResultsLock::ResultsLock(const std::string& dir, const ResultsLockRequest& req) 
     if (req.shard_count < 0 || (req.shard_count > 0 && (req.shard_index < 0 || req.shard_index >= req.shard_count)))
         throw ConfigError("shard " + std::to_string(req.shard_index) + "/" + std::to_string(req.shard_count) +
                           ": expected 0 <= I < N");
+    if (req.part.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_") != std::string::npos)
+        throw ConfigError("lock part '" + req.part + "': expected letters, digits, '-' and '_' only");
     std::error_code ec;
     fs::create_directories(dir, ec);
     if (!fs::is_directory(dir, ec))
         throw Error("cannot create results directory " + dir + (ec ? ": " + ec.message() : ""));
-    exclusive_ = req.shard_count == 0;
+    exclusive_ = req.shard_count == 0 && req.part.empty();
     holder_.pid = (long)::getpid();
     holder_.host = this_host();
     holder_.started_at = utc_now_iso();
     holder_.command = req.command;
-    holder_.lock = exclusive_ ? kMainLock : shard_lock_name(req.shard_index, req.shard_count);
+    holder_.lock = exclusive_ ? kMainLock : shard_lock_name(req);
 
     auto take = [&](int fd, int op, const std::string& path) {
         if (try_flock(fd, op, path, req.settle_ms)) return;
@@ -164,6 +190,25 @@ ResultsLock::ResultsLock(const std::string& dir, const ResultsLockRequest& req) 
         ::close(main_fd_);
         throw;
     }
+}
+
+std::vector<int> ResultsLock::fds() const {
+    std::vector<int> out;
+    for (int fd : {main_fd_, shard_fd_})
+        if (fd >= 0) out.push_back(fd);
+    return out;
+}
+
+void ResultsLock::add_writer(long pid, const std::string& command) {
+    LockHolder w;
+    w.pid = pid;
+    w.host = holder_.host;
+    w.lock = holder_.lock;
+    w.started_at = utc_now_iso();
+    w.command = command;
+    holder_.writers.push_back(std::move(w));
+    const int fd = exclusive_ ? main_fd_ : shard_fd_;
+    write_holder(fd, holder_, dir_ + "/" + holder_.lock);
 }
 
 ResultsLock::ResultsLock(ResultsLock&& o) noexcept

@@ -37,11 +37,16 @@ struct LockHolder {
     std::string host;
     std::string started_at;  ///< UTC ISO 8601
     std::string command;
-    std::string lock;  ///< the lock file's name in the directory: ".lock" or ".lock-shard-I-of-N"
+    std::string lock;  ///< the lock file's name in the directory: ".lock" or ".lock-shard-..."
+    /// The holder's child processes that write into the directory and hold the lock with it (they
+    /// inherited its descriptors: ResultsLock::fds, core/child_process.hpp): the lock is free only when
+    /// the holder and every one of them are gone. Same host and lock as the holder.
+    std::vector<LockHolder> writers;
 
     nlohmann::json to_json() const;
     static LockHolder from_json(const nlohmann::json& j);  ///< missing fields stay empty
-    /// "PID 123 on host h (since 2026-..., `retro-bench run c.json`)"
+    /// "PID 123 on host h (since 2026-..., `retro-bench run c.json`)", then each writer ("with its writer
+    /// PID 456 (since ..., `...`)"); a process of this host that is gone is marked so ("PID 123 ... gone").
     std::string describe() const;
 };
 
@@ -60,9 +65,13 @@ struct ResultsLockRequest {
     /// Block until the lock is free (--wait-lock) instead of throwing ResultsBusy.
     bool wait = false;
     /// Shard I of N (0 <= I < N): a shared lock on .lock plus an exclusive one on .lock-shard-I-of-N.
-    /// shard_count == 0: unsharded, an exclusive lock on .lock.
+    /// shard_count == 0 and no `part`: unsharded, an exclusive lock on .lock.
     int shard_index = 0;
     int shard_count = 0;
+    /// A named part of the work that runs beside other parts, as a shard does (a closed loop's
+    /// --only-kind): a shared lock on .lock plus an exclusive one on .lock-shard-<part> (with a shard:
+    /// .lock-shard-I-of-N-<part>). Letters, digits, '-' and '_' only.
+    std::string part;
     /// Recorded in the lock file so that a refused process can name what holds the directory.
     std::string command;
     /// Called once, with the holders, before blocking (wait == true) on a held lock.
@@ -90,6 +99,14 @@ class ResultsLock {
     bool exclusive() const { return exclusive_; }
     /// This process's identity as written into its lock file.
     const LockHolder& holder() const { return holder_; }
+    /// The open lock descriptors: a child that inherits them holds the lock with this process
+    /// (core/child_process.hpp ChildOptions::inherit_fds), so the lock outlives this process as long
+    /// as the child lives.
+    std::vector<int> fds() const;
+    /// Records a child that writes into the directory (it inherited fds()) in the lock file, so that a
+    /// refused run names it: the live writer when this process is gone. Throws Error when the lock file
+    /// cannot be written.
+    void add_writer(long pid, const std::string& command);
 
   private:
     std::string dir_;

@@ -24,6 +24,12 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+sys.path.insert(1, os.path.join(HERE, "..", "dump"))
+
+import lifeline  # noqa: E402
+
+if __name__ == "__main__":  # ends with retro-bench however it ends (before the slow imports; issue 43)
+    lifeline.die_with_parent()
 
 import backend  # noqa: E402
 import metrics  # noqa: E402

@@ -19,6 +19,7 @@ import sys
 
 import metrics
 import model_runner
+import lifeline  # noqa: E402  (scripts/dump, on the path model_runner set)
 from results import write_atomic
 
 OPEN = (("recall@100", "recall@100"), ("mass", "mass"), ("out_err", "out_err"))
@@ -61,7 +62,7 @@ def dump_traces(cfg, cases, res_dir, python, here):
         if ol.get("check_tol") is not None:
             cmd += ["--check-tol", str(float(ol["check_tol"]))]
         print(f"[closed-loop] open loop: dumping {path}", file=sys.stderr, flush=True)
-        r = subprocess.run(cmd)
+        r = lifeline.run(cmd)  # holds the results lock with us, ends with us
         if r.returncode != 0:
             raise RuntimeError(f"the trace dump for case {c['id']} failed ({r.returncode}): {' '.join(cmd)}")
     return out
@@ -86,7 +87,7 @@ def run_open_loop(cfg, traces, results_root, retro_bin):
                 return [json.loads(line) for line in f if line.strip()]
     cmd = [retro_bin, "run", cpath, "--results", results_root, "-q", "--resume" if os.path.isdir(odir) else "--force"]
     print(f"[closed-loop] open loop: {' '.join(cmd)}", file=sys.stderr, flush=True)
-    r = subprocess.run(cmd, stdout=subprocess.DEVNULL)
+    r = lifeline.run(cmd, stdout=subprocess.DEVNULL)  # ends with us (its own directory, its own lock)
     if r.returncode != 0:
         raise RuntimeError(f"the open-loop run failed ({r.returncode}): {' '.join(cmd)}")
     with open(os.path.join(odir, "runs.jsonl")) as f:

@@ -33,9 +33,10 @@ def write_atomic(path, text):
 def save_npy_atomic(path, arr):
     import numpy as np
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = f"{path}.tmp-{os.getpid()}.npy"
+    tmp = f"{path}.tmp-{os.getpid()}"
     try:
-        np.save(tmp, arr)
+        with open(tmp, "wb") as f:  # a file object: np.save would append ".npy" to a name
+            np.save(f, arr)
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
@@ -55,19 +56,48 @@ class ResultsError(Exception):
     pass
 
 
+def _is_lock_file(name):
+    """retro-bench's lock files (lib/bench/results_lock.hpp): held by retro-bench and inherited by this
+    process, never deleted (a second run would lock a new file beside the held one)."""
+    return name == ".lock" or name.startswith(".lock-shard-")
+
+
+def _pid_gone(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        return False
+    return False
+
+
+def _temp_writer_gone(name):
+    """A temporary file ("NAME.tmp-PID", or core/temp_files.hpp's "NAME.tmp-HOST-PID-N") whose writer on
+    this host is gone: a leftover of an interrupted session. A live writer's (another shard's) is kept."""
+    tail = name.split(".tmp-", 1)[1].split(".")[0].split("-")
+    if len(tail) >= 3 and tail[-2].isdigit():  # HOST-PID-N
+        host, pid = "-".join(tail[:-2]), int(tail[-2])
+        return host == socket.gethostname() and _pid_gone(pid)
+    return tail[0].isdigit() and _pid_gone(int(tail[0]))
+
+
 class ResultsDir:
     def __init__(self, root, name, resume, force):
         self.dir = os.path.join(root, name)
-        if os.path.exists(self.dir):
-            if force:
-                shutil.rmtree(self.dir)
+        held = [n for n in os.listdir(self.dir) if not _is_lock_file(n)] if os.path.isdir(self.dir) else []
+        if held:
+            if force:  # retro-bench cleared it already; a direct call still keeps the lock files
+                for n in held:
+                    p = os.path.join(self.dir, n)
+                    shutil.rmtree(p) if os.path.isdir(p) and not os.path.islink(p) else os.remove(p)
             elif not resume:
                 raise ResultsError(f"{self.dir} already holds results: pass --resume to continue it or --force "
                                    "to start over")
         os.makedirs(os.path.join(self.dir, "parts"), exist_ok=True)
         for dp, _, files in os.walk(self.dir):  # temporary leftovers of an interrupted session
             for f in files:
-                if ".tmp-" in f:
+                if ".tmp-" in f and _temp_writer_gone(f):
                     os.remove(os.path.join(dp, f))
 
     def part_path(self, run_id, case_id):

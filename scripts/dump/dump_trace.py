@@ -41,6 +41,11 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
+import lifeline  # noqa: E402
+
+if __name__ == "__main__":  # a dump started by the closed loop ends with it (issue 43)
+    lifeline.die_with_parent()
+
 import cache_util  # noqa: E402
 import model_loading  # noqa: E402
 from model_loading import ModelError, half_to_interleaved  # noqa: E402,F401  (tests use dt.half_to_interleaved)

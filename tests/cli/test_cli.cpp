@@ -596,6 +596,9 @@ TEST_F(Cli, OnlyKindAndDeviceReachTheClosedLoopScriptAndAreCheckedBeforeWork) {
     EXPECT_NE(args.find("\nretro-bench run cl.json --threads 1 --shard 1/3 --only-kind niah --device cuda\n"),
               std::string::npos) << "the recorded command: " << args;
     fs::remove("script.args");
+    // the shard's results directory holds its lock files (taken before the script starts; issue 43)
+    EXPECT_TRUE(fs::exists("results/cl/.lock-shard-1-of-3-niah"));
+    fs::remove_all("results");
     for (const char* bad : {"--only-kind needle", "--device gpu"}) {
         r = sh(env + bin() + " run cl.json " + bad);
         EXPECT_NE(r.code, 0) << bad << ": " << r.out;

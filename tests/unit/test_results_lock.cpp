@@ -177,3 +177,26 @@ TEST(TempFiles, OrphansOfOneFileAreRemovedWhenTheirWriterIsGone) {
     EXPECT_TRUE(fs::exists(live));
     EXPECT_TRUE(fs::exists(other));  // another file's temp: not ours to judge here
 }
+
+// A named part (a closed loop's --only-kind) runs beside other parts and shards, as a shard does, but not
+// beside an unsharded run or a second copy of itself; a bad part name is refused.
+TEST(ResultsLock, NamedPartsCoexistButExcludeTheirCopiesAndUnshardedRuns) {
+    test::ScratchDir d;
+    ResultsLockRequest fid = unsharded("fidelity"), niah = unsharded("niah");
+    fid.part = "fidelity";
+    niah.part = "niah";
+    ResultsLock a(d.path, fid);
+    EXPECT_FALSE(a.exclusive());
+    EXPECT_EQ(a.holder().lock, ".lock-shard-fidelity");
+    ResultsLock b(d.path, niah);
+    ResultsLockRequest s = shard(1, 3);
+    s.part = "niah";
+    ResultsLock c(d.path, s);
+    EXPECT_EQ(c.holder().lock, ".lock-shard-1-of-3-niah");
+    EXPECT_TRUE(is_lock_file_name(c.holder().lock));
+    EXPECT_THROW(ResultsLock(d.path, fid), ResultsBusy);
+    EXPECT_THROW(ResultsLock(d.path, unsharded()), ResultsBusy);
+    ResultsLockRequest bad = unsharded();
+    bad.part = "a/b";
+    EXPECT_THROW(ResultsLock(d.path + "/x", bad), ConfigError);
+}
