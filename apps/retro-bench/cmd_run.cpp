@@ -19,6 +19,9 @@
 #ifdef RETRO_HAVE_CUDA
 #include "run/cuda_backend.hpp"
 #endif
+#ifdef RETRO_HAVE_PYTHON_METHODS
+#include "py_interrupt.hpp"
+#endif
 
 namespace retro::cli {
 namespace {
@@ -215,6 +218,9 @@ const CommandRegistrar reg(10, [](CLI::App& app) {
                    shard.active() ? ", shard " + shard.str() : "");
         std::signal(SIGINT, on_stop_signal);
         std::signal(SIGTERM, on_stop_signal);
+#ifdef RETRO_HAVE_PYTHON_METHODS
+        retro::pym::interrupt_calls_on(&g_stop);  // a Python method mid-call stops too (issue 43 #4)
+#endif
         RunOutcome out;
         try {
             out = run_config(cfg, opt);

@@ -23,6 +23,7 @@
 #include "bench/results_lock.hpp"
 #include "bench/measured_hardware.hpp"
 #include "core/error.hpp"
+#include "core/interrupted.hpp"
 #include "core/fs.hpp"
 #include "core/hash.hpp"
 #include "core/host.hpp"
@@ -294,6 +295,16 @@ struct Execution {
 };
 
 // Worker threads pull (trace, layer, KV head) jobs. Returns the first error (the others stop).
+bool is_interrupted(const std::exception_ptr& e) {
+    try {
+        std::rethrow_exception(e);
+    } catch (const Interrupted&) {
+        return true;
+    } catch (...) {
+        return false;
+    }
+}
+
 std::exception_ptr run_on_cpu(const Execution& x, const std::vector<Job>& jobs, RunOutcome& outcome) {
     const RunnerOptions& opt = x.opt;
     const int threads = run_threads(x.cfg, opt.threads, jobs.size());
@@ -316,6 +327,10 @@ std::exception_ptr run_on_cpu(const Execution& x, const std::vector<Job>& jobs, 
                 shared += run_head(x.cfg, x.traces[jobs[i].trace], *x.readers[jobs[i].trace], jobs[i],
                                    x.ids[jobs[i].trace], x.reg, x.rd, x.hw);
             } catch (...) {
+                // a stop request that reached a method mid-call (a Python method:
+                // python/methods/py_interrupt.hpp): this head's parts are not written; the run ends
+                // "interrupted", as between heads
+                if (opt.stop && opt.stop->load() && is_interrupted(std::current_exception())) return;
                 std::lock_guard<std::mutex> lk(mu);
                 if (!first_error) first_error = std::current_exception();
                 failed = true;

@@ -4,8 +4,10 @@
 #include <vector>
 
 #include "core/error.hpp"
+#include "core/interrupted.hpp"
 #include "json_py.hpp"
 #include "py_arrays.hpp"
+#include "py_interrupt.hpp"
 #include "py_selection.hpp"
 
 namespace retro::pym {
@@ -126,16 +128,23 @@ class PyMethod final : public Method {
         throw Error("Python method " + who(step) + ": " + fn + " " + what);
     }
 
-    /// Runs f; a Python exception becomes an Error naming the method, the call and where.
+    /// Runs f; a Python exception becomes an Error naming the method, the call and where; a stop request
+    /// during the call (py_interrupt.hpp) becomes Interrupted.
     template <class F>
     void call(const char* fn, int step, F&& f) const {
+        InterruptibleCall in_call;
+        const auto stopped = [&] {
+            return Interrupted("Python method " + who(step) + ": " + fn + " stopped by a stop request (Ctrl-C, SIGTERM)");
+        };
         try {
             f();
         } catch (const py::error_already_set& e) {
+            if (in_call.interrupted() || e.matches(PyExc_KeyboardInterrupt)) throw stopped();
             fail(fn, step, std::string("raised ") + e.what());
         } catch (const py::cast_error& e) {
             fail(fn, step, std::string("returned a value of the wrong type: ") + e.what());
         }
+        if (in_call.interrupted()) throw stopped();  // it returned before the exception was raised
     }
 
     /// The context as a Python object (types.SimpleNamespace): the MethodContext's fields.

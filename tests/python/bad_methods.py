@@ -94,3 +94,27 @@ class BadDeclaration:
 
     def select(self, queries, step, kv):
         return np.arange(kv.n)
+
+
+class Hangs:
+    """Streaming-like selection whose select, while $RETRO_TEST_HANG names a file, creates that file and
+    then spins in pure Python (up to 60 s): a method that a stop request must interrupt mid-call
+    (tests/python/test_py_methods.py, Interrupt)."""
+    params = []
+
+    def __init__(self, params):
+        pass
+
+    def build(self, ctx, keys, values, prefill_queries):
+        pass
+
+    def select(self, queries, step, kv):
+        import os
+        import time
+        marker = os.environ.get("RETRO_TEST_HANG")
+        if marker and step == 1:
+            open(marker, "a").close()
+            end = time.time() + 60
+            while time.time() < end:
+                pass
+        return np.concatenate([np.arange(4), np.arange(kv.n - 16, kv.n)])

@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 import unittest
 
 import numpy as np
@@ -207,7 +208,7 @@ class Declarations(unittest.TestCase):
             (FAULTY, {"fault": "all"}, "parameter 'fault' = \"all\": expected one of none|raise"),
             ("py:" + BAD + ":BadDeclaration", {}, "type 'integer' is not one of int|number|bool|string"),
             ("py:" + BAD + ":NotAMethod", {}, "NotAMethod is not a method class"),
-            ("py:" + BAD + ":Missing", {}, "defines no class 'Missing' (method classes there: Faulty, BadDeclaration)"),
+            ("py:" + BAD + ":Missing", {}, "defines no class 'Missing' (method classes there: Faulty, BadDeclaration, Hangs)"),
             ("py:" + BAD + "x:Faulty", {}, "no such file " + BAD + "x"),
         ]
         for name, params, expected in cases:
@@ -267,6 +268,52 @@ class BrokenMethods(unittest.TestCase):
             m.attend(h["queries"][:, 0, :], 0)
         self.assertIn(f"Python method {FAULTY} (layer 0, KV head 1, step 0): select returned an invalid "
                       "selection: exact: token id 0 appears twice", str(e.exception))
+
+
+class Interrupt(unittest.TestCase):
+    """Ctrl-C while a Python method is mid-call (issue 43 #4): the run stops within about a second (not
+    after the call), exits 130, leaves nothing half-written, and --resume completes it to the results of an
+    uninterrupted run."""
+
+    def test_sigint_mid_call_stops_and_resumes(self):
+        import signal
+        hangs = "py:" + BAD + ":Hangs"
+        methods = [{"name": "streaming"}, {"name": hangs}]
+        clean, d_clean = run("hang-clean", methods, threads=1)
+        self.assertEqual(clean.returncode, 0, clean.stderr)
+        cfg = os.path.join(TMP, "hang-clean.json")  # the same config, another results root
+        results = os.path.join(TMP, "results-hang")
+        marker = os.path.join(TMP, "hang-started")
+        env = dict(os.environ, RETRO_TEST_HANG=marker)
+        p = subprocess.Popen([BIN, "run", cfg, "--results", results], env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+        deadline = time.time() + 60
+        while not os.path.exists(marker) and time.time() < deadline and p.poll() is None:
+            time.sleep(0.01)
+        self.assertTrue(os.path.exists(marker), "the method never started its long call")
+        t0 = time.time()
+        p.send_signal(signal.SIGINT)
+        _, err = p.communicate(timeout=60)
+        stop_s = time.time() - t0
+        print(f"\n[time] SIGINT to exit with a Python method mid-call: {stop_s:.2f} s", file=sys.stderr)
+        self.assertEqual(p.returncode, 130, err)
+        self.assertLess(stop_s, 5.0, "the stop waited for the method's call to end (it spins for 60 s)")
+        self.assertIn("interrupted", err)
+        d = os.path.join(results, "hang-clean")
+        # the interrupted head has no part of the hanging run, so that run has no (complete) record
+        self.assertEqual([x for x in records(d) if x["method"] == hangs], [])
+        with open(os.path.join(d, "manifest.json")) as f:
+            self.assertEqual(json.load(f)["status"], "interrupted")
+        self.assertEqual([f for f in glob.glob(os.path.join(d, "**"), recursive=True) if ".tmp" in f], [])
+        # the interrupted head has no part of the hanging run, so that run has no (complete) record
+        self.assertEqual([x for x in records(d) if x["method"] == hangs], [])
+        r = subprocess.run([BIN, "run", cfg, "--results", results, "--resume"], capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stderr)
+
+        def means(dd):
+            return {x["run_id"]: {k: v["mean"] for k, v in x["metrics"].items() if k not in TIMED and k != "build_ms"}
+                    for x in records(dd)}
+        self.assertEqual(means(d), means(d_clean))
 
 
 if __name__ == "__main__":
