@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -174,6 +175,21 @@ int run_child(const std::vector<std::string>& args_in, const ChildOptions& opt) 
     return 3;
 }
 
+namespace {
+/// True when no live process has this PID: none at all, or a zombie (dead, not reaped yet: a parent
+/// killed by its own parent's death is one until init reaps it, and kill(pid, 0) still succeeds on it).
+bool process_gone(long pid) {
+    std::FILE* f = std::fopen(("/proc/" + std::to_string(pid) + "/stat").c_str(), "r");
+    if (!f) return kill((pid_t)pid, 0) != 0 && errno == ESRCH;  // no /proc: what kill(2) can tell
+    char buf[512];
+    const size_t n = std::fread(buf, 1, sizeof buf - 1, f);
+    std::fclose(f);
+    buf[n] = '\0';
+    const char* close = std::strrchr(buf, ')');  // the state follows the command name, which may hold ')'
+    return close && close[1] == ' ' && (close[2] == 'Z' || close[2] == 'X');
+}
+}  // namespace
+
 void die_with_parent_from_env() {
     const char* v = std::getenv("RETRO_PARENT_PID");
     if (!v || !*v) return;
@@ -183,7 +199,7 @@ void die_with_parent_from_env() {
     if ((long)getppid() == want) {
         prctl(PR_SET_PDEATHSIG, SIGKILL);
         if ((long)getppid() != want) _exit(137);  // it died between the check and the request
-    } else if (kill((pid_t)want, 0) != 0 && errno == ESRCH) {
+    } else if (process_gone(want)) {
         _exit(137);  // the parent that started us is gone: we were orphaned before we could ask
     }
 }

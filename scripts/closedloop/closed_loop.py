@@ -20,8 +20,6 @@ import signal
 import sys
 import time
 
-import numpy as np
-
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(1, os.path.join(HERE, "..", "dump"))
@@ -30,6 +28,8 @@ import lifeline  # noqa: E402
 
 if __name__ == "__main__":  # ends with retro-bench however it ends (before the slow imports; issue 43)
     lifeline.die_with_parent()
+
+import numpy as np  # noqa: E402
 
 import backend  # noqa: E402
 import metrics  # noqa: E402

@@ -36,15 +36,15 @@ import shutil
 import sys
 import time
 
-import numpy as np
-
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 import lifeline  # noqa: E402
 
-if __name__ == "__main__":  # a dump started by the closed loop ends with it (issue 43)
+if __name__ == "__main__":  # a dump started by the closed loop ends with it, first thing (issue 43)
     lifeline.die_with_parent()
+
+import numpy as np  # noqa: E402
 
 import cache_util  # noqa: E402
 import model_loading  # noqa: E402

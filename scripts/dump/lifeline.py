@@ -27,6 +27,14 @@ def _prctl_pdeathsig():
 
 
 def _alive(pid):
+    """False for no such process and for a zombie (dead, not reaped yet: a parent killed by its own
+    parent's death stays one until init reaps it, and os.kill(pid, 0) still succeeds on it)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            s = f.read()
+        return s[s.rfind(")") + 2:][:1] not in ("Z", "X")
+    except OSError:
+        pass
     try:
         os.kill(pid, 0)
     except OSError as e:

@@ -236,6 +236,64 @@ class Interrupted(unittest.TestCase):
         self.assertEqual(len(records("tiny-term")), 1 + len(EXHAUSTIVE + LOSSY))
 
 
+def gone_within(pid, seconds):
+    """True once `pid` is no live process (gone, or a zombie: dead, not reaped) within `seconds`."""
+    def live():
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+        except OSError:
+            return False
+    end = time.time() + seconds
+    while live() and time.time() < end:
+        time.sleep(0.005)
+    return not live()
+
+
+class OneWriter(unittest.TestCase):
+    """One writer per results directory (issue 43 #1-#2): the closed loop takes retro-bench's results lock
+    and its model process holds it too; a second run is refused naming the live writer; a SIGKILL of
+    retro-bench ends the model process within a second, and a --resume started at once waits for the lock
+    rather than running beside it, then completes as an uninterrupted run would."""
+
+    def test_second_run_refused_and_sigkill_leaves_no_orphan(self):
+        import signal
+        cfg = tiny_config("tiny-lock", EXHAUSTIVE[:2] + LOSSY, fidelity={"random_prompt": 300,
+                                                                        "continuation_tokens": 40,
+                                                                        "greedy_tokens": 40})
+        results = os.path.join(TMP, "results")
+        d = os.path.join(results, "tiny-lock")
+        p = subprocess.Popen([BIN, "run", cfg, "--results", results], stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+        deadline = time.time() + 120
+        writer = None
+        while time.time() < deadline and writer is None and p.poll() is None:
+            try:
+                with open(os.path.join(d, ".lock")) as f:
+                    writer = json.load(f)["writers"][0]["pid"]
+            except (OSError, ValueError, KeyError, IndexError):
+                time.sleep(0.01)
+        self.assertIsNotNone(writer, "the model process never showed up in the lock file")
+        os.kill(p.pid, signal.SIGSTOP)  # retro-bench held still; its model process carries on writing
+        try:
+            for flags in ([], ["--resume"], ["--force"]):
+                r = subprocess.run([BIN, "run", cfg, "--results", results, *flags], capture_output=True, text=True)
+                self.assertEqual(r.returncode, 2, flags)
+                self.assertIn(f"is in use by PID {p.pid} on host", r.stderr)
+                self.assertIn(f"with its writer PID {writer} (since", r.stderr)
+                self.assertIn("closed_loop.py", r.stderr)
+        finally:
+            os.kill(p.pid, signal.SIGKILL)  # kills a stopped process too; nothing can be passed on
+            p.wait()
+        self.assertTrue(gone_within(writer, 1.0),
+                        f"the model process {writer} outlived retro-bench's SIGKILL by more than a second")
+        r = subprocess.run([BIN, "run", cfg, "--results", results, "--resume", "--wait-lock"], capture_output=True,
+                           text=True)
+        self.assertEqual(r.returncode, 0, r.stderr[-3000:])
+        self.assertEqual(len(records("tiny-lock")), 1 + len(EXHAUSTIVE[:2] + LOSSY))
+        self.assertEqual([f for _, _, fs in os.walk(d) for f in fs if ".tmp-" in f], [])
+
+
 def venv_has_cuda():
     r = subprocess.run([os.path.join(VENV, "bin", "python"), "-c",
                         "import torch; print(int(torch.backends.cuda.is_built() and torch.cuda.is_available()))"],

@@ -142,6 +142,23 @@ TEST(ChildProcess, AnOrphanedChildExitsAtStart) {
     ASSERT_TRUE(WIFEXITED(status));
     EXPECT_EQ(WEXITSTATUS(status), 137);
 
+    // a parent that died but is not reaped yet (a zombie: kill(pid, 0) still succeeds on it) is gone too
+    const pid_t zombie = fork();
+    ASSERT_GE(zombie, 0);
+    if (zombie == 0) _exit(0);
+    while (alive(zombie)) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    const pid_t z = fork();
+    ASSERT_GE(z, 0);
+    if (z == 0) {
+        setenv("RETRO_PARENT_PID", std::to_string(zombie).c_str(), 1);
+        die_with_parent_from_env();
+        _exit(0);
+    }
+    waitpid(z, &status, 0);
+    waitpid(zombie, nullptr, 0);
+    ASSERT_TRUE(WIFEXITED(status));
+    EXPECT_EQ(WEXITSTATUS(status), 137);
+
     const pid_t q = fork();
     ASSERT_GE(q, 0);
     if (q == 0) {
