@@ -7,7 +7,8 @@ decode through the retro_bench binding.
   KL(full || method) < 1e-6 at every teacher-forced position;
 - a method that keeps only the sinks (streaming window 1) and oracle k = 4 measurably diverge, and with
   dense_layers covering every layer the sink-only method equals full again (the option works);
-- resume: a second session computes nothing; a deleted part file is recomputed alone;
+- resume: a second session computes nothing; a deleted part file is recomputed alone; a damaged one (cut
+  short, emptied) is listed by `validate --results`, moved aside to NAME.damaged and recomputed;
 - a budget sweep builds each index once per case (HeadMethod.clone) and equals its points run alone;
 - bad input (unknown method or parameter, a model the loaders cannot read, a prompt beyond the model's
   context, --device cuda where torch sees no GPU) is a clear error before any model work; where torch
