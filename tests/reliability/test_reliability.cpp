@@ -1,7 +1,8 @@
 // Reliability of `retro-bench run` against what happens to real sweeps (issue 16): concurrent runs into
 // one results directory, kill -9 and SIGTERM mid-run, a trace replaced under --resume, a killed synth, a
 // stop request during trace generation, a corrupt manifest, damaged part files (issue 43). Each test
-// asserts that nothing is lost or mixed. Tiny synthetic traces: the whole suite runs in seconds (ctest -L reliability).
+// asserts that nothing is lost or mixed. Tiny synthetic traces: the whole suite runs in seconds
+// (ctest -L reliability).
 #include "../cli/cli_harness.hpp"
 
 #include <algorithm>
