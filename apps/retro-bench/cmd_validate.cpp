@@ -1,8 +1,10 @@
-// `retro-bench validate FILE...`: check configs (.json) or traces without running anything.
+// `retro-bench validate FILE...`: check configs (.json) or traces without running anything;
+// `validate --results DIR`: list a results directory's damaged part files (docs/results.md).
 #include <fmt/format.h>
 
 #include "bench/config.hpp"
 #include "bench/cuda_runner.hpp"
+#include "bench/damaged_parts.hpp"
 #include "bench/preflight.hpp"
 #include "bench/runner.hpp"
 #include "commands.hpp"
@@ -64,16 +66,44 @@ void validate_trace(const std::string& path) {
                info.num_decode_steps, dtype_name(info.dtype));
 }
 
+/// Lists the damaged part files of a results directory (bench/damaged_parts.hpp), one line each; changes
+/// nothing. Returns how many are damaged.
+size_t validate_results(const std::string& dir) {
+    const PartsScan scan = scan_results_parts(dir);
+    for (const auto& d : scan.damaged) fmt::print("{}: damaged ({})\n", d.path, d.damage);
+    const std::string what = fmt::format("{} part file(s) checked ({})", scan.checked,
+                                         scan.closed_loop ? "closed-loop" : "open-loop");
+    if (scan.damaged.empty()) fmt::print("{}: OK results: {}, none damaged\n", dir, what);
+    else
+        fmt::print("{}: {}, {} damaged; `retro-bench run CONFIG --resume` moves each aside (to NAME.damaged) and "
+                   "recomputes its unit\n", dir, what, scan.damaged.size());
+    return scan.damaged.size();
+}
+
 const CommandRegistrar reg(40, [](CLI::App& app) {
     auto files = std::make_shared<std::vector<std::string>>();
+    auto results = std::make_shared<std::string>();
     auto popt = std::make_shared<PreflightOptions>();
-    auto* sub = app.add_subcommand("validate", "Check configs (.json) and traces (HDF5) without running");
-    sub->add_option("files", *files, "config or trace files")->required();
+    auto* sub = app.add_subcommand("validate", "Check configs (.json) and traces (HDF5), or a results directory's "
+                                               "part files (--results), without running");
+    sub->add_option("files", *files, "config or trace files");
+    sub->add_option("--results", *results,
+                    "a results directory (<results root>/<config name>): list its damaged part files, exit 2 if any");
     sub->add_option("--threads", popt->threads, "worker threads `run` would use (memory estimate; default: config)");
     sub->add_option("--max-memory", popt->max_memory,
                     "memory limit for the estimate, e.g. 8G (default: the available memory)");
-    return std::function<int()>([files, popt] {
+    return std::function<int()>([files, results, popt] {
+        if (files->empty() && results->empty())
+            throw Error("validate: nothing to check: give config or trace files, or --results DIR");
         int bad = 0;
+        if (!results->empty()) {
+            try {
+                bad += validate_results(*results) > 0;
+            } catch (const Error& e) {
+                fmt::print(stderr, "{}: INVALID: {}\n", *results, e.what());
+                ++bad;
+            }
+        }
         for (const auto& f : *files) {
             try {
                 if (f.size() >= 5 && f.substr(f.size() - 5) == ".json") validate_config(f, *popt);

@@ -10,6 +10,7 @@
 #include <set>
 
 #include "bench/assemble.hpp"
+#include "bench/damaged_parts.hpp"
 #include "bench/runner.hpp"
 #include "bench/measured_hardware.hpp"
 #include "core/error.hpp"
@@ -132,8 +133,8 @@ MergeOutcome merge_results(const std::string& dir) {
     const int count = counts.size() == 1 ? *counts.begin() : 0;
     const std::vector<int> owner = count > 0 ? assign_shards(units, count) : std::vector<int>();
 
-    std::vector<std::string> missing;
-    std::set<int> missing_shards;
+    std::vector<std::string> missing, damaged;
+    std::set<int> missing_shards;  // the shards to rerun: owners of missing and damaged parts
     size_t part_files = 0;
     for (size_t i = 0; i < units.size(); ++i) {
         const ShardUnit& u = units[i];
@@ -142,31 +143,40 @@ MergeOutcome merge_results(const std::string& dir) {
             const std::string path = rd.part_path(ids[u.trace][u.run], u.layer, h);
             const std::string rel = path.substr(dir.size() + 1);
             ++part_files;
+            const std::string shard = count > 0 ? "shard " + std::to_string(owner[i]) + "/" + std::to_string(count) : "";
             if (!file_exists(path)) {
-                missing.push_back(rel + (count > 0 ? " (shard " + std::to_string(owner[i]) + "/" + std::to_string(count) + ")" : ""));
+                missing.push_back(rel + (count > 0 ? " (" + shard + ")" : ""));
                 if (count > 0) missing_shards.insert(owner[i]);
                 continue;
             }
-            const HeadPart p = rd.read_part(ids[u.trace][u.run], u.layer, h);
+            const PartCheck c = rd.check_part(ids[u.trace][u.run], u.layer, h);
+            if (!c.ok()) {  // a resume of its shard moves it aside and recomputes it
+                damaged.push_back(rel + " (" + c.damage + (count > 0 ? "; " + shard : "") + ")");
+                if (count > 0) missing_shards.insert(owner[i]);
+                continue;
+            }
+            const HeadPart& p = c.part;
             revisions.add(p.origin.is_object() ? p.origin.value("revision", "unknown") : "unknown (no origin recorded)", rel);
             configs.add(p.origin.is_object() ? p.origin.value("config_hash", "unknown") : "unknown (no origin recorded)", rel);
         }
     }
     std::vector<std::string> problems;
-    if (!missing.empty()) {
-        std::string s = std::to_string(missing.size()) + " of " + std::to_string(part_files) +
-                        " part files are missing: ";
-        for (size_t k = 0; k < missing.size() && k < 8; ++k) s += (k ? ", " : "") + missing[k];
-        if (missing.size() > 8) s += ", and " + std::to_string(missing.size() - 8) + " more";
-        if (!missing_shards.empty()) {
-            s += "; rerun shard";
-            s += missing_shards.size() > 1 ? "s " : " ";
-            size_t k = 0;
-            for (int m : missing_shards) s += (k++ ? ", " : "") + std::to_string(m) + "/" + std::to_string(count);
-            s += " (retro-bench run " + (config_file.empty() ? std::string("CONFIG") : config_file) +
-                 " --shard I/N --resume)";
-        }
-        problems.push_back(s);
+    const auto listed = [&](const std::vector<std::string>& files, const std::string& what, const std::string& sep) {
+        std::string s = std::to_string(files.size()) + " of " + std::to_string(part_files) + " part files " + what + ": ";
+        for (size_t k = 0; k < files.size() && k < 8; ++k) s += (k ? sep : "") + files[k];
+        if (files.size() > 8) s += sep + "and " + std::to_string(files.size() - 8) + " more";
+        return s;
+    };
+    if (!missing.empty()) problems.push_back(listed(missing, "are missing", ", "));
+    if (!damaged.empty()) problems.push_back(listed(damaged, "are damaged", "; "));
+    if (!missing_shards.empty()) {  // after the missing and damaged lists: the shards that redo them
+        std::string& s = problems.back();
+        s += "; rerun shard";
+        s += missing_shards.size() > 1 ? "s " : " ";
+        size_t k = 0;
+        for (int m : missing_shards) s += (k++ ? ", " : "") + std::to_string(m) + "/" + std::to_string(count);
+        s += " (retro-bench run " + (config_file.empty() ? std::string("CONFIG") : config_file) +
+             " --shard I/N --resume" + (damaged.empty() ? ")" : ": it moves damaged parts aside and recomputes them)");
     }
     if (auto c = revisions.conflict("revisions"); !c.empty()) problems.push_back(c);
     if (auto c = configs.conflict("config hashes"); !c.empty()) problems.push_back(c);

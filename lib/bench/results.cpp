@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <numeric>
 
+#include "bench/damaged_parts.hpp"
 #include "core/error.hpp"
 #include "core/fs.hpp"
 #include "core/host.hpp"
@@ -91,7 +91,7 @@ HeadPart HeadPart::from_json(const json& j) {
         if (j.contains("method_source")) p.method_source = j.at("method_source");
         return p;
     } catch (const json::exception& e) {
-        throw Error(std::string("malformed result part: ") + e.what());
+        throw Error(json_error_text(e));
     }
 }
 
@@ -113,31 +113,29 @@ void ResultsDir::write_part(const HeadPart& p) const {
     write_file_atomic(part_path(p.run_id, p.layer, p.kv_head), j.dump() + "\n");
 }
 
-HeadPart ResultsDir::read_part(const std::string& run_id, int layer, int kv_head) const {
-    const auto path = part_path(run_id, layer, kv_head);
+PartCheck ResultsDir::check_part(const std::string& run_id, int layer, int kv_head) const {
+    PartCheck c;
+    const json j = parse_part_text(read_file(part_path(run_id, layer, kv_head)), c.damage);
+    if (!c.ok()) return c;
     try {
-        return HeadPart::from_json(json::parse(read_file(path)));
-    } catch (const json::exception& e) {
-        throw Error(path + ": " + e.what());
+        if (!j.is_object()) throw Error("expected a JSON object");
+        c.part = HeadPart::from_json(j);
     } catch (const Error& e) {
-        throw Error(path + ": " + e.what());
+        c.damage = std::string("not a part (") + e.what() + ")";
+        return c;
     }
+    if (c.part.run_id != run_id || c.part.layer != layer || c.part.kv_head != kv_head)
+        c.damage = "another unit's part: it holds run " + c.part.run_id + ", layer " + std::to_string(c.part.layer) +
+                   ", KV head " + std::to_string(c.part.kv_head) + " (copied?)";
+    return c;
 }
 
-std::string ResultsDir::part_trace_fingerprint(const std::string& run_id, int layer, int kv_head) const {
-    const auto path = part_path(run_id, layer, kv_head);
-    std::ifstream in(path, std::ios::binary | std::ios::ate);
-    if (!in) throw Error("cannot read " + path);
-    const std::streamoff size = in.tellg(), tail = std::min<std::streamoff>(size, 256);
-    std::string text((size_t)tail, '\0');
-    in.seekg(size - tail);
-    in.read(text.data(), tail);
-    const std::string key = "\"trace_fingerprint\":\"";
-    const size_t at = text.rfind(key);
-    if (at == std::string::npos) return read_part(run_id, layer, kv_head).trace_fingerprint;  // none, or not last
-    const size_t from = at + key.size(), to = text.find('"', from);
-    if (to == std::string::npos) throw Error(path + ": malformed trace_fingerprint");
-    return text.substr(from, to - from);
+HeadPart ResultsDir::read_part(const std::string& run_id, int layer, int kv_head) const {
+    PartCheck c = check_part(run_id, layer, kv_head);
+    if (!c.ok())
+        throw Error(part_path(run_id, layer, kv_head) + ": damaged (" + c.damage + "); `retro-bench run CONFIG "
+                    "--resume` moves it aside and recomputes it");
+    return std::move(c.part);
 }
 
 std::string ResultsDir::run_path(const std::string& run_id) const {

@@ -2,6 +2,7 @@
 // Result files (docs/results.md). A results directory holds
 //   manifest.json            resolved config, revision, host, BLAS, start/end time, status
 //   parts/<run_id>/L<l>_H<h>.json   per (run, layer, KV head) samples: the unit of --resume
+//     (a damaged one is moved aside to L<l>_H<h>.json.damaged by --resume: bench/damaged_parts.hpp)
 //   runs/<run_id>.json       one record per trace x method x params with aggregates, once complete
 //   runs.jsonl               every complete record, one per line (regenerated from runs/)
 //   per_head.csv             per (run, layer, query head) means over steps (regenerated from parts/)
@@ -23,7 +24,7 @@ struct HeadPart {
     std::vector<int> q_heads;  ///< global query-head indices of the group
     std::vector<int> steps;    ///< decode steps evaluated
     /// Fingerprint of the trace the samples come from (trace/fingerprint.hpp); "" in parts written
-    /// before fingerprints existed. Serialized last (keys are sorted), so it is read from the file's tail.
+    /// before fingerprints existed. --resume compares it with the trace's (bench/runner.cpp).
     std::string trace_fingerprint;
     double build_ms = 0;
     /// q_step metrics: name -> [group][steps]
@@ -41,6 +42,14 @@ struct HeadPart {
     static HeadPart from_json(const nlohmann::json& j);  ///< throws Error on malformed input
 };
 
+/// A part file read and checked against its key (bench/damaged_parts.hpp): `part` when whole and of its
+/// key, else `damage` says what is wrong ("truncated JSON (...)", "another unit's part: ...").
+struct PartCheck {
+    HeadPart part;
+    std::string damage;
+    bool ok() const { return damage.empty(); }
+};
+
 class ResultsDir {
   public:
     /// `origin` (when not null) is stamped into every part written, with the time of writing.
@@ -51,10 +60,11 @@ class ResultsDir {
     std::string part_path(const std::string& run_id, int layer, int kv_head) const;
     bool has_part(const std::string& run_id, int layer, int kv_head) const;
     void write_part(const HeadPart& p) const;
+    /// The part, checked as check_part; throws Error naming the file and its damage when it is damaged.
     HeadPart read_part(const std::string& run_id, int layer, int kv_head) const;
-    /// The trace fingerprint recorded in a part ("" when it has none), read from the file's tail
-    /// without parsing the samples: cheap enough to check every part on --resume.
-    std::string part_trace_fingerprint(const std::string& run_id, int layer, int kv_head) const;
+    /// Reads and fully parses the part of (run_id, layer, kv_head) and checks that it holds that key: one
+    /// parse, so --resume can check every part it keeps. Throws Error only when the file cannot be read.
+    PartCheck check_part(const std::string& run_id, int layer, int kv_head) const;
 
     std::string run_path(const std::string& run_id) const;
     void write_run(const std::string& run_id, const nlohmann::json& record) const;

@@ -16,6 +16,7 @@
 
 #include "bench/assemble.hpp"
 #include "bench/cuda_runner.hpp"
+#include "bench/damaged_parts.hpp"
 #include "bench/head_run.hpp"
 #include "bench/merge.hpp"
 #include "bench/preflight.hpp"
@@ -434,6 +435,19 @@ int mark_stale_sessions(json& sessions, const ResultsLock& lock, const std::func
     return marked;
 }
 
+/// The part on disk of a unit this session owns, parsed in full and checked against its key; a damaged
+/// one (bench/damaged_parts.hpp) is moved aside and reported in one line, and nullopt returned so that its
+/// unit is recomputed. A whole part of another trace is not damage: the caller refuses that run.
+std::optional<HeadPart> kept_part(const ResultsDir& rd, const std::string& run_id, int layer, int kv_head,
+                                  const std::function<void(const std::string&)>& note) {
+    PartCheck c = rd.check_part(run_id, layer, kv_head);
+    if (c.ok()) return std::move(c.part);
+    const std::string path = rd.part_path(run_id, layer, kv_head);
+    const std::string aside = move_aside_damaged(path);
+    if (note) note("warning: " + damaged_part_note(path, c.damage, aside));
+    return std::nullopt;
+}
+
 /// Removes the results directory this run created if the run fails before writing anything in it (bad
 /// input found after the lock was taken): a rejected config leaves nothing behind.
 struct CreatedDirCleanup {
@@ -536,11 +550,13 @@ RunOutcome run_config(const RunConfig& cfg, const RunnerOptions& opt) {
                 for (size_t r = 0; r < cfg.runs.size(); ++r) {
                     if (!in_shard(ti, r, l, h)) continue;
                     any = true;
-                    if (!rd.has_part(ids[ti][r], l, h)) {
+                    const auto kept = rd.has_part(ids[ti][r], l, h) ? kept_part(rd, ids[ti][r], l, h, opt.on_note)
+                                                                    : std::nullopt;
+                    if (!kept) {
                         j.runs.push_back(r);
                         continue;
                     }
-                    const std::string had = rd.part_trace_fingerprint(ids[ti][r], l, h);
+                    const std::string& had = kept->trace_fingerprint;
                     if (!had.empty() && had != traces[ti].fingerprint)
                         throw TraceError(traces[ti].spec.path + " is not the trace the results in " + dir +
                                          " were computed from: " + rd.part_path(ids[ti][r], l, h) +

@@ -141,6 +141,18 @@ def case_done(res, cfg, run_id, case_id):
     return res.has_part(run_id, case_id) or (run_id != REFERENCE and skipped_case(res, cfg, case_id))
 
 
+def session_units(args, runs, cases, mine, search_params):
+    """The (run_id, case_id) units this session computes, the reference's with them: its worker's groups of
+    runs (--worker), its shard's cases (`mine`), its kind (--only-kind). A resume checks these parts for
+    damage; the other sessions' are theirs to check."""
+    if args.worker:
+        i_w, n_w = (int(x) for x in args.worker.split("/"))
+        runs = [r for group in build_groups(runs, search_params)[i_w::n_w] for r in group]
+    ids = [REFERENCE] + [r["id"] for r in runs]
+    return [(rid, c["id"]) for c in cases if (not args.only_kind or c["kind"] == args.only_kind) and
+            (args.worker or mine is None or c["id"] in mine) for rid in ids]
+
+
 def build_key(run, search_params):
     """What a run's index depends on: its method and parameters without the search-time ones
     (ParamSpec::search, `search_params` {method: names}); runs with equal keys share one build."""
@@ -330,7 +342,7 @@ def run_case(lm, rb, cfg, case, runs, res, tok, search_params=None, cases=()):
 
     # the reference: the model's own exact attention (its log-probs kept next to its part file, so a
     # resumed session compares with the same distributions without decoding it again)
-    lp_path = res.part_path(REFERENCE, case["id"])[:-len(".json")] + ".npy"
+    lp_path = res.reference_npy_path(case["id"])
     if res.has_part(REFERENCE, case["id"]) and (len(case["continuation"]) <= 1 or os.path.exists(lp_path)):
         ref = res.read_part(REFERENCE, case["id"])
         lp_full = np.load(lp_path) if len(case["continuation"]) > 1 else None
@@ -577,6 +589,13 @@ def run(args):
         pdir = os.path.join(res.dir, "prompts")
         for c in cases:  # the prompts' token ids: the open-loop traces are dumped from these (--prompt-ids)
             write_atomic(os.path.join(pdir, c["id"] + ".json"), json.dumps(c["ids"]))
+        # shorter prompts first (in 1024-token buckets: an interrupted long grid has its cheap cases done),
+        # then in the order of their token ids: prompts that share a prefix (one haystack, several
+        # questions) come one after the other and each prefill reuses the previous one's (LoadedModel.prefill)
+        order = sorted(enumerate(cases), key=lambda ic: (len(ic[1]["ids"]) // 1024, ic[1]["ids"]))
+        mine = case_shard(order, args.case_shard, int(cfg.get("prefill_chunk", 1024))) if args.case_shard else None
+        if args.resume:  # damaged parts of this session's units are moved aside, so recomputed below
+            res.set_aside_damaged(session_units(args, runs, cases, mine, search_params), log)
         if args.worker:
             # a worker takes every N-th group of runs that share a build (build_key: a budget sweep of one
             # index) and completes it on every case before the next one (the prefills and references come
@@ -587,11 +606,6 @@ def run(args):
                     todo = [r for r in group if not case_done(res, cfg, r["id"], case["id"])]
                     if todo and (not args.only_kind or case["kind"] == args.only_kind):
                         run_case(lm, rb, cfg, case, todo, res, lm.tok, search_params, cases)
-        # shorter prompts first (in 1024-token buckets: an interrupted long grid has its cheap cases done),
-        # then in the order of their token ids: prompts that share a prefix (one haystack, several
-        # questions) come one after the other and each prefill reuses the previous one's (LoadedModel.prefill)
-        order = sorted(enumerate(cases), key=lambda ic: (len(ic[1]["ids"]) // 1024, ic[1]["ids"]))
-        mine = case_shard(order, args.case_shard, int(cfg.get("prefill_chunk", 1024))) if args.case_shard else None
         for i, case in order:
             if args.worker or (args.only_kind and case["kind"] != args.only_kind) or \
                     (mine is not None and case["id"] not in mine):

@@ -2,7 +2,8 @@
 
   parts/<run_id>/<case_id>.json   one (run, case): per-position fidelity samples or the greedy tokens,
                                   selection statistics, build and per-step times; the unit of --resume
-                                  (parts/reference/<case_id>.npy: the reference's log-probabilities)
+                                  (parts/reference/<case_id>.npy: the reference's log-probabilities;
+                                  a damaged part is moved aside to NAME.damaged on --resume)
   prefill/<case_id>.pt            the prompt's prefill state (KV cache, prefill queries), for resuming
   runs.jsonl                      one aggregated record per run (reference first), config order
   cases.csv                       one row per (run, case)
@@ -63,13 +64,8 @@ def _is_lock_file(name):
 
 
 def _pid_gone(pid):
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except OSError:
-        return False
-    return False
+    import lifeline  # scripts/dump (closed_loop.py puts it on the path)
+    return not lifeline.alive(pid)
 
 
 def _temp_writer_gone(name):
@@ -80,6 +76,75 @@ def _temp_writer_gone(name):
         host, pid = "-".join(tail[:-2]), int(tail[-2])
         return host == socket.gethostname() and _pid_gone(pid)
     return tail[0].isdigit() and _pid_gone(int(tail[0]))
+
+
+# Damaged parts (docs/results.md, "Damaged parts"): parts are written atomically, so a run never leaves a
+# half-written one; a disk fault, an interrupted copy or a hand edit can. A part that does not parse, is not
+# a part, or holds another unit's key is damaged: a resumed session moves it aside to NAME.damaged and
+# recomputes it. The same rules and words as retro-bench's C++ side (lib/bench/damaged_parts.cpp), which
+# `retro-bench validate --results DIR` uses to list them.
+REFERENCE = "reference"  # the model's own exact attention: its parts have no "run"
+
+
+def parse_part_text(data):
+    """(object, "") for the bytes of a part file that parse, else (None, what is wrong in words)."""
+    if not data.strip():
+        return None, "empty file" if not data else "empty file (whitespace only)"
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        return None, f"not JSON (not UTF-8 text: {e})"
+    try:
+        return json.loads(text), ""
+    except json.JSONDecodeError as e:
+        # the parser ran out of text inside a value (an unclosed string, array or object): cut short
+        if e.pos >= len(text.rstrip()) or e.msg.startswith("Unterminated string"):
+            return None, f"truncated JSON (ends after {len(data)} bytes, inside a value)"
+        return None, f"not JSON (parse error at line {e.lineno}, column {e.colno}: {e.msg})"
+
+
+def part_damage(obj, run_id, case_id):
+    """What is wrong with the parsed part `obj` of parts/<run_id>/<case_id>.json ("" when nothing): its
+    "case" is case_id and its "run" is run_id (the reference has none)."""
+    if not isinstance(obj, dict) or not isinstance(obj.get("case"), str):
+        return 'not a part (expected a JSON object with a "case")'
+    if obj["case"] != case_id or (("run" in obj) if run_id == REFERENCE else obj.get("run") != run_id):
+        of = f"run {json.dumps(obj['run'])}" if "run" in obj else "the reference"
+        return f"another unit's part: it holds case {obj['case']} of {of} (copied?)"
+    return ""
+
+
+def npy_damage(path):
+    """What is wrong with a .npy file ("" when nothing): its header reads, and its size is the one the
+    header's dtype and shape give (a truncated copy is shorter). The data is not read."""
+    import numpy as np
+    size = os.path.getsize(path)
+    if size == 0:
+        return "empty file"
+    with open(path, "rb") as f:
+        try:
+            fmt = np.lib.format  # np.save writes version 1.0; 2.0 for headers over 64 KiB
+            read = fmt.read_array_header_1_0 if fmt.read_magic(f) == (1, 0) else fmt.read_array_header_2_0
+            shape, _, dtype = read(f)
+        except EOFError:
+            return "truncated .npy (ends inside its header)"
+        except (ValueError, OSError) as e:
+            return f"not a .npy file ({e})"
+        expected = f.tell() + int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    if size < expected:
+        return f"truncated .npy ({size} of {expected} bytes)"
+    return f"not a whole .npy ({size} bytes, its header says {expected})" if size > expected else ""
+
+
+def move_aside(path):
+    """Moves the damaged file `path` to `path`.damaged (.damaged.1, .2, ... when taken: an earlier damaged
+    copy is never overwritten); returns the new path."""
+    aside, n = path + ".damaged", 0
+    while os.path.exists(aside):
+        n += 1
+        aside = f"{path}.damaged.{n}"
+    os.rename(path, aside)
+    return aside
 
 
 class ResultsDir:
@@ -110,7 +175,46 @@ class ResultsDir:
         write_json(self.part_path(run_id, case_id), obj)
 
     def read_part(self, run_id, case_id):
-        return read_json(self.part_path(run_id, case_id))
+        """The part, or ResultsError naming the file and what is wrong when it is damaged."""
+        obj, damage = self._check_part(run_id, case_id)
+        if damage:
+            raise ResultsError(f"{self.part_path(run_id, case_id)}: damaged ({damage}); `retro-bench run CONFIG "
+                               "--resume` moves it aside and recomputes it")
+        return obj
+
+    def _check_part(self, run_id, case_id):
+        with open(self.part_path(run_id, case_id), "rb") as f:
+            obj, damage = parse_part_text(f.read())
+        return obj, damage or part_damage(obj, run_id, case_id)
+
+    def reference_npy_path(self, case_id):
+        """The reference's log-probabilities of a case, beside its part file."""
+        return self.part_path(REFERENCE, case_id)[:-len(".json")] + ".npy"
+
+    def set_aside_damaged(self, units, log):
+        """Moves the damaged parts among `units` ((run_id, case_id) pairs: the session's own) aside,
+        logging one line each, so that they are recomputed. A damaged reference part or log-probability
+        file moves both aside: the reference is recomputed whole. Returns how many units were set aside."""
+        moved = 0
+        for run_id, case_id in units:
+            path = self.part_path(run_id, case_id)
+            if not os.path.exists(path):
+                continue
+            damage = self._check_part(run_id, case_id)[1]
+            npy = self.reference_npy_path(case_id) if run_id == REFERENCE else None
+            npy_bad = npy_damage(npy) if npy and os.path.exists(npy) else ""
+            if not damage and not npy_bad:
+                continue
+            bad, why = (path, damage) if damage else (npy, npy_bad)
+            also = [p for p in (path, npy) if p and p != bad and os.path.exists(p)]
+            aside = move_aside(bad)
+            for p in also:  # the rest of the reference, recomputed with it
+                move_aside(p)
+            log(f"warning: {bad}: damaged ({why}); moved to {aside}"
+                + (f" (with {', '.join(os.path.basename(p) for p in also)})" if also else "")
+                + ", its unit will be recomputed")
+            moved += 1
+        return moved
 
     def manifest_path(self):
         return os.path.join(self.dir, "manifest.json")

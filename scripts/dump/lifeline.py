@@ -26,7 +26,7 @@ def _prctl_pdeathsig():
         return False
 
 
-def _alive(pid):
+def alive(pid):
     """False for no such process and for a zombie (dead, not reaped yet: a parent killed by its own
     parent's death stays one until init reaps it, and os.kill(pid, 0) still succeeds on it)."""
     try:
@@ -53,7 +53,7 @@ def die_with_parent():
             _prctl_pdeathsig()
             if os.getppid() != want:  # it died between the check and the request
                 os._exit(137)
-        elif not _alive(want):  # orphaned before we could ask
+        elif not alive(want):  # orphaned before we could ask
             os._exit(137)
     os.environ["RETRO_PARENT_PID"] = str(os.getpid())
 

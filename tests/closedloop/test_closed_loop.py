@@ -7,7 +7,8 @@ decode through the retro_bench binding.
   KL(full || method) < 1e-6 at every teacher-forced position;
 - a method that keeps only the sinks (streaming window 1) and oracle k = 4 measurably diverge, and with
   dense_layers covering every layer the sink-only method equals full again (the option works);
-- resume: a second session computes nothing; a deleted part file is recomputed alone;
+- resume: a second session computes nothing; a deleted part file is recomputed alone; a damaged one (cut
+  short, emptied) is listed by `validate --results`, moved aside to NAME.damaged and recomputed;
 - a budget sweep builds each index once per case (HeadMethod.clone) and equals its points run alone;
 - bad input (unknown method or parameter, a model the loaders cannot read, a prompt beyond the model's
   context, --device cuda where torch sees no GPU) is a clear error before any model work; where torch
@@ -156,6 +157,52 @@ class ClosedLoop(unittest.TestCase):
         self.assertEqual(after[victim]["fidelity"]["kl_mean"],
                          [x for x in before if x["run_id"] == victim][0]["fidelity"]["kl_mean"])
         self.assertEqual([f for _, _, fs in os.walk(d) for f in fs if ".tmp-" in f], [])
+
+
+class DamagedParts(unittest.TestCase):
+    def test_damaged_parts_are_moved_aside_and_recomputed(self):
+        """A method part cut short and an emptied reference part (issue 43 #3): `validate --results` lists
+        both (exit 2); a resumed session moves each aside to NAME.damaged (the reference's .npy with it),
+        says so in one line each, recomputes them, and the records equal the undamaged run's."""
+        cfg = tiny_config("tiny-damaged", LOSSY[:1])
+        r = run(cfg)
+        self.assertEqual(r.returncode, 0, r.stderr[-3000:])
+        before = records("tiny-damaged")
+        d = os.path.join(TMP, "results", "tiny-damaged")
+        with open(os.path.join(d, "manifest.json")) as f:
+            case = json.load(f)["cases"][0]["id"]
+        method = [x for x in before if x["method"] == "streaming"][0]["run_id"]
+        cut = os.path.join(d, "parts", method, case + ".json")
+        emptied = os.path.join(d, "parts", "reference", case + ".json")
+        npy = emptied[:-len(".json")] + ".npy"
+        self.assertTrue(os.path.exists(npy))
+        os.truncate(cut, 100)
+        os.truncate(emptied, 0)
+        r = subprocess.run([BIN, "validate", "--results", d], capture_output=True, text=True)
+        self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+        self.assertIn(f"{cut}: damaged (truncated JSON (ends after 100 bytes, inside a value))", r.stdout)
+        self.assertIn(f"{emptied}: damaged (empty file)", r.stdout)
+        self.assertEqual(r.stdout.count(": damaged ("), 2, r.stdout)
+
+        r = run(cfg, "--resume")
+        self.assertEqual(r.returncode, 0, r.stderr[-3000:])
+        self.assertNotIn("Traceback", r.stderr)
+        lines = [x.split("warning: ", 1)[-1] for x in r.stderr.splitlines() if ": damaged (" in x]
+        self.assertEqual(len(lines), 2, r.stderr[-3000:])
+        self.assertIn(f"{cut}: damaged (truncated JSON (ends after 100 bytes, inside a value)); moved to {cut}.damaged, "
+                      "its unit will be recomputed", lines)
+        self.assertIn(f"{emptied}: damaged (empty file); moved to {emptied}.damaged (with {case}.npy), its unit will "
+                      "be recomputed", lines)
+        for path, size in ((cut, 100), (emptied, 0)):
+            self.assertEqual(os.path.getsize(path + ".damaged"), size, path)
+            with open(path) as f:
+                self.assertEqual(json.load(f)["case"], case)  # recomputed
+        self.assertTrue(os.path.exists(npy + ".damaged") and os.path.exists(npy))
+        after = records("tiny-damaged")
+        for a, b in zip(before, after):
+            self.assertEqual((a["run_id"], a["fidelity"], a["task"]), (b["run_id"], b["fidelity"], b["task"]))
+        r = subprocess.run([BIN, "validate", "--results", d], capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
 
 
 class SharedBuild(unittest.TestCase):

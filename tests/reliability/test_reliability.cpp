@@ -1,10 +1,13 @@
 // Reliability of `retro-bench run` against what happens to real sweeps (issue 16): concurrent runs into
 // one results directory, kill -9 and SIGTERM mid-run, a trace replaced under --resume, a killed synth, a
-// stop request during trace generation, a corrupt manifest. Each test asserts that nothing is lost or
-// mixed. Tiny synthetic traces: the whole suite runs in seconds (ctest -L reliability).
+// stop request during trace generation, a corrupt manifest, damaged part files (issue 43). Each test
+// asserts that nothing is lost or mixed. Tiny synthetic traces: the whole suite runs in seconds
+// (ctest -L reliability).
 #include "../cli/cli_harness.hpp"
 
+#include <algorithm>
 #include <map>
+#include <sstream>
 
 #include "trace/h5util.hpp"
 #include "trace/reader.hpp"
@@ -250,6 +253,134 @@ TEST_F(Reliability, OutOfRangeNumberIsAConfigErrorAndValidateGoesOn) {
         << r.out;
     EXPECT_NE(r.out.find("good.json: OK config 'good'"), std::string::npos) << r.out;
     EXPECT_EQ(r.out.find("internal error"), std::string::npos) << r.out;
+}
+
+/// The part files of results directory `dir`, relative paths sorted ("parts/<run_id>/L<l>_H<h>.json").
+std::vector<std::string> part_files(const std::string& dir) {
+    std::vector<std::string> v;
+    for (auto& e : fs::recursive_directory_iterator(dir + "/parts"))
+        if (e.is_regular_file() && e.path().extension() == ".json") v.push_back(fs::relative(e.path(), dir).string());
+    std::sort(v.begin(), v.end());
+    return v;
+}
+
+/// The lines of `out` that contain `what`.
+std::vector<std::string> lines_with(const std::string& out, const std::string& what) {
+    std::vector<std::string> v;
+    std::istringstream in(out);
+    for (std::string line; std::getline(in, line);)
+        if (line.find(what) != std::string::npos) v.push_back(line);
+    return v;
+}
+
+/// Damages three parts of `dir` the ways a disk fault, an interrupted copy and a hand copy do: `cut` to its
+/// first 100 bytes, `emptied`, and `foreign` replaced by a copy of `donor` (a whole part of another unit).
+void damage_three(const std::string& dir, const std::string& cut, const std::string& emptied,
+                  const std::string& foreign, const std::string& donor) {
+    fs::resize_file(dir + "/" + cut, 100);
+    fs::resize_file(dir + "/" + emptied, 0);
+    fs::copy_file(dir + "/" + donor, dir + "/" + foreign, fs::copy_options::overwrite_existing);
+}
+
+// Damaged parts (issue 43 #3): a part cut short, an empty one and another unit's copy are listed by
+// `validate --results` (exit 2, nothing moved), then `run --resume` reports each in one line, moves it
+// aside to NAME.damaged (NAME.damaged.1 when that is taken) and recomputes its unit alone: the records
+// equal the undamaged run's, and a second validate finds nothing.
+TEST_F(Reliability, DamagedPartsAreListedMovedAsideAndRecomputed) {
+    make_trace("t.h5", 600, 6);
+    write_config("c.json", config("dmg", "t.h5"));
+    auto r = sh(bin() + " run c.json -q");
+    ASSERT_EQ(r.code, 0) << r.out;
+    const auto before = means("results/dmg");
+    const auto files = part_files("results/dmg");
+    ASSERT_EQ(files.size(), 4u * 2 * 3);
+    r = sh(bin() + " validate --results results/dmg");
+    EXPECT_EQ(r.code, 0) << r.out;
+    EXPECT_NE(r.out.find("results/dmg: OK results: 24 part file(s) checked (open-loop), none damaged"), std::string::npos)
+        << r.out;
+
+    // units of three runs (L1_H2 as in issue 43); the foreign part is a whole part of another run's other head
+    const std::string cut = files[5], emptied = files[6], foreign = files[13], donor = files[0];
+    damage_three("results/dmg", cut, emptied, foreign, donor);
+    const std::map<std::string, std::string> what = {
+        {cut, "damaged (truncated JSON (ends after 100 bytes, inside a value))"},
+        {emptied, "damaged (empty file)"},
+        {foreign, "damaged (another unit's part: it holds run "}};
+    r = sh(bin() + " validate --results results/dmg");
+    EXPECT_EQ(r.code, 2) << r.out;
+    EXPECT_EQ(lines_with(r.out, ": damaged (").size(), 3u) << r.out;
+    for (const auto& [file, why] : what)
+        EXPECT_NE(r.out.find("results/dmg/" + file + ": " + why), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("24 part file(s) checked (open-loop), 3 damaged"), std::string::npos) << r.out;
+    EXPECT_EQ(part_files("results/dmg"), files) << "validate must move nothing";
+
+    r = sh(bin() + " run c.json --resume -q");
+    ASSERT_EQ(r.code, 0) << r.out;
+    EXPECT_EQ(r.out.find("json.exception"), std::string::npos) << r.out;
+    EXPECT_EQ(lines_with(r.out, ": damaged (").size(), 3u) << r.out;
+    for (const auto& [file, why] : what) {
+        const std::string path = "results/dmg/" + file;
+        const auto line = lines_with(r.out, path + ": " + why);
+        ASSERT_EQ(line.size(), 1u) << r.out;
+        EXPECT_NE(line[0].find("; moved to " + path + ".damaged, its unit will be recomputed"), std::string::npos) << line[0];
+        EXPECT_TRUE(fs::exists(path + ".damaged")) << path;
+        EXPECT_NO_THROW(json::parse(slurp(path))) << path << " recomputed";
+    }
+    EXPECT_EQ(fs::file_size("results/dmg/" + cut + ".damaged"), 100u) << "the damaged file is kept as it was";
+    EXPECT_EQ(fs::file_size("results/dmg/" + emptied + ".damaged"), 0u);
+    EXPECT_EQ(slurp("results/dmg/" + foreign + ".damaged"), slurp("results/dmg/" + donor));
+    EXPECT_EQ(manifest("results/dmg")["sessions"][1]["jobs"], 3) << "only the three damaged units are recomputed";
+    EXPECT_TRUE(means("results/dmg") == before);
+    r = sh(bin() + " validate --results results/dmg");
+    EXPECT_EQ(r.code, 0) << r.out;
+
+    // damaged again: the earlier damaged copy is kept, this one goes to NAME.damaged.1
+    fs::resize_file("results/dmg/" + cut, 100);
+    r = sh(bin() + " run c.json --resume -q");
+    ASSERT_EQ(r.code, 0) << r.out;
+    EXPECT_NE(r.out.find("; moved to results/dmg/" + cut + ".damaged.1, its unit"), std::string::npos) << r.out;
+    EXPECT_EQ(fs::file_size("results/dmg/" + cut + ".damaged"), 100u);
+    EXPECT_TRUE(means("results/dmg") == before);
+}
+
+// A sharded sweep: `merge` names a damaged part (not a parser's message) and the shard that owns it; a
+// shard's --resume moves aside only the damaged parts of its own units; the last shard's resume merges
+// results equal to the undamaged sweep's.
+TEST_F(Reliability, ShardResumeMovesAsideOnlyItsOwnDamagedParts) {
+    make_trace("t.h5", 600, 6);
+    write_config("c.json", config("sh", "t.h5"));
+    for (const char* s : {"0/2", "1/2"}) {
+        const auto r = sh(bin() + " run c.json -q --shard " + s);
+        ASSERT_EQ(r.code, 0) << r.out;
+    }
+    const auto before = means("results/sh");
+    std::map<std::string, std::string> of_shard;  // shard -> one of its parts (each part records its shard)
+    for (const auto& f : part_files("results/sh"))
+        of_shard.emplace(json::parse(slurp("results/sh/" + f))["origin"]["shard"].get<std::string>(), f);
+    ASSERT_EQ(of_shard.size(), 2u);
+    const std::string p0 = "results/sh/" + of_shard["0/2"], p1 = "results/sh/" + of_shard["1/2"];
+    fs::resize_file(p0, 100);
+    fs::resize_file(p1, 0);
+    auto r = sh(bin() + " merge results/sh");
+    EXPECT_EQ(r.code, 2) << r.out;
+    EXPECT_NE(r.out.find("2 of 24 part files are damaged: " + of_shard["0/2"] +
+                         " (truncated JSON (ends after 100 bytes, inside a value); shard 0/2); " + of_shard["1/2"] +
+                         " (empty file; shard 1/2); rerun shards 0/2, 1/2"), std::string::npos) << r.out;
+    EXPECT_EQ(r.out.find("json.exception"), std::string::npos) << r.out;
+
+    r = sh(bin() + " run c.json -q --shard 0/2 --resume");
+    EXPECT_EQ(r.code, 2) << "the merge still finds shard 1's damaged part: " << r.out;
+    EXPECT_EQ(lines_with(r.out, ": damaged (truncated JSON").size(), 1u) << r.out;
+    EXPECT_TRUE(fs::exists(p0 + ".damaged"));
+    EXPECT_FALSE(fs::exists(p1 + ".damaged")) << "shard 0 must not touch shard 1's part";
+    EXPECT_EQ(fs::file_size(p1), 0u);
+    EXPECT_NE(r.out.find("1 of 24 part files are damaged: " + of_shard["1/2"] + " (empty file; shard 1/2); rerun shard 1/2"),
+              std::string::npos) << r.out;
+
+    r = sh(bin() + " run c.json -q --shard 1/2 --resume");
+    ASSERT_EQ(r.code, 0) << r.out;
+    EXPECT_NE(r.out.find(p1 + ": damaged (empty file); moved to " + p1 + ".damaged"), std::string::npos) << r.out;
+    EXPECT_TRUE(means("results/sh") == before);
 }
 
 }  // namespace
