@@ -16,6 +16,7 @@ import os
 import platform
 import shutil
 import socket
+import sys
 import time
 
 
@@ -64,7 +65,10 @@ def _is_lock_file(name):
 
 
 def _pid_gone(pid):
-    import lifeline  # scripts/dump (closed_loop.py puts it on the path)
+    dump = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "dump")
+    if dump not in sys.path:
+        sys.path.append(dump)
+    import lifeline  # scripts/dump/lifeline.py: a zombie counts as gone
     return not lifeline.alive(pid)
 
 
