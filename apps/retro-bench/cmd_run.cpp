@@ -139,8 +139,8 @@ const CommandRegistrar reg(10, [](CLI::App& app) {
     sub->add_flag("-q,--quiet", a->quiet, "no progress output");
     sub->add_option("--max-memory", a->max_memory,
                     "refuse to start when the estimated memory exceeds this, e.g. 8G (default: the available memory)");
-    sub->add_flag("--wait-lock", a->wait_lock,
-                  "wait for a run holding the results directory to finish (default: refuse to start)");
+    sub->add_flag("--wait-lock,--wait", a->wait_lock,
+                  "wait for the writers holding the results directory (a run, its model process) to finish (default: refuse to start, naming them)");
     sub->callback([] {});
     return std::function<int()>([a, &app] {
         if (a->resume && a->force) throw ConfigError("--resume and --force exclude each other");
