@@ -1,6 +1,7 @@
 #include "run/cuda_backend.hpp"
 
 #include "cuda_api.hpp"
+#include "gpu/gpu_methods.hpp"
 #include "run/layer_common.hpp"
 #include "run/layer_runs.hpp"
 
@@ -30,8 +31,12 @@ class CudaBackend final : public GpuBackend {
         return m;
     }
     void run_layer(const GpuLayerJob& job, const std::function<void(const GpuStep&)>& on_step) const override {
-        if (job.method == GpuMethod::wave) run_wave_layer(job, on_step);
-        else run_full_layer(job, on_step);
+        const GpuMethodInfo* m = find_gpu_method(job.method);
+        const LayerRun run = find_layer_run(job.method);
+        if (!m || !run)
+            throw ParamError("cuda backend: no GPU run for method '" + job.method + "' (GPU methods: " +
+                             gpu_method_names() + ")");
+        run(job, on_step);
     }
 };
 

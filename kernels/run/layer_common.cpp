@@ -4,6 +4,7 @@
 #include <string>
 
 #include "core/half.hpp"
+#include "gpu/gpu_methods.hpp"
 
 namespace retro::gpu_run {
 
@@ -30,8 +31,9 @@ LayerShape check_job(const GpuLayerJob& job) {
             throw ParamError("cuda backend: steps must be ascending decode steps of the slices (0.." +
                              std::to_string(h0.num_steps - 1) + ")");
     s.last = job.steps.back();
-    if (job.method == GpuMethod::wave && job.wave.gqa != GroupRank::sum)
-        throw ParamError("cuda backend: wave ranks clusters by the sum over the group (gqa = sum) only");
+    const GpuMethodInfo* m = find_gpu_method(job.method);
+    if (!m) throw ParamError("cuda backend: '" + job.method + "' has no GPU twin (GPU methods: " + gpu_method_names() + ")");
+    m->check(job);
     return s;
 }
 

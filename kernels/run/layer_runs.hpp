@@ -3,6 +3,7 @@
 // pinned host memory read over PCIe when offloaded) and the wave decode path. Both call only
 // cuda_api.hpp, so they run against the CUDA kernels or against the CPU emulation (kernels/cpu_emulation.cpp).
 #include <functional>
+#include <string>
 
 #include "gpu/backend.hpp"
 
@@ -12,6 +13,13 @@ using StepFn = std::function<void(const GpuStep&)>;
 
 void run_full_layer(const GpuLayerJob& job, const StepFn& on_step);
 void run_wave_layer(const GpuLayerJob& job, const StepFn& on_step);
+
+/// The layer run of each GPU method (gpu/gpu_methods.hpp), by name: what GpuBackend::run_layer calls.
+/// A method gains its run path with one entry here (layer_runs.cpp); the registry test checks that
+/// every GPU twin has one.
+using LayerRun = void (*)(const GpuLayerJob& job, const StepFn& on_step);
+/// The run for `method`, or nullptr when it has none.
+LayerRun find_layer_run(const std::string& method);
 
 /// The wave indexes of job's heads over the prompt, as run_wave_layer builds them (job.wave, its k-means
 /// on the GPU or the CPU): to pass as job.wave_heads to several runs of the layer (batch points).

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "core/check.hpp"
+#include "gpu/gpu_methods.hpp"
 #include "gpu/prediction.hpp"
 #include "gpu/replicas.hpp"
 #include "metrics/evaluator.hpp"
@@ -20,7 +21,7 @@ namespace {
 /// The layer's wave indexes over the prompt, as run_point's wave job would build them.
 BuiltWaveHeads build_index(const GpuBackend& gpu, const WaveRunOptions& o, const std::vector<HeadSlice>& heads) {
     GpuLayerJob job;
-    job.method = GpuMethod::wave;
+    job.method = "wave";
     for (const HeadSlice& h : heads) job.heads.push_back(&h);
     job.steps = {0};
     job.wave = o.wave;
@@ -28,18 +29,16 @@ BuiltWaveHeads build_index(const GpuBackend& gpu, const WaveRunOptions& o, const
     return gpu.build_wave(job);
 }
 
-/// One row kind: a method, full's kernel, wave's KV placement.
+/// One row kind: its label, a GPU method (gpu/gpu_methods.hpp), full's kernel, wave's KV placement.
 struct Kind {
-    GpuMethod m;
-    FullKernel fk;
+    std::string label;  ///< full, full-cudnn, full-own, wave, wave-hbm, wave-hbm-host
+    std::string method;
+    FullKernel fk = FullKernel::library;
     bool kv_on_gpu = false;
     bool device_gather = true;  ///< with kv_on_gpu: GpuLayerJob::wave_device_gather
 };
 
-std::string method_label(const Kind& k) {
-    if (k.m == GpuMethod::wave) return !k.kv_on_gpu ? "wave" : k.device_gather ? "wave-hbm" : "wave-hbm-host";
-    return k.fk == FullKernel::library ? "full" : k.fk == FullKernel::cudnn ? "full-cudnn" : "full-own";
-}
+std::string method_label(const Kind& k) { return k.label; }
 
 /// The speedups of rows[first..] (one context): the fastest full row of each batch is the baseline, every
 /// other measured row's speedup its step time over the row's.
@@ -64,9 +63,9 @@ void set_speedups(std::vector<WaveRunRow>& rows, size_t first) {
 WaveRunRow run_point(const GpuBackend& gpu, const WaveRunOptions& o, const Kind& kind,
                      const std::vector<HeadSlice>& heads, int batch, const BuiltWaveHeads* built) {
     const HeadSlice& h0 = heads[0];
-    const GpuMethod m = kind.m;
+    const GpuMethodInfo& m = *find_gpu_method(kind.method);
     GpuLayerJob job;
-    job.method = m;
+    job.method = m.name;
     job.full_kernel = kind.fk;
     job.wave_kv_on_gpu = kind.kv_on_gpu;
     job.wave_device_gather = kind.device_gather;
@@ -108,13 +107,13 @@ WaveRunRow run_point(const GpuBackend& gpu, const WaveRunOptions& o, const Kind&
         row.index_bytes += st.work.index_bytes * batch;
         row.replica_diff = std::max(row.replica_diff, replica_diff(st.out, batch, rows));
         if (o.hw) {
-            const LayerTime t = predict_gpu_step(st.work, gpu_overlap(m, false), h0.group, o.lookup_ns, batch, *o.hw);
+            const LayerTime t = predict_gpu_step(st.work, m.overlap(job), h0.group, o.lookup_ns, batch, *o.hw);
             row.model_select_us += t.select_us, row.model_h2d_us += t.h2d_us;
             row.model_attend_us += t.attend_us, row.model_step_us += t.attention_us;
         }
         for (size_t h = 0; h < ev.size(); ++h) {
             const Selection* sel = &all;
-            if (m == GpuMethod::wave) {
+            if (m.gpu_selects) {
                 sel = &st.selections[h];
             } else {
                 auto& ids = all.shared();
@@ -219,30 +218,30 @@ std::vector<WaveRunRow> run_wave_vs_full(const GpuBackend& gpu, const WaveRunOpt
         // full attention's kernels, then wave's rows, each over every batch
         std::vector<Kind> kinds;
         if (o.full_library && gpu.library_unsupported(lp.head_dim, lp.group).empty())
-            kinds.push_back({GpuMethod::full, FullKernel::library});
+            kinds.push_back({"full", "full", FullKernel::library});
         if (o.full_cudnn) {
             const std::string why = gpu.cudnn_unsupported(lp.head_dim, lp.group);
-            if (why.empty()) kinds.push_back({GpuMethod::full, FullKernel::cudnn});
+            if (why.empty()) kinds.push_back({"full-cudnn", "full", FullKernel::cudnn});
             else if (progress) progress("full-cudnn left out: " + why);
         }
-        if (o.full_own || kinds.empty()) kinds.push_back({GpuMethod::full, FullKernel::own});
-        if (o.wave_host) kinds.push_back({GpuMethod::wave, FullKernel::library, false});
-        if (o.wave_hbm) kinds.push_back({GpuMethod::wave, FullKernel::library, true, true});
-        if (o.wave_hbm_host) kinds.push_back({GpuMethod::wave, FullKernel::library, true, false});
+        if (o.full_own || kinds.empty()) kinds.push_back({"full-own", "full", FullKernel::own});
+        if (o.wave_host) kinds.push_back({"wave", "wave", FullKernel::library, false});
+        if (o.wave_hbm) kinds.push_back({"wave-hbm", "wave", FullKernel::library, true, true});
+        if (o.wave_hbm_host) kinds.push_back({"wave-hbm-host", "wave", FullKernel::library, true, false});
         const size_t first_row = rows.size();
         // the wave indexes over the prompt, built once for every batch point (in the GPU-only build the
         // k-means's final pass runs on one CPU core without BLAS: minutes per point at 128K)
         std::unique_ptr<BuiltWaveHeads> built;
         for (size_t k = 0; k < kinds.size(); ++k) {
             const Kind& kind = kinds[k];
-            const GpuMethod m = kind.m;
+            const bool shared_build = find_gpu_method(kind.method)->shared_build;
             bool fits = true;
             for (size_t i = 0; i < o.batches.size() && fits; ++i) {
                 const int B = o.batches[i];
                 if (progress) progress(method_label(kind) + " N=" + std::to_string(N) + " B=" + std::to_string(B));
                 WaveRunRow row;
                 try {
-                    if (m == GpuMethod::wave && !built) {
+                    if (shared_build && !built) {
                         if (progress) progress("wave indexes, context " + std::to_string(N));
                         built = std::make_unique<BuiltWaveHeads>(build_index(gpu, o, heads));
                     }

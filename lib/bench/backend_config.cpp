@@ -4,6 +4,7 @@
 #include <set>
 
 #include "bench/config.hpp"
+#include "bench/gpu_job_params.hpp"
 #include "core/error.hpp"
 #include "core/json_keys.hpp"
 
@@ -77,20 +78,10 @@ json CudaOptions::to_json() const {
 }
 
 void check_cuda_run(const MethodRun& r, const CudaOptions& o, const std::string& where) {
-    const std::string w = where + ": backend 'cuda'";
-    if (r.method != "full" && r.method != "wave")
-        throw ConfigError(w + " runs the methods full and wave only, not '" + r.method + "'");
-    if (r.method == "wave") {
-        if (r.params.value("gqa", "sum") != "sum")
-            throw ConfigError(w + ": wave parameter 'gqa' = \"" + r.params.value("gqa", "") +
-                              "\": the GPU ranks clusters by the sum over the group only (\"sum\")");
-        if (o.kmeans == "gpu" && r.params.value("seed", 0LL) != 0)
-            throw ConfigError(w + ": wave parameter 'seed' must be 0 with cuda.kmeans \"gpu\" "
-                                  "(segmented_kmeans_gpu starts from the stride midpoints only)");
-    }
+    gpu_job_for(r, o, where);  // a GPU twin, and its check of the job's fields
     if (r.system.is_object() && r.system.value("policy", "lru") == "belady")
-        throw ConfigError(w + ": system.policy \"belady\" needs the future; the GPU block cache runs online "
-                              "(use lru, lfu, fifo or clock)");
+        throw ConfigError(where + ": backend 'cuda': system.policy \"belady\" needs the future; the GPU block cache "
+                          "runs online (use lru, lfu, fifo or clock)");
 }
 
 }  // namespace retro

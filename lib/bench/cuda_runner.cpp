@@ -4,11 +4,12 @@
 #include <cmath>
 #include <memory>
 
+#include "bench/gpu_job_params.hpp"
 #include "bench/head_run.hpp"
+#include "gpu/gpu_methods.hpp"
 #include "gpu/prediction.hpp"
 #include "gpu/replicas.hpp"
 #include "methods/params.hpp"
-#include "methods/wave.hpp"
 #include "metrics/evaluator.hpp"
 #include "system/head_system.hpp"
 
@@ -55,7 +56,8 @@ struct HeadState {
     HeadPart part;
     std::unique_ptr<HeadSystem> sys;
     std::unique_ptr<Evaluator> ev;
-    std::unique_ptr<Method> full;  ///< full: the method itself gives the selection (every visible token)
+    /// A GPU method that does not report its selection (GpuMethodInfo::gpu_selects): its CPU twin gives it
+    std::unique_ptr<Method> twin;
     Selection sel;
 };
 
@@ -80,7 +82,8 @@ void run_cuda_layer(const RunConfig& cfg, const PreparedTrace& tr, const TraceRe
         if (skipped.count(r)) continue;
         const MethodRun& mr = cfg.runs[r];
         const SystemParams sp = mr.system.is_null() ? SystemParams{} : SystemParams::from_json(mr.system, "system");
-        const bool wave = mr.method == "wave";
+        GpuLayerJob gj = gpu_job_for(mr, cfg.cuda, "run " + mr.label());
+        const GpuMethodInfo& gm = *find_gpu_method(gj.method);
         std::vector<HeadState> heads((size_t)H);
         for (int h = 0; h < H; ++h) {
             const HeadSlice& sl = slices[(size_t)h];
@@ -91,33 +94,22 @@ void run_cuda_layer(const RunConfig& cfg, const PreparedTrace& tr, const TraceRe
             sc.prompt_len = sl.prompt_len, sc.num_kv_heads = tr.info.num_kv_heads;
             X.sys = std::make_unique<HeadSystem>(sp, hw, sc);
             X.ev = std::make_unique<Evaluator>(sl, cfg.recall_k);
-            if (!wave) {
-                X.full = find_method("full").make(mr.params);
-                X.full->build(head_context(sl, DType::f16), KVView{sl.keys.data(), sl.values.data(), sl.prompt_len, d});
+            if (!gm.gpu_selects) {  // the CPU twin gives the selection (full: every visible token)
+                X.twin = find_method(mr.method).make(mr.params);
+                X.twin->build(head_context(sl, DType::f16), KVView{sl.keys.data(), sl.values.data(), sl.prompt_len, d});
             }
         }
-        GpuLayerJob gj;
-        gj.method = wave ? GpuMethod::wave : GpuMethod::full;
         gj.heads = ptrs;
         gj.steps = tr.steps;
-        gj.batch = mr.batch;
-        gj.offloaded = !wave && mr.params.value("offloaded", false);
-        if (wave) gj.wave = wave_params_from_json(mr.params);
-        gj.kmeans_on_gpu = cfg.cuda.kmeans == "gpu";
         gj.cache = heads[0].sys->cache_params();
         gj.block_tokens = heads[0].sys->block_tokens();
-        gj.warmup = cfg.cuda.warmup;
-        gj.launch_gate = cfg.cuda.launch_gate;
-        gj.full_kernel = mr.kernel == "own"     ? FullKernel::own
-                         : mr.kernel == "cudnn" ? FullKernel::cudnn
-                                                : FullKernel::library;
-        if (wave) {
+        if (gm.shared_build) {
             const std::string key = mr.params.dump();
             auto it = built.find(key);
             if (it == built.end()) it = built.emplace(key, gpu.build_wave(gj)).first;
             gj.wave_heads = &it->second;
         }
-        const Overlap overlap = gpu_overlap(gj.method, gj.offloaded);
+        const Overlap overlap = gm.overlap(gj);
         double build_ms = 0;
         std::vector<float> qbuf((size_t)g * d);
         std::vector<QueryMetrics> qm;
@@ -130,18 +122,18 @@ void run_cuda_layer(const RunConfig& cfg, const PreparedTrace& tr, const TraceRe
                 const HeadSlice& sl = slices[(size_t)h];
                 const Selection* sel = nullptr;
                 Footprint fp;
-                if (wave) {
+                if (gm.gpu_selects) {
                     sel = &st.selections[(size_t)h];
                     fp = st.footprints[(size_t)h];
                 } else {
                     const KVView kv{sl.keys.data(), sl.values.data(), st.n, d};
                     for (int j = 0; j < g; ++j)
                         std::copy(sl.query(j, st.step), sl.query(j, st.step) + d, qbuf.begin() + (size_t)j * d);
-                    X.full->append(kv, st.n - 1);
+                    X.twin->append(kv, st.n - 1);
                     X.sel.clear();
-                    X.full->select(qbuf.data(), st.step, kv, X.sel);
+                    X.twin->select(qbuf.data(), st.step, kv, X.sel);
                     sel = &X.sel;
-                    fp = X.full->footprint();
+                    fp = X.twin->footprint();
                 }
                 X.ev->prepare_step(st.step);
                 X.ev->evaluate_output(*sel, mr.method, st.out + (size_t)h * g * d, st.lse + (size_t)h * g, qm);

@@ -18,9 +18,7 @@
 
 namespace retro {
 
-enum class GpuMethod { full, wave };
-
-/// The kernel that computes full attention (GpuMethod::full): the field's library (FlashInfer's batch
+/// The kernel that computes full attention (method "full"): the field's library (FlashInfer's batch
 /// decode, kernels/flashinfer_decode.cu: the baseline), cuDNN's fused attention (kernels/cudnn_decode.cpp:
 /// what PyTorch's SDPA runs on Hopper, the fastest decode on the H200) or the project's own
 /// flash-decoding kernel (decode_attention: the readable reference, reported beside them).
@@ -35,7 +33,8 @@ struct BuiltWaveHeads {
 
 /// One layer of one trace on the GPU.
 struct GpuLayerJob {
-    GpuMethod method = GpuMethod::full;
+    /// The method, by its registry name: a GPU twin of gpu/gpu_methods.hpp ("full", "wave").
+    std::string method = "full";
     std::vector<const HeadSlice*> heads;  ///< [H] KV heads of one layer: same head_dim, group, lengths
     std::vector<int> steps;               ///< decode steps evaluated, ascending (the others only append)
     int batch = 1;                        ///< B replicas of the request, each with its own KV copy

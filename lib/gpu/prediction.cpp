@@ -38,9 +38,4 @@ PhaseFit PhaseFit::fit(const std::vector<std::pair<double, double>>& points) {
     return f;
 }
 
-Overlap gpu_overlap(GpuMethod m, bool offloaded) {
-    if (m == GpuMethod::wave) return Overlap::wave;
-    return offloaded ? Overlap::stream : Overlap::serial;
-}
-
 }  // namespace retro

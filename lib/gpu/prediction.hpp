@@ -19,9 +19,6 @@ LayerWork gpu_layer_work(const GpuStepWork& w, Overlap overlap, int group, doubl
 LayerTime predict_gpu_step(const GpuStepWork& w, Overlap overlap, int group, double lookup_ns, int batch,
                            const HardwareSpec& hw);
 
-/// The overlap the cost model assumes for a GPU method (wave; offloaded full: stream; full: serial).
-Overlap gpu_overlap(GpuMethod m, bool offloaded);
-
 /// One GPU phase as a device runs it: a fixed latency (kernel launches and drains, single-block work that
 /// does not grow with the data) plus its bytes at the rate the phase attains — an empirical roofline with
 /// a latency term, fitted to the phase's measured times (the pure roofline above has neither: it was

@@ -289,7 +289,7 @@ TEST(BackendConfig, ErrorsNameTheKeyAndTheChoices) {
 
     j = cuda_config();
     j["methods"] = json::parse(R"([{"name": "quest"}])");
-    EXPECT_TRUE(has(error_of(j), "backend 'cuda' runs the methods full and wave only, not 'quest'")) << error_of(j);
+    EXPECT_TRUE(has(error_of(j), "backend 'cuda' runs the methods with a GPU twin only (full, wave), not 'quest'")) << error_of(j);
     j["methods"] = json::parse(R"([{"name": "wave", "params": {"gqa": "max"}}])");
     EXPECT_TRUE(has(error_of(j), "'gqa' = \"max\"")) << error_of(j);
     j["methods"] = json::parse(R"([{"name": "wave", "params": {"seed": 3}}])");

@@ -20,6 +20,8 @@
 #include <thread>
 
 #include "bench/config.hpp"
+#include "bench/gpu_job_params.hpp"
+#include "gpu/gpu_methods.hpp"
 #include "bench/runner.hpp"
 #include "bench/summary.hpp"
 #include "core/fs.hpp"
@@ -174,7 +176,7 @@ BACKEND_TEST(WaveMatchesTheCpuWaveMethod) {
         sys.push_back(std::make_unique<HeadSystem>(sp, hw, sc));
     }
     GpuLayerJob job;
-    job.method = GpuMethod::wave;
+    job.method = "wave";
     for (const HeadSlice& h : heads) job.heads.push_back(&h);
     job.steps = {0, 9, 40, 100, 127, 128, 129, 140, 159};
     job.batch = B;
@@ -280,7 +282,7 @@ BACKEND_TEST(PrebuiltWaveHeadsGiveTheSameSteps) {
     const int H = 2, prompt = 1500, steps = 4;
     const auto heads = layer_heads(H, prompt, steps);
     GpuLayerJob job;
-    job.method = GpuMethod::wave;
+    job.method = "wave";
     for (const HeadSlice& h : heads) job.heads.push_back(&h);
     job.steps = {0, 1, 3};
     job.batch = 2;
@@ -628,6 +630,45 @@ BACKEND_TEST(HardwareValuesMatchTheProfile) {
     for (const std::string& f : hardware_fields()) EXPECT_EQ(hardware_field(got, f), hardware_field(want, f)) << f;
     std::ofstream(values, std::ios::app) << "hbm_GBps -3\n";
     EXPECT_THROW(gpu_run::read_hardware_values(values), Error);
+}
+
+// The GPU method registry (gpu/gpu_methods.hpp, issue 41 #2): every GPU twin is a method of the CPU
+// registry, has a layer run in the backend and a binding of its parameters, and its defaults make a job
+// its own check accepts; a method without a twin is refused by name, by the config check and the backend.
+TEST(GpuMethods, EveryTwinHasItsCpuMethodALayerRunAndItsParameters) {
+    ASSERT_FALSE(gpu_method_registry().empty());
+    for (const GpuMethodInfo& m : gpu_method_registry()) {
+        SCOPED_TRACE(m.name);
+        EXPECT_NO_THROW(find_method(m.name));
+        EXPECT_NE(gpu_run::find_layer_run(m.name), nullptr);
+        EXPECT_EQ(find_gpu_method(m.name), &m);
+        MethodRun r;
+        r.method = m.name;
+        r.params = resolve_params(find_method(m.name), json::object());
+        r.batch = 2;
+        const GpuLayerJob job = gpu_job_for(r, CudaOptions{}, "test");
+        EXPECT_EQ(job.method, m.name);
+        EXPECT_EQ(job.batch, 2);
+        EXPECT_NO_THROW(m.check(job));
+        EXPECT_TRUE(m.overlap);
+    }
+    EXPECT_EQ(find_gpu_method("quest"), nullptr);
+    EXPECT_EQ(gpu_run::find_layer_run("quest"), nullptr);
+    MethodRun q;
+    q.method = "quest";
+    q.params = resolve_params(find_method("quest"), json::object());
+    try {
+        gpu_job_for(q, CudaOptions{}, "run quest");
+        FAIL() << "quest has no GPU twin yet";
+    } catch (const ConfigError& e) {
+        EXPECT_NE(std::string(e.what()).find("run quest: backend 'cuda' runs the methods with a GPU twin only (" +
+                                             gpu_method_names() + "), not 'quest'"),
+                  std::string::npos)
+            << e.what();
+    }
+    GpuLayerJob job;
+    job.method = "quest";
+    EXPECT_THROW(gpu_run::make_cuda_backend()->run_layer(job, [](const GpuStep&) {}), ParamError);
 }
 
 #if defined(RETRO_HAVE_CUDA) && !defined(RETRO_GPU_EMULATION)

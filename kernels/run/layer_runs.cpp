@@ -1,0 +1,14 @@
+// The layer run of each GPU method (layer_runs.hpp).
+#include "run/layer_runs.hpp"
+
+#include <map>
+
+namespace retro::gpu_run {
+
+LayerRun find_layer_run(const std::string& method) {
+    static const std::map<std::string, LayerRun> runs = {{"full", run_full_layer}, {"wave", run_wave_layer}};
+    const auto it = runs.find(method);
+    return it == runs.end() ? nullptr : it->second;
+}
+
+}  // namespace retro::gpu_run

@@ -1,0 +1,54 @@
+// A run's resolved parameters as a GPU layer job (gpu_job_params.hpp).
+#include "bench/gpu_job_params.hpp"
+
+#include <functional>
+#include <map>
+
+#include "gpu/gpu_methods.hpp"
+#include "methods/wave.hpp"
+
+namespace retro {
+
+namespace {
+
+using Binding = std::function<void(const nlohmann::json& params, GpuLayerJob& job)>;
+
+/// The binding of each GPU method's parameters: one entry per method of gpu_method_registry().
+const std::map<std::string, Binding>& bindings() {
+    static const std::map<std::string, Binding> b = {
+        {"full", [](const nlohmann::json& p, GpuLayerJob& job) { job.offloaded = p.value("offloaded", false); }},
+        {"wave", [](const nlohmann::json& p, GpuLayerJob& job) { job.wave = wave_params_from_json(p); }},
+    };
+    return b;
+}
+
+FullKernel full_kernel_of(const std::string& kernel) {
+    return kernel == "own" ? FullKernel::own : kernel == "cudnn" ? FullKernel::cudnn : FullKernel::library;
+}
+
+}  // namespace
+
+GpuLayerJob gpu_job_for(const MethodRun& r, const CudaOptions& o, const std::string& where) {
+    const std::string w = where + ": backend 'cuda'";
+    const GpuMethodInfo* m = find_gpu_method(r.method);
+    const auto b = bindings().find(r.method);
+    if (!m || b == bindings().end())
+        throw ConfigError(w + " runs the methods with a GPU twin only (" + gpu_method_names() + "), not '" +
+                          r.method + "'");
+    GpuLayerJob job;
+    job.method = m->name;
+    job.kmeans_on_gpu = o.kmeans == "gpu";
+    job.warmup = o.warmup;
+    job.launch_gate = o.launch_gate;
+    job.full_kernel = full_kernel_of(r.kernel);
+    job.batch = r.batch > 0 ? r.batch : 1;
+    b->second(r.params, job);
+    try {
+        m->check(job);
+    } catch (const ParamError& e) {
+        throw ConfigError(w + ": " + e.what());
+    }
+    return job;
+}
+
+}  // namespace retro

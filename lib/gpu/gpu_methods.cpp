@@ -1,0 +1,61 @@
+// The GPU twins of the CPU methods (gpu_methods.hpp). One entry per method, in display order.
+#include "gpu/gpu_methods.hpp"
+
+#include "core/error.hpp"
+
+namespace retro {
+
+namespace {
+
+// full: exact attention over every visible token with the library kernel (FlashInfer), cuDNN or the
+// project's own flash-decoding kernel; KV in device memory, or pinned host memory read over PCIe every
+// step (offloaded: its reads stream with attention).
+GpuMethodInfo full_gpu_method() {
+    GpuMethodInfo m;
+    m.name = "full";
+    m.summary = "exact decode attention (FlashInfer, cuDNN or the own kernel); KV in HBM or offloaded to pinned host memory";
+    m.overlap = [](const GpuLayerJob& job) { return job.offloaded ? Overlap::stream : Overlap::serial; };
+    m.check = [](const GpuLayerJob&) {};
+    return m;
+}
+
+// wave (RetroInfer): cluster ranking and estimation on the GPU, the execution buffer assembled from the
+// block cache and the clustered KV (pinned host memory, or device memory), attention with the merge.
+GpuMethodInfo wave_gpu_method() {
+    GpuMethodInfo m;
+    m.name = "wave";
+    m.summary = "RetroInfer's wave index: ranking, estimation, block cache and gather, attention with the merge";
+    m.gpu_selects = true;
+    m.shared_build = true;
+    m.overlap = [](const GpuLayerJob&) { return Overlap::wave; };
+    m.check = [](const GpuLayerJob& job) {
+        if (job.wave.gqa != GroupRank::sum)
+            throw ParamError("wave parameter 'gqa' = \"" + std::string(job.wave.gqa == GroupRank::max ? "max" : "mean") +
+                             "\": the GPU ranks clusters by the sum over the group only (\"sum\")");
+        if (job.kmeans_on_gpu && job.wave.seed != 0)
+            throw ParamError("wave parameter 'seed' must be 0 with cuda.kmeans \"gpu\" (segmented_kmeans_gpu "
+                             "starts from the stride midpoints only)");
+    };
+    return m;
+}
+
+}  // namespace
+
+const std::vector<GpuMethodInfo>& gpu_method_registry() {
+    static const std::vector<GpuMethodInfo> r = {full_gpu_method(), wave_gpu_method()};
+    return r;
+}
+
+const GpuMethodInfo* find_gpu_method(const std::string& name) {
+    for (const GpuMethodInfo& m : gpu_method_registry())
+        if (m.name == name) return &m;
+    return nullptr;
+}
+
+std::string gpu_method_names() {
+    std::string s;
+    for (const GpuMethodInfo& m : gpu_method_registry()) s += (s.empty() ? "" : ", ") + m.name;
+    return s;
+}
+
+}  // namespace retro

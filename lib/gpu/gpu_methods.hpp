@@ -1,0 +1,43 @@
+#pragma once
+// The GPU method registry (issue 41 #2): the methods the cuda backend runs, each a GPU twin of a method
+// of the CPU registry (methods/params.hpp) under the same name, as FAISS mirrors its CPU indexes with GPU
+// ones. The runner (lib/bench/cuda_runner) and the drivers look a run's method up here — no enum, no
+// name comparisons; the backend (kernels/run/cuda_backend.cpp) holds the layer runner registered for each
+// name, and lib/bench/gpu_job_params.cpp turns a run's resolved parameters into the job's fields.
+// Adding a method to the GPU: an entry here (gpu_methods.cpp), a layer runner in kernels/run, a params
+// binding in lib/bench/gpu_job_params.cpp (docs/cuda.md, "A method on the GPU"). JSON-free: the
+// RETRO_GPU_ONLY driver uses it too.
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "gpu/backend.hpp"
+#include "system/layer_time.hpp"
+
+namespace retro {
+
+struct GpuMethodInfo {
+    std::string name;     ///< the CPU twin's registry name (the run's "name" in a config)
+    std::string summary;  ///< one line: what the GPU does for it
+    /// The GPU reports the method's selection per step (GpuStep::selections, footprints); false: the CPU
+    /// twin runs beside the GPU to give it (full: every visible token, the method's own selection).
+    bool gpu_selects = false;
+    /// An index built once per (layer, parameters) and shared by the layer's runs at other batch sizes
+    /// (GpuBackend::build_index -> GpuLayerJob::built).
+    bool shared_build = false;
+    /// How the cost model overlaps the job's phases (system/layer_time.hpp).
+    std::function<Overlap(const GpuLayerJob& job)> overlap;
+    /// Throws ParamError when the job asks what the GPU path does not do (beyond the CPU twin's checks).
+    std::function<void(const GpuLayerJob& job)> check;
+};
+
+/// Every GPU method, in display order.
+const std::vector<GpuMethodInfo>& gpu_method_registry();
+
+/// The GPU twin of `name`, or nullptr when the method has none.
+const GpuMethodInfo* find_gpu_method(const std::string& name);
+
+/// "full, wave": the names, for messages.
+std::string gpu_method_names();
+
+}  // namespace retro
