@@ -5,6 +5,7 @@
 #include "core/fs.hpp"
 #include "core/hash.hpp"
 #include "core/host.hpp"
+#include "gpu/gpu_methods.hpp"
 #include "methods/params.hpp"
 #include "system/head_system.hpp"
 #include "trace/trace.hpp"
@@ -120,6 +121,8 @@ std::vector<json> write_run_summaries(const SweepSummaryInput& in) {
             if (mr.batch > 0) {
                 rec["cuda"] = cuda_record_summary(rec["metrics"], mr.batch, in.device);
                 if (!mr.kernel.empty()) rec["cuda"]["kernel"] = mr.kernel;  // full: flashinfer | cudnn | own
+                if (const GpuMethodInfo* t = find_gpu_method(mr.method); t && t->kv_axis)
+                    rec["cuda"]["kv"] = mr.kv.empty() ? "host" : mr.kv;  // wave: host | gpu
             }
             if (!cfg.throughput.is_null())  // decode throughput vs batch (lib/system/cost_model.hpp)
                 rec["throughput"] = record_throughput(

@@ -18,10 +18,41 @@ std::string parse_backend(const json& v, const std::string& where) {
     return v.get<std::string>();
 }
 
+namespace {
+
+/// j[key]: one of `choices` or a list of distinct ones (a sweep axis). ConfigError naming where.key.
+std::vector<std::string> choice_list(const json& j, const char* key, const std::vector<std::string>& choices,
+                                     const std::string& where) {
+    const json k = j[key].is_array() ? j[key] : json::array({j[key]});
+    const std::string w = where + "." + key;
+    if (k.empty()) throw ConfigError(w + ": empty list of values");
+    std::string names;
+    for (size_t i = 0; i < choices.size(); ++i)
+        names += (i == 0 ? "" : i + 1 == choices.size() ? " or " : ", ") + ("\"" + choices[i] + "\"");
+    std::vector<std::string> out;
+    for (const json& x : k) {
+        if (!x.is_string() || std::find(choices.begin(), choices.end(), x.get<std::string>()) == choices.end())
+            throw ConfigError(w + " = " + j[key].dump() + ": expected " + names + " (or a list of them)");
+        if (std::find(out.begin(), out.end(), x.get<std::string>()) != out.end())
+            throw ConfigError(w + " = " + j[key].dump() + ": duplicate entries");
+        out.push_back(x.get<std::string>());
+    }
+    return out;
+}
+
+bool boolean(const json& j, const char* key, const std::string& where) {
+    if (!j[key].is_boolean()) throw ConfigError(where + "." + key + " = " + j[key].dump() + ": expected true or false");
+    return j[key].get<bool>();
+}
+
+}  // namespace
+
 CudaOptions CudaOptions::from_json(const json& j, const std::string& where) {
     if (!j.is_object())
-        throw ConfigError(where + ": expected an object {batch, kmeans, warmup, full_kernel, launch_gate}");
-    check_keys(j, {"batch", "kmeans", "warmup", "full_kernel", "launch_gate"}, where);
+        throw ConfigError(where + ": expected an object {batch, kmeans, warmup, full_kernel, launch_gate, wave_kv, "
+                                  "device_gather, host_threads}");
+    check_keys(j, {"batch", "kmeans", "warmup", "full_kernel", "launch_gate", "wave_kv", "device_gather", "host_threads"},
+               where);
     CudaOptions o;
     if (j.contains("batch")) {
         const json b = j["batch"].is_array() ? j["batch"] : json::array({j["batch"]});
@@ -48,32 +79,26 @@ CudaOptions CudaOptions::from_json(const json& j, const std::string& where) {
             throw ConfigError(where + ".warmup = " + w.dump() + ": expected an integer in [0, 100]");
         o.warmup = w.get<int>();
     }
-    if (j.contains("full_kernel")) {
-        const json k = j["full_kernel"].is_array() ? j["full_kernel"] : json::array({j["full_kernel"]});
-        if (k.empty()) throw ConfigError(where + ".full_kernel: empty list of values");
-        o.full_kernel.clear();
-        for (const json& x : k) {
-            const bool known = x.is_string() && (x.get<std::string>() == "flashinfer" ||
-                                                 x.get<std::string>() == "cudnn" || x.get<std::string>() == "own");
-            if (!known)
-                throw ConfigError(where + ".full_kernel = " + j["full_kernel"].dump() +
-                                  ": expected \"flashinfer\", \"cudnn\" or \"own\" (or a list of them)");
-            if (std::find(o.full_kernel.begin(), o.full_kernel.end(), x.get<std::string>()) != o.full_kernel.end())
-                throw ConfigError(where + ".full_kernel = " + j["full_kernel"].dump() + ": duplicate entries");
-            o.full_kernel.push_back(x.get<std::string>());
-        }
-    }
-    if (j.contains("launch_gate")) {
-        if (!j["launch_gate"].is_boolean())
-            throw ConfigError(where + ".launch_gate = " + j["launch_gate"].dump() + ": expected true or false");
-        o.launch_gate = j["launch_gate"].get<bool>();
+    if (j.contains("full_kernel")) o.full_kernel = choice_list(j, "full_kernel", {"flashinfer", "cudnn", "own"}, where);
+    if (j.contains("launch_gate")) o.launch_gate = boolean(j, "launch_gate", where);
+    if (j.contains("wave_kv")) o.wave_kv = choice_list(j, "wave_kv", {"host", "gpu"}, where);
+    if (j.contains("device_gather")) o.device_gather = boolean(j, "device_gather", where);
+    if (j.contains("host_threads")) {
+        const json& t = j["host_threads"];
+        if (!t.is_number_integer() || t.get<long long>() < 0 || t.get<long long>() > 256)
+            throw ConfigError(where + ".host_threads = " + t.dump() + ": expected an integer in [0, 256] (0: automatic)");
+        o.host_threads = t.get<int>();
     }
     return o;
 }
 
 json CudaOptions::to_json() const {
     json j = {{"batch", batch}, {"kmeans", kmeans}, {"warmup", warmup}, {"full_kernel", full_kernel}};
-    if (!launch_gate) j["launch_gate"] = false;  // the default left out: the manifests written before it stay the same
+    // the defaults left out: the manifests written before these keys stay the same
+    if (!launch_gate) j["launch_gate"] = false;
+    if (wave_kv != std::vector<std::string>{"host"}) j["wave_kv"] = wave_kv;
+    if (!device_gather) j["device_gather"] = false;
+    if (host_threads != 0) j["host_threads"] = host_threads;
     return j;
 }
 

@@ -22,6 +22,15 @@ struct CudaOptions {
     /// each timed step's launches queued behind a launch gate before the GPU runs it (GpuLayerJob::
     /// launch_gate): the GPU's time, not the host's launch calls; false: the calls inside the timing
     bool launch_gate = true;
+    /// where a method with a KV placement axis (GpuMethodInfo::kv_axis: wave) keeps the clustered KV, a
+    /// sweep axis: "host" (pinned host memory, misses over PCIe: the paper's offloaded setting) | "gpu"
+    /// (device memory: the within-GPU-memory setting, misses are device copies)
+    std::vector<std::string> wave_kv = {"host"};
+    /// with wave_kv "gpu": the execution buffers assembled on the device from the ranked ids (true) or by
+    /// the host's cache lookups and copy lists (false: the paper's host path, measured beside)
+    bool device_gather = true;
+    /// wave's host lookup workers (0: min(8, cores - 1); 1: the caller alone)
+    int host_threads = 0;
 
     /// Strict parse: unknown keys and bad values are ConfigErrors naming `where` and the key.
     static CudaOptions from_json(const nlohmann::json& j, const std::string& where);

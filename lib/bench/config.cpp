@@ -7,6 +7,7 @@
 #include "core/error.hpp"
 #include "core/json_file.hpp"
 #include "core/json_keys.hpp"
+#include "gpu/gpu_methods.hpp"
 #include "methods/params.hpp"
 #include "system/cost_model.hpp"
 #include "system/system_params.hpp"
@@ -44,7 +45,9 @@ std::string MethodRun::label() const {
             sys += (sys.empty() ? "" : ",") + it.key() + "=" + (it->is_string() ? it->get<std::string>() : it->dump());
         s += "@system(" + sys + ")";
     }
-    if (batch > 0) s += "@cuda(batch=" + std::to_string(batch) + (kernel.empty() ? "" : ",kernel=" + kernel) + ")";
+    if (batch > 0)
+        s += "@cuda(batch=" + std::to_string(batch) + (kernel.empty() ? "" : ",kernel=" + kernel) +
+             (kv.empty() ? "" : ",kv=" + kv) + ")";
     return s;
 }
 
@@ -263,18 +266,27 @@ RunConfig parse_config(const json& j, const std::string& origin) {
         for (auto it = params.begin(); it != params.end(); ++it)
             if (it->is_array() && it->empty())
                 throw ConfigError(mw + ".params." + it.key() + ": empty list of values");
-        // backend "cuda": full's kernel is one more axis of full's points
+        // backend "cuda": full's kernel and wave's KV placement are more axes of their points (the GPU
+        // twin says which it has: gpu/gpu_methods.hpp)
+        const GpuMethodInfo* twin = c.backend == "cuda" ? find_gpu_method(info->name) : nullptr;
         const std::vector<std::string> kernels =
-            c.backend == "cuda" && info->name == "full" ? c.cuda.full_kernel : std::vector<std::string>{""};
+            twin && twin->kernel_axis ? c.cuda.full_kernel : std::vector<std::string>{""};
+        std::vector<std::string> kvs = {""};
+        if (twin && twin->kv_axis) {
+            kvs.clear();
+            for (const std::string& k : c.cuda.wave_kv) kvs.push_back(k == "host" ? "" : k);
+        }
         for (const json& point : expand_grid(params))
             for (const json& sys : system_points)
                 for (const int batch : batches)
-                for (const std::string& kernel : kernels) {
+                for (const std::string& kernel : kernels)
+                for (const std::string& kv : kvs) {
                     MethodRun r;
                     r.method = info->name;
                     r.system = sys;
                     r.batch = batch;
                     r.kernel = kernel;
+                    r.kv = kv;
                     try {
                         r.params = resolve_params(*info, point);
                     } catch (const ConfigError& e) {
@@ -319,6 +331,7 @@ json RunConfig::resolved() const {
         if (!r.system.is_null()) rj["system"] = r.system;
         if (r.batch > 0) rj["batch"] = r.batch;
         if (!r.kernel.empty()) rj["kernel"] = r.kernel;
+        if (!r.kv.empty()) rj["kv"] = r.kv;
         j["runs"].push_back(rj);
     }
     return j;

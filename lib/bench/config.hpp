@@ -37,8 +37,11 @@ struct MethodRun {
     /// Backend "cuda", method full: its kernel, "flashinfer" | "own" (cuda.full_kernel, a sweep axis);
     /// "" otherwise.
     std::string kernel;
+    /// Backend "cuda", a method with a KV placement axis (wave): "gpu" for its KV in device memory
+    /// (cuda.wave_kv); "" for pinned host memory (the default) and for every other method.
+    std::string kv;
     /// "oracle_topk(k=100,gqa=per_head)"; cuda points end "@cuda(batch=8)", full's
-    /// "@cuda(batch=8,kernel=flashinfer)"
+    /// "@cuda(batch=8,kernel=flashinfer)", wave's in device memory "@cuda(batch=8,kv=gpu)"
     std::string label() const;
 };
 

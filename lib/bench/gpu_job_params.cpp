@@ -42,6 +42,9 @@ GpuLayerJob gpu_job_for(const MethodRun& r, const CudaOptions& o, const std::str
     job.launch_gate = o.launch_gate;
     job.full_kernel = full_kernel_of(r.kernel);
     job.batch = r.batch > 0 ? r.batch : 1;
+    job.wave_kv_on_gpu = r.kv == "gpu";
+    job.wave_device_gather = o.device_gather;
+    job.host_threads = o.host_threads;
     b->second(r.params, job);
     try {
         m->check(job);

@@ -169,6 +169,7 @@ std::string run_id_for(const PreparedTrace& t, const MethodRun& r, const RunConf
     if (r.batch > 0)  // backend "cuda" only: CPU run ids are unchanged
         key["cuda"] = {{"batch", r.batch}, {"kmeans", cfg.cuda.kmeans}, {"kv_heads", t.kv_heads}};
     if (!r.kernel.empty()) key["cuda"]["kernel"] = r.kernel;  // full's kernels are separate runs
+    if (!r.kv.empty()) key["cuda"]["kv"] = r.kv;              // so are wave's KV placements
     return run_id_stem(r.method) + "-" + short_hash(key.dump());
 }
 

@@ -14,6 +14,7 @@ GpuMethodInfo full_gpu_method() {
     GpuMethodInfo m;
     m.name = "full";
     m.summary = "exact decode attention (FlashInfer, cuDNN or the own kernel); KV in HBM or offloaded to pinned host memory";
+    m.kernel_axis = true;
     m.overlap = [](const GpuLayerJob& job) { return job.offloaded ? Overlap::stream : Overlap::serial; };
     m.check = [](const GpuLayerJob&) {};
     return m;
@@ -27,6 +28,7 @@ GpuMethodInfo wave_gpu_method() {
     m.summary = "RetroInfer's wave index: ranking, estimation, block cache and gather, attention with the merge";
     m.gpu_selects = true;
     m.shared_build = true;
+    m.kv_axis = true;
     m.overlap = [](const GpuLayerJob&) { return Overlap::wave; };
     m.check = [](const GpuLayerJob& job) {
         if (job.wave.gqa != GroupRank::sum)

@@ -25,6 +25,10 @@ struct GpuMethodInfo {
     /// An index built once per (layer, parameters) and shared by the layer's runs at other batch sizes
     /// (GpuBackend::build_index -> GpuLayerJob::built).
     bool shared_build = false;
+    /// Its full-attention kernel is a sweep axis (cuda.full_kernel: FlashInfer, cuDNN, the own kernel).
+    bool kernel_axis = false;
+    /// Its KV placement is a sweep axis (cuda.wave_kv: pinned host memory or device memory).
+    bool kv_axis = false;
     /// How the cost model overlaps the job's phases (system/layer_time.hpp).
     std::function<Overlap(const GpuLayerJob& job)> overlap;
     /// Throws ParamError when the job asks what the GPU path does not do (beyond the CPU twin's checks).

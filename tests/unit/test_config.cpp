@@ -7,8 +7,10 @@
 #include <cstdlib>
 #include <filesystem>
 #include <set>
+#include <tuple>
 
 #include "bench/config.hpp"
+#include "bench/gpu_job_params.hpp"
 #include "bench/measured_hardware.hpp"
 #include "bench/runner.hpp"
 #include "core/error.hpp"
@@ -168,6 +170,43 @@ TEST(BackendConfig, DefaultIsCpuAndRunIdsAreUnchanged) {
     ASSERT_EQ(c.runs.size(), 2u);
     EXPECT_EQ(c.runs[0].batch, 0);
     EXPECT_EQ(c.runs[0].label(), "full(offloaded=false)");
+}
+
+// wave's KV placement is a sweep axis of wave's points only (cuda.wave_kv, issue 41 #1); the default
+// ("host") leaves labels, run ids and the resolved cuda section as they were; the gather and host-thread
+// knobs reach the job; bad values are named.
+TEST(BackendConfig, WaveKvPlacementIsASweepAxisAndKnobsReachTheJob) {
+    const RunConfig base = parse_config(cuda_config(), "");
+    EXPECT_FALSE(base.resolved()["cuda"].contains("wave_kv"));
+    json j = cuda_config();
+    j["cuda"]["wave_kv"] = {"host", "gpu"};
+    j["cuda"]["device_gather"] = false;
+    j["cuda"]["host_threads"] = 3;
+    const RunConfig c = parse_config(j, "");
+    ASSERT_EQ(c.runs.size(), 9u);  // full's 3 batches + wave's 3 batches x 2 placements
+    EXPECT_EQ(c.runs[3].label(), base.runs[3].label());  // host: as before
+    EXPECT_EQ(c.runs[4].label(), base.runs[3].label().substr(0, base.runs[3].label().size() - 1) + ",kv=gpu)");
+    EXPECT_EQ(c.resolved()["runs"][4]["kv"], "gpu");
+    EXPECT_EQ(c.resolved()["cuda"]["wave_kv"], json({"host", "gpu"}));
+    PreparedTrace t;
+    t.trace_id = "trace";
+    t.steps = {0};
+    EXPECT_EQ(run_id_for(t, c.runs[3], c), run_id_for(t, base.runs[3], base));
+    EXPECT_NE(run_id_for(t, c.runs[4], c), run_id_for(t, c.runs[3], c));
+    const GpuLayerJob host = gpu_job_for(c.runs[3], c.cuda, "t"), gpu = gpu_job_for(c.runs[4], c.cuda, "t");
+    EXPECT_FALSE(host.wave_kv_on_gpu);
+    EXPECT_TRUE(gpu.wave_kv_on_gpu);
+    EXPECT_FALSE(gpu.wave_device_gather);
+    EXPECT_EQ(gpu.host_threads, 3);
+    for (const auto& [key, value, want] :
+         {std::tuple<const char*, json, const char*>{"wave_kv", "hbm", "cuda.wave_kv = \"hbm\": expected \"host\" or \"gpu\""},
+          {"wave_kv", json::array({"gpu", "gpu"}), "duplicate entries"},
+          {"device_gather", 1, "cuda.device_gather = 1: expected true or false"},
+          {"host_threads", -1, "cuda.host_threads = -1: expected an integer in [0, 256]"}}) {
+        json bad = cuda_config();
+        bad["cuda"][key] = value;
+        EXPECT_TRUE(has(error_of(bad), want)) << key << ": " << error_of(bad);
+    }
 }
 
 TEST(BackendConfig, BatchIsASweepAxis) {

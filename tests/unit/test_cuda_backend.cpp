@@ -454,6 +454,45 @@ BACKEND_TEST(RunMatchesTheCpuBackend) {
     EXPECT_NE(table.find("model step us"), std::string::npos) << table;
 }
 
+// wave's KV placement through `retro-bench run` (cuda.wave_kv, device_gather, host_threads; issue 41 #1):
+// the KV in device memory selects and attends exactly as in pinned host memory (device gather and the
+// host path alike), and moves nothing over PCIe.
+BACKEND_TEST(RunPlacesWavesKvWhereTheConfigSays) {
+    REQUIRE_DEVICE();
+    ScratchDir dir;
+    json j = json::parse(R"({"name": "kv", "kv_heads": [0, 1], "hardware": "h100-sxm-pcie5", "backend": "cuda",
+        "system": {"cache": 0.05}, "methods": [{"name": "wave"}],
+        "cuda": {"batch": [2], "wave_kv": ["host", "gpu"], "host_threads": 2}})");
+    j["traces"] = json::array({{{"path", dir.path + "/t.h5"},
+                                {"synth", {{"preset", "llama3-8b"}, {"prompt_len", 2048}, {"decode_steps", 3},
+                                           {"num_layers", 1}, {"prefill_queries", 0}}}}});
+    RunnerOptions opt;
+    opt.results_root = dir.path + "/results";
+    const auto backend = gpu_run::make_cuda_backend();
+    opt.gpu = backend.get();
+    const auto placed = run_config(parse_config(j, "kv.json"), opt);
+    j["name"] = "kv-host-gather";
+    j["cuda"]["wave_kv"] = "gpu";
+    j["cuda"]["device_gather"] = false;
+    const auto host_gather = run_config(parse_config(j, "kv2.json"), opt);
+    ASSERT_EQ(placed.records.size(), 2u);
+    ASSERT_EQ(host_gather.records.size(), 1u);
+    const json& host = placed.records[0];
+    const auto mean = [](const json& rec, const char* m) { return rec["metrics"][m]["mean"].get<double>(); };
+    EXPECT_EQ(host["cuda"]["kv"], "host");
+    EXPECT_GT(mean(host, "gpu_h2d_bytes"), 0);
+    for (const json* g : {&placed.records[1], &host_gather.records[0]}) {
+        SCOPED_TRACE((*g)["label"].get<std::string>());
+        EXPECT_EQ((*g)["cuda"]["kv"], "gpu");
+        EXPECT_NE((*g)["label"].get<std::string>().find(",kv=gpu)"), std::string::npos);
+        for (const char* m : {"recall@10", "recall@100", "mass", "exact_frac", "est_frac"})
+            EXPECT_NEAR(mean(host, m), mean(*g, m), 1e-9) << m;
+        EXPECT_NEAR(mean(host, "out_err"), mean(*g, "out_err"), 1e-4);  // another gather order on a GPU
+        EXPECT_EQ(mean(*g, "gpu_h2d_bytes"), 0.0);
+        EXPECT_EQ(mean(*g, "gpu_replica_diff"), 0.0);
+    }
+}
+
 // With no "hardware" key a cuda run measures its device and models it ("measured"): the manifest holds
 // the measured profile, and full attention's modeled attend time scales with its HBM rate exactly as
 // against a named profile.
