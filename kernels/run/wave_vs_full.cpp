@@ -11,7 +11,7 @@
 #include "core/check.hpp"
 #include "gpu/gpu_methods.hpp"
 #include "gpu/prediction.hpp"
-#include "gpu/replicas.hpp"
+#include "gpu/step_sample.hpp"
 #include "metrics/evaluator.hpp"
 
 namespace retro::gpu_run {
@@ -93,24 +93,12 @@ WaveRunRow run_point(const GpuBackend& gpu, const WaveRunOptions& o, const Kind&
     long evaluated = 0;
     Selection all;  // full attends every visible token
     std::vector<QueryMetrics> qm;
-    const size_t rows = heads.size() * h0.group * h0.head_dim;
+    const GpuStepContext ctx{&job, &m, o.hw, o.lookup_ns};
+    GpuStepMeans means;
     gpu.run_layer(job, [&](const GpuStep& st) {
-        ++row.steps;
-        row.measured.select_us += st.times.select_us, row.measured.estimate_us += st.times.estimate_us;
-        row.measured.gather_us += st.times.gather_us;
-        row.measured.attend_us += st.times.attend_us, row.measured.step_us += st.times.step_us;
-        row.measured.host_us += st.times.host_us, row.measured.admit_us += st.times.admit_us;
-        row.measured.plan_us += st.times.plan_us;
-        row.gate_timeouts += st.times.gate_timed_out ? 1 : 0;
-        row.h2d_bytes += st.batch_h2d_bytes;
+        means.add(sample_gpu_step(st, ctx));
         row.kv_bytes += st.work.attend_bytes * batch;
         row.index_bytes += st.work.index_bytes * batch;
-        row.replica_diff = std::max(row.replica_diff, replica_diff(st.out, batch, rows));
-        if (o.hw) {
-            const LayerTime t = predict_gpu_step(st.work, m.overlap(job), h0.group, o.lookup_ns, batch, *o.hw);
-            row.model_select_us += t.select_us, row.model_h2d_us += t.h2d_us;
-            row.model_attend_us += t.attend_us, row.model_step_us += t.attention_us;
-        }
         for (size_t h = 0; h < ev.size(); ++h) {
             const Selection* sel = &all;
             if (m.gpu_selects) {
@@ -125,12 +113,15 @@ WaveRunRow run_point(const GpuBackend& gpu, const WaveRunOptions& o, const Kind&
             for (const QueryMetrics& q : qm) err += q.out_err, rec += q.recall[0], ++evaluated;
         }
     });
-    const double s = std::max(1, row.steps);
-    for (double* x : {&row.measured.select_us, &row.measured.estimate_us, &row.measured.gather_us, &row.measured.attend_us, &row.measured.step_us,
-                      &row.measured.host_us, &row.measured.plan_us, &row.measured.admit_us, &row.h2d_bytes, &row.kv_bytes,
-                      &row.index_bytes, &row.model_select_us,
-                      &row.model_h2d_us, &row.model_attend_us, &row.model_step_us})
-        *x /= s;
+    means.finish();
+    row.steps = means.steps;
+    row.measured = means.times;
+    row.gate_timeouts = means.gate_timeouts;
+    row.h2d_bytes = means.batch_h2d_bytes;
+    row.replica_diff = means.replica_diff_max;
+    row.model_select_us = means.model.select_us, row.model_h2d_us = means.model.h2d_us;
+    row.model_attend_us = means.model.attend_us, row.model_step_us = means.model.attention_us;
+    for (double* x : {&row.kv_bytes, &row.index_bytes}) *x /= std::max(1, row.steps);
     if (evaluated > 0) row.out_err = err / evaluated, row.recall = rec / evaluated;
     if (o.hbm_bytes_per_s > 0 && row.measured.step_us > 0)
         row.hbm_frac = row.kv_bytes / (row.measured.step_us * 1e-6) / o.hbm_bytes_per_s;

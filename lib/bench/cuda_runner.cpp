@@ -7,8 +7,7 @@
 #include "bench/gpu_job_params.hpp"
 #include "bench/head_run.hpp"
 #include "gpu/gpu_methods.hpp"
-#include "gpu/prediction.hpp"
-#include "gpu/replicas.hpp"
+#include "gpu/step_sample.hpp"
 #include "methods/params.hpp"
 #include "metrics/evaluator.hpp"
 #include "system/head_system.hpp"
@@ -109,13 +108,12 @@ void run_cuda_layer(const RunConfig& cfg, const PreparedTrace& tr, const TraceRe
             if (it == built.end()) it = built.emplace(key, gpu.build_wave(gj)).first;
             gj.wave_heads = &it->second;
         }
-        const Overlap overlap = gm.overlap(gj);
+        const GpuStepContext ctx{&gj, &gm, &hw, sp.lookup_ns};
         double build_ms = 0;
         std::vector<float> qbuf((size_t)g * d);
         std::vector<QueryMetrics> qm;
         const auto on_step = [&](const GpuStep& st) {
-            const LayerTime model = predict_gpu_step(st.work, overlap, g, sp.lookup_ns, mr.batch, hw);
-            const double spread = replica_diff(st.out, mr.batch, (size_t)H * g * d);
+            const GpuStepSample sample = sample_gpu_step(st, ctx);
             build_ms = st.index_build_ms / H;
             for (int h = 0; h < H; ++h) {
                 HeadState& X = heads[(size_t)h];
@@ -141,22 +139,23 @@ void run_cuda_layer(const RunConfig& cfg, const PreparedTrace& tr, const TraceRe
                 auto& kv = X.part.kv_metrics;
                 kv["scan_ops"].push_back(sel->scan_ops / st.n);
                 X.sys->record(*sel, st.n, fp);
-                kv["gpu_select_us"].push_back(st.times.select_us);
-                kv["gpu_estimate_us"].push_back(st.times.estimate_us);
-                kv["gpu_gather_us"].push_back(st.times.gather_us);
-                kv["gpu_attend_us"].push_back(st.times.attend_us);
-                kv["gpu_step_us"].push_back(st.times.step_us);
-                kv["gpu_host_us"].push_back(st.times.host_us);
-                kv["gpu_admit_us"].push_back(st.times.admit_us);
-                kv["gpu_gate_timed_out"].push_back(st.times.gate_timed_out ? 1.0 : 0.0);
-                kv["gpu_h2d_bytes"].push_back(st.batch_h2d_bytes);
-                kv["gpu_d2h_bytes"].push_back(st.batch_d2h_bytes);
+                const GpuStepTimes& t = sample.times;
+                kv["gpu_select_us"].push_back(t.select_us);
+                kv["gpu_estimate_us"].push_back(t.estimate_us);
+                kv["gpu_gather_us"].push_back(t.gather_us);
+                kv["gpu_attend_us"].push_back(t.attend_us);
+                kv["gpu_step_us"].push_back(t.step_us);
+                kv["gpu_host_us"].push_back(t.host_us);
+                kv["gpu_admit_us"].push_back(t.admit_us);
+                kv["gpu_gate_timed_out"].push_back(t.gate_timed_out ? 1.0 : 0.0);
+                kv["gpu_h2d_bytes"].push_back(sample.batch_h2d_bytes);
+                kv["gpu_d2h_bytes"].push_back(sample.batch_d2h_bytes);
                 kv["gpu_head_h2d_bytes"].push_back(st.head_h2d_bytes[(size_t)h]);
-                kv["gpu_replica_diff"].push_back(spread);
-                kv["model_select_us"].push_back(model.select_us);
-                kv["model_h2d_us"].push_back(model.h2d_us);
-                kv["model_attend_us"].push_back(model.attend_us);
-                kv["model_step_us"].push_back(model.attention_us);
+                kv["gpu_replica_diff"].push_back(sample.replica_diff);
+                kv["model_select_us"].push_back(sample.model.select_us);
+                kv["model_h2d_us"].push_back(sample.model.h2d_us);
+                kv["model_attend_us"].push_back(sample.model.attend_us);
+                kv["model_step_us"].push_back(sample.model.attention_us);
             }
         };
         try {
