@@ -11,6 +11,7 @@
 #include <vector>
 #include "checks.hpp"
 #include "core/error.hpp"
+#include "core/threads.hpp"
 #include "cuda_api.hpp"
 #include "core/half.hpp"
 namespace retro::cuda {
@@ -320,8 +321,13 @@ KMeansResult segmented_kmeans_gpu(const float* x, int n, int d, const KMeansPara
             for (int e = 0; e < d; ++e) cent[(size_t)j * d + e] = sum[(size_t)j * d + e] * inv;
         }
     }
-    kmeans_assign(xc, n, d, cent.data(), K, res.plan.row_begin.data(), res.plan.cluster_begin.data(), S,
-                  kmeans_final_radius(p, S), res.assign.data());
+    if (p.final_assign == FinalAssign::probe && S > 1) {
+        // as kernels/kmeans.cu: the probed final pass (an IVF over the centroids) runs on the host
+        kmeans_probe_assign(xc, d, cent.data(), res.plan, p, compute_threads(), res.assign.data());
+    } else {
+        kmeans_assign(xc, n, d, cent.data(), K, res.plan.row_begin.data(), res.plan.cluster_begin.data(), S,
+                      kmeans_final_radius(p, S), res.assign.data());
+    }
     kmeans_finish(x, cent.data(), res);
     return res;
 }
