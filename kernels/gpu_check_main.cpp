@@ -249,7 +249,7 @@ int main(int argc, char** argv) {
                << gpu_run::wave_run_json(rows) << ",\n";
             txt << "\nwave decode step vs full attention per layer (synthetic layer: " << wo.layer.kv_heads * wo.layer.group
                 << " q / " << wo.layer.kv_heads << " kv heads, d=" << wo.layer.head_dim << "; times in us, means over "
-                << wo.layer.steps << " steps"
+                << wo.layer.steps << " steps; speed-ups from total_us = step_us + the admission after it"
                 << (wo.launch_gate ? ", each step's launches queued behind a launch gate" : ", launch calls inside the timing")
                 << "; model: the cost model on "
                 << (wo.hw ? hw.name : std::string("no profile (--hardware)")) << ")\n"

@@ -41,21 +41,22 @@ struct Kind {
 std::string method_label(const Kind& k) { return k.label; }
 
 /// The speedups of rows[first..] (one context): the fastest full row of each batch is the baseline, every
-/// other measured row's speedup its step time over the row's.
+/// other measured row's speedup its step time over the row's — the step with its admission
+/// (GpuStepTimes::total_us: the one timing rule, issue 40 #1).
 void set_speedups(std::vector<WaveRunRow>& rows, size_t first) {
     std::map<int, const WaveRunRow*> best;
     for (size_t i = first; i < rows.size(); ++i) {
         const WaveRunRow& r = rows[i];
-        if (r.status != "ok" || r.method.rfind("full", 0) != 0 || !(r.measured.step_us > 0)) continue;
+        if (r.status != "ok" || r.method.rfind("full", 0) != 0 || !(r.measured.total_us() > 0)) continue;
         const WaveRunRow*& b = best[r.batch];
-        if (!b || r.measured.step_us < b->measured.step_us) b = &r;
+        if (!b || r.measured.total_us() < b->measured.total_us()) b = &r;
     }
     for (size_t i = first; i < rows.size(); ++i) {
         WaveRunRow& r = rows[i];
         const auto it = best.find(r.batch);
         if (it == best.end() || r.status != "ok") continue;
         r.baseline = it->second->method;
-        if (&r != it->second) r.speedup = it->second->measured.step_us / r.measured.step_us;
+        if (&r != it->second) r.speedup = it->second->measured.total_us() / r.measured.total_us();
     }
 }
 
@@ -171,9 +172,9 @@ void calibrate_phases(std::vector<WaveRunRow>& rows) {
 
 std::string row_header() {
     char line[400];
-    std::snprintf(line, sizeof line, "%-8s %7s %5s %10s %6s %10s %9s %9s %9s %9s %9s %11s %8s %9s %8s %9s\n", "", "N",
-                  "B", "step_us", "HBM%", "model_us", "rank", "estimate", "gather", "attend", "host", "PCIe MB",
-                  "speedup", "out_err", "recall", "cal_us");
+    std::snprintf(line, sizeof line, "%-8s %7s %5s %10s %10s %6s %10s %9s %9s %9s %9s %9s %11s %8s %9s %8s %9s\n", "",
+                  "N", "B", "step_us", "total_us", "HBM%", "model_us", "rank", "estimate", "gather", "attend", "host",
+                  "PCIe MB", "speedup", "out_err", "recall", "cal_us");
     return line;
 }
 
@@ -184,8 +185,8 @@ std::string row_line(const WaveRunRow& r) {
     if (r.hbm_frac > 0) std::snprintf(hbm, sizeof hbm, "%.0f", 100 * r.hbm_frac);
     char cal[24] = "-";
     if (r.cal_step_us > 0) std::snprintf(cal, sizeof cal, "%.1f%s", r.cal_step_us, r.calibration_point ? "*" : "");
-    std::snprintf(line, sizeof line, "%-8s %7d %5d %10.1f %6s %10s %9.1f %9.1f %9.1f %9.1f %9.1f %11.2f %8s %9s %8s %9s\n",
-                  r.method.c_str(), r.context, r.batch, r.measured.step_us, hbm,
+    std::snprintf(line, sizeof line, "%-8s %7d %5d %10.1f %10.1f %6s %10s %9.1f %9.1f %9.1f %9.1f %9.1f %11.2f %8s %9s %8s %9s\n",
+                  r.method.c_str(), r.context, r.batch, r.measured.step_us, r.measured.total_us(), hbm,
                   r.modeled ? num(r.model_step_us).c_str() : "-", r.measured.select_us, r.measured.estimate_us,
                   r.measured.gather_us, r.measured.attend_us, r.measured.host_us, r.h2d_bytes / 1e6,
                   r.speedup > 0 ? num(r.speedup).c_str() : "-", r.out_err >= 0 ? num(r.out_err).c_str() : "-",
@@ -263,7 +264,8 @@ std::string wave_run_json(const std::vector<WaveRunRow>& rows) {
         const WaveRunRow& r = rows[i];
         js << (i ? ",\n    " : "\n    ") << "{\"method\": " << json_quote(r.method) << ", \"context\": " << r.context
            << ", \"batch\": " << r.batch << ", \"status\": " << json_quote(r.status) << ", \"steps\": " << r.steps
-           << ", \"step_us\": " << num(r.measured.step_us) << ", \"select_us\": " << num(r.measured.select_us)
+           << ", \"step_us\": " << num(r.measured.step_us) << ", \"total_us\": " << num(r.measured.total_us())
+           << ", \"select_us\": " << num(r.measured.select_us)
            << ", \"estimate_us\": " << num(r.measured.estimate_us)
            << ", \"gather_us\": " << num(r.measured.gather_us) << ", \"attend_us\": " << num(r.measured.attend_us)
            << ", \"host_us\": " << num(r.measured.host_us) << ", \"plan_us\": " << num(r.measured.plan_us) << ", \"admit_us\": " << num(r.measured.admit_us)

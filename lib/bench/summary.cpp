@@ -103,7 +103,7 @@ std::string summary_table(const std::vector<json>& records) {
     if (show_hit) head.insert(head.end() - 1, "cache hit");
     bool show_gpu = false;  // "backend": "cuda": the batch and the measured vs modeled layer step
     for (const auto& r : records) show_gpu = show_gpu || r.contains("batch");
-    if (show_gpu) head.insert(head.end(), {"batch", "gpu step us p50", "model step us"});
+    if (show_gpu) head.insert(head.end(), {"batch", "gpu step us p50", "gpu total us p50", "model step us"});
     if (show_trace) head.insert(head.begin(), "trace");
     rows.push_back(head);
     for (const auto& r : records) {
@@ -118,7 +118,8 @@ std::string summary_table(const std::vector<json>& records) {
         if (show_hit) row.insert(row.end() - 1, stat(r, "cache_hit", "mean", "{:.3f}"));
         if (show_gpu)
             row.insert(row.end(), {r.contains("batch") ? std::to_string(r["batch"].get<int>()) : "-",
-                                   stat(r, "gpu_step_us", "p50", "{:.1f}"), stat(r, "model_step_us", "mean", "{:.1f}")});
+                                   stat(r, "gpu_step_us", "p50", "{:.1f}"), stat(r, "gpu_total_us", "p50", "{:.1f}"),
+                                   stat(r, "model_step_us", "mean", "{:.1f}")});
         if (!sys_varying.empty()) {
             const auto sp = system_point(r);
             for (const auto& k : sys_varying)

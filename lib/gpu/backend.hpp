@@ -75,10 +75,16 @@ struct GpuStepTimes {
     double step_us = 0;      ///< the layer step on the critical path
     double host_us = 0;      ///< host: ranked ids -> cache lookup -> copy segments (-> library plan); 0 on the device path
     double plan_us = 0;      ///< of host_us: the library decode's planning of the execution buffers
-    double admit_us = 0;     ///< cache admission scatter, after the step (off the critical path)
+    double admit_us = 0;     ///< cache admission scatter, after the step, on the same stream
+
     /// job.launch_gate: whether the gate ended by its timeout (the host took longer than it to issue the
     /// step) rather than by release, so the step's times include the host's launch calls after all
     bool gate_timed_out = false;
+    /// The step's time under the one timing rule (issue 40 #1): everything the step causes before the next
+    /// step can start. The admission scatter runs on the method's stream after attention, so the next step
+    /// queues behind it: it counts, until an asynchronous admission that a timeline shows overlapping
+    /// moves it off the stream.
+    double total_us() const { return step_us + admit_us; }
 };
 
 /// Work of one layer step for ONE sequence (replica 0), summed over the layer's KV heads, in what the

@@ -71,7 +71,9 @@ std::vector<MetricInfo> gpu_metric_registry() {
         step("gpu_step_us", m + "the attention step on the critical path, first kernel to the end of attention "
                                 "(host lookup included)", "us"),
         step("gpu_host_us", "host wall time of the cache lookup and copy list, one layer step, the whole batch", "us"),
-        step("gpu_admit_us", m + "GPU cache admission scatter after the step (off the critical path)", "us"),
+        step("gpu_admit_us", m + "GPU cache admission scatter after the step, on the same stream", "us"),
+        step("gpu_total_us", m + "the step under the one timing rule: gpu_step_us + gpu_admit_us, everything the "
+                                 "step causes before the next can start (GpuStepTimes::total_us)", "us"),
         step("gpu_gate_timed_out", "1 when the step's launch gate ended by its timeout (cuda.launch_gate): the host "
                                    "took longer than 20 ms to issue the step, whose times then include its launch calls",
              ""),
