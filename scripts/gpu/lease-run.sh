@@ -64,7 +64,7 @@ if [[ -n ${RETRO_BENCH:-} ]]; then  # a microbenchmark group (retro_gpu_check --
   t0=$SECONDS
   timeout "${RETRO_BENCH_TIMEOUT:-120}" "$bin" --out "$out/bench" --bench-only "$RETRO_BENCH" --contexts "$ctx" \
     --batches "${RETRO_BENCH_BATCHES:-$bat}" > "$out/bench.log" 2>&1
-  echo "bench $RETRO_BENCH: exit $? ($((SECONDS - t0)) s)"; grep -E "^(cluster_select|estimate_attention|full_decode|wave_step)" "$out/bench/gpu-report.txt"
+  echo "bench $RETRO_BENCH: exit $? ($((SECONDS - t0)) s)"; grep -E "^(cluster_select|estimate_attention|full_decode|wave_kernels)" "$out/bench/gpu-report.txt"
 fi
 hwfile=$out/hardware.txt
 python3 "$root/scripts/hardware-values.py" "$root/configs/hardware/$hw.json" > "$hwfile" 2>/dev/null ||
