@@ -15,6 +15,8 @@
 //                     in device memory ("wave-hbm", within GPU memory, the step on the device alone), both
 //                     rows (default), or all three: + "wave-hbm-host" (device memory, host lookups and plan)
 //   --host-threads N  wave's host lookup workers (default min(8, cores - 1))
+//   --steps N         decode steps per row (default 8; the timing rule asks >= 64 timed)
+//   --warm-steps N    of them, the first N run in full but untimed: they fill the block cache (default 0)
 //   --no-launch-gate  time each step as one host thread issues it, its launch calls inside the events
 //                (default: behind a launch gate, the GPU's work alone; GpuLayerJob::launch_gate)
 //   --measured   the model calibrated by this device (gpu/measured.hpp): the --hardware profile (or the
@@ -74,6 +76,7 @@ int main(int argc, char** argv) {
     std::vector<int> contexts, batches;
     bool kmeans_gpu = true, measured = false, wave_host = true, wave_hbm = true, wave_hbm_host = false;
     int host_threads = 0;
+    int steps = 0, warm_steps = 0;  // --steps, --warm-steps (0 steps: the layer's default)
     bool quick = false, checks_only = false, wave_only = false, tiny = false;
     std::string bench_only;
     bool launch_gate = true;
@@ -92,6 +95,10 @@ int main(int argc, char** argv) {
             wave_host = v != "gpu", wave_hbm = v != "host", wave_hbm_host = v == "all";
         } else if (a == "--host-threads" && i + 1 < argc && std::atoi(argv[i + 1]) > 0)
             host_threads = std::atoi(argv[++i]);
+        else if (a == "--steps" && i + 1 < argc && std::atoi(argv[i + 1]) > 0)
+            steps = std::atoi(argv[++i]);
+        else if (a == "--warm-steps" && i + 1 < argc && std::atoi(argv[i + 1]) >= 0)
+            warm_steps = std::atoi(argv[++i]);
         else if ((a == "--contexts" || a == "--batches") && i + 1 < argc) {
             auto& v = a == "--contexts" ? contexts : batches;
             v = int_list(argv[++i]);
@@ -234,6 +241,13 @@ int main(int argc, char** argv) {
                 wo.contexts = {2048}, wo.batches = {1, 2}, wo.layer.steps = 3, wo.layer.kv_heads = 2;
                 wo.layer.head_dim = 64, wo.layer.topics = 32;
             }
+            if (steps > 0) wo.layer.steps = steps;
+            wo.warm_steps = warm_steps;
+            if (wo.warm_steps >= wo.layer.steps) {
+                std::fprintf(stderr, "retro_gpu_check: --warm-steps %d leaves none of the %d steps to time\n",
+                             wo.warm_steps, wo.layer.steps);
+                return 2;
+            }
             if (!contexts.empty()) wo.contexts = contexts;
             if (!batches.empty()) wo.batches = batches;
             wo.kmeans_on_gpu = kmeans_gpu;
@@ -249,7 +263,8 @@ int main(int argc, char** argv) {
                << gpu_run::wave_run_json(rows) << ",\n";
             txt << "\nwave decode step vs full attention per layer (synthetic layer: " << wo.layer.kv_heads * wo.layer.group
                 << " q / " << wo.layer.kv_heads << " kv heads, d=" << wo.layer.head_dim << "; times in us, means over "
-                << wo.layer.steps << " steps; speed-ups from total_us = step_us + the admission after it"
+                << wo.layer.steps - wo.warm_steps << " steps after " << wo.warm_steps
+                << " that fill the cache; speed-ups from total_us = step_us + the admission after it"
                 << (wo.launch_gate ? ", each step's launches queued behind a launch gate" : ", launch calls inside the timing")
                 << "; model: the cost model on "
                 << (wo.hw ? hw.name : std::string("no profile (--hardware)")) << ")\n"

@@ -97,6 +97,7 @@ WaveRunRow run_point(const GpuBackend& gpu, const WaveRunOptions& o, const Kind&
     const GpuStepContext ctx{&job, &m, o.hw, o.lookup_ns};
     GpuStepMeans means;
     gpu.run_layer(job, [&](const GpuStep& st) {
+        if (st.step < o.warm_steps) return;  // filling the cache: run, not timed (WaveRunOptions::warm_steps)
         means.add(sample_gpu_step(st, ctx));
         row.kv_bytes += st.work.attend_bytes * batch;
         row.index_bytes += st.work.index_bytes * batch;

@@ -26,6 +26,10 @@ struct WaveRunOptions {
     int block_bytes = 2048;
     double lookup_ns = 50;
     int warmup = 1;
+    /// Decode steps run in full (selection, gather, attention, cache admission) but left out of the
+    /// means: they fill the block cache before the timed steps (the one timing rule, issue 40 #1; the
+    /// layer's `steps` count them). 0: every step is timed, from a cold cache.
+    int warm_steps = 0;
     const HardwareSpec* hw = nullptr;  ///< the profile the prediction is for; none = no prediction
     /// Full attention's kernels, each a row: FlashInfer ("full") when this build has it for the shape,
     /// cuDNN's fused attention ("full-cudnn") when this build has the frontend and the machine loads
