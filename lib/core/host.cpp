@@ -11,7 +11,14 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <set>
+#include <sstream>
 #include <thread>
+#include <vector>
+
+#include <faiss/Index.h>  // FAISS_VERSION_*
+#include <hdf5.h>
 
 
 extern "C" void sgemm_(const char*, const char*, const int*, const int*, const int*, const float*,
@@ -48,6 +55,46 @@ std::string cpu_model() {
     }
     return "unknown";
 }
+/// The vector instruction sets of /proc/cpuinfo's "flags" that decide which kernels this machine runs
+/// (FAISS's and the attention's SIMD paths), in a fixed order; empty when unreadable.
+std::vector<std::string> cpu_flags() {
+    static const char* kKnown[] = {"sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl",
+                                   "avx512_vnni", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "asimd", "sve"};
+    std::ifstream in("/proc/cpuinfo");
+    std::string line;
+    while (std::getline(in, line)) {
+        if (line.rfind("flags", 0) != 0 && line.rfind("Features", 0) != 0) continue;  // x86 / arm64
+        std::istringstream words(line.substr(line.find(':') == std::string::npos ? 0 : line.find(':') + 1));
+        const std::set<std::string> have{std::istream_iterator<std::string>(words), std::istream_iterator<std::string>()};
+        std::vector<std::string> out;
+        for (const char* f : kKnown)
+            if (have.count(f)) out.push_back(f);
+        return out;
+    }
+    return {};
+}
+
+/// The libraries' versions this binary runs with: FAISS (compiled in), HDF5 (the loaded library),
+/// OpenBLAS's own description when the BLAS is OpenBLAS, CUDA (the toolkit the kernels were built with).
+nlohmann::json library_versions() {
+    nlohmann::json v;
+    v["faiss"] = std::to_string(FAISS_VERSION_MAJOR) + "." + std::to_string(FAISS_VERSION_MINOR) + "." +
+                 std::to_string(FAISS_VERSION_PATCH);
+    unsigned maj = 0, min = 0, rel = 0;
+    v["hdf5"] = H5get_libversion(&maj, &min, &rel) >= 0
+                    ? std::to_string(maj) + "." + std::to_string(min) + "." + std::to_string(rel)
+                    : std::string("unknown");
+    using GetConfig = const char* (*)();
+    const auto openblas = reinterpret_cast<GetConfig>(dlsym(RTLD_DEFAULT, "openblas_get_config"));
+    v["blas"] = openblas ? std::string(openblas()) : active_blas();  // "OpenBLAS 0.3.21 ... Cooperlake ..."
+#ifdef RETRO_CUDA_VERSION
+    v["cuda"] = std::string("toolkit ") + RETRO_CUDA_VERSION + " (kernels built)";
+#else
+    v["cuda"] = "not built";
+#endif
+    return v;
+}
+
 double memory_gb() {
     const long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGE_SIZE);
     return pages > 0 && psize > 0 ? (double)pages * psize / (1024.0 * 1024 * 1024) : 0.0;
@@ -66,6 +113,8 @@ nlohmann::json host_info() {
     j["memory_gb"] = std::round(memory_gb() * 10) / 10;
     j["os"] = std::string(u.sysname) + " " + u.release + " " + u.machine;
     j["blas"] = active_blas();
+    j["cpu_flags"] = cpu_flags();
+    j["versions"] = library_versions();
     j["git_revision"] = git_revision();
     j["version"] = RETRO_VERSION;
 #ifdef RETRO_HAVE_CUDA

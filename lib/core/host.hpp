@@ -11,7 +11,9 @@ namespace retro {
 /// ".../openblas-pthread/libblas.so.3"), resolved through symlinks, or "unknown".
 std::string active_blas();
 
-/// {hostname, cpu_model, cpu_cores, memory_gb, os, blas, git_revision, version, cuda_built}
+/// {hostname, cpu_model, cpu_cores, memory_gb, os, blas, cpu_flags (the vector instruction sets present:
+/// avx2, avx512f, ...), versions {faiss, hdf5, blas, cuda}, git_revision, version, cuda_built}. Never
+/// throws: a field it cannot read says "unknown" (or is empty).
 nlohmann::json host_info();
 
 /// Revision of the source this binary was built from (`git describe --always --dirty`).

@@ -229,6 +229,11 @@ class ResultsDir:
         host = json.loads(os.environ.get("RETRO_HOST_JSON") or "{}")
         host.update(hostname=socket.gethostname(), machine=platform.machine(), cpus=os.cpu_count(),
                     python=platform.python_version())
+        try:  # the model side's own library: the manifest says which torch ran the forward
+            import torch
+            host.setdefault("versions", {})["torch"] = torch.__version__
+        except ImportError:
+            pass
         m.update(experiment="closed-loop", config=config_source, resolved=resolved, status="running", host=host)
         m.setdefault("sessions", []).append(dict(start=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                                                  command=command, status="running"))

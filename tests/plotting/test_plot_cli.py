@@ -280,6 +280,18 @@ class ReportCommandTest(U.TempDirMixin, unittest.TestCase):
         self.assertNotIn("http://", re.sub(r'xmlns="http://[^"]*"', "", html))  # self-contained
         self.assertNotIn("https://", html)
 
+    def test_report_says_where_it_ran(self):
+        """The manifest's instruction sets and library versions (issue 42 #6) are rows of the report."""
+        from types import SimpleNamespace
+        from retroplot.report import manifest_html
+        host = {"hostname": "h", "blas": "OpenBLAS (x)", "cpu_flags": ["avx2", "avx512f"],
+                "versions": {"faiss": "1.7.3", "hdf5": "1.10.8", "cuda": "not built", "torch": "2.5.1"}}
+        html = manifest_html(SimpleNamespace(manifest={"name": "x", "host": host}))
+        self.assertIn("instruction sets", html)
+        self.assertIn("avx2, avx512f", html)
+        self.assertIn("faiss 1.7.3, hdf5 1.10.8, cuda not built, torch 2.5.1", html)
+        self.assertNotIn("&quot;faiss&quot;", html)  # a row of its own, not the raw JSON of an unknown key
+
     def test_best_per_budget(self):
         from retroplot.report import best_per_budget
         res = R.load(U.fixture("quickstart"))

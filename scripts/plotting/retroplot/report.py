@@ -157,10 +157,13 @@ def manifest_html(res):
         ("git revision", host.get("git_revision")), ("retro-bench version", host.get("version")),
         ("host", host.get("hostname")), ("CPU", host.get("cpu_model")), ("cores", host.get("cpu_cores")),
         ("memory (GB)", host.get("memory_gb")), ("OS", host.get("os")), ("BLAS", host.get("blas")),
+        ("instruction sets", ", ".join(host["cpu_flags"]) if isinstance(host.get("cpu_flags"), list) else None),
+        ("library versions", ", ".join(f"{k} {v}" for k, v in host["versions"].items())
+         if isinstance(host.get("versions"), dict) else None),
         ("CUDA kernels built", host.get("cuda_built"))] if v is not None]
     for k, v in host.items():
         if k not in ("git_revision", "version", "hostname", "cpu_model", "cpu_cores", "memory_gb", "os", "blas",
-                     "cuda_built"):
+                     "cuda_built", "cpu_flags", "versions"):
             rows.append([esc(k), esc(json.dumps(v) if isinstance(v, (dict, list)) else v)])
     parts.append(table(["field", "value"], rows, "kv", "manifest-table", left=(0, 1)))
     sess = m.get("sessions", [])
