@@ -31,9 +31,8 @@ class CudaBackend final : public GpuBackend {
         return m;
     }
     void run_layer(const GpuLayerJob& job, const std::function<void(const GpuStep&)>& on_step) const override {
-        const GpuMethodInfo* m = find_gpu_method(job.method);
-        const LayerRun run = find_layer_run(job.method);
-        if (!m || !run)
+        const LayerRun run = find_layer_run(job.method);  // its twin is checked by check_job inside the run
+        if (!run)
             throw ParamError("cuda backend: no GPU run for method '" + job.method + "' (GPU methods: " +
                              gpu_method_names() + ")");
         run(job, on_step);

@@ -175,9 +175,6 @@ int run_child(const std::vector<std::string>& args_in, const ChildOptions& opt) 
     return 3;
 }
 
-namespace {
-/// True when no live process has this PID: none at all, or a zombie (dead, not reaped yet: a parent
-/// killed by its own parent's death is one until init reaps it, and kill(pid, 0) still succeeds on it).
 bool process_gone(long pid) {
     std::FILE* f = std::fopen(("/proc/" + std::to_string(pid) + "/stat").c_str(), "r");
     if (!f) return kill((pid_t)pid, 0) != 0 && errno == ESRCH;  // no /proc: what kill(2) can tell
@@ -188,7 +185,6 @@ bool process_gone(long pid) {
     const char* close = std::strrchr(buf, ')');  // the state follows the command name, which may hold ')'
     return close && close[1] == ' ' && (close[2] == 'Z' || close[2] == 'X');
 }
-}  // namespace
 
 void die_with_parent_from_env() {
     const char* v = std::getenv("RETRO_PARENT_PID");

@@ -49,4 +49,9 @@ int run_child(const std::vector<std::string>& args, const ChildOptions& opt);
 /// alive but not the parent (the variable passed through a shell) is left alone. Call first in main().
 void die_with_parent_from_env();
 
+/// True when no live process has this PID on this host: none at all, or a zombie (dead, not reaped yet:
+/// a process killed by its parent's death stays one until init reaps it, and kill(pid, 0) still succeeds
+/// on it).
+bool process_gone(long pid);
+
 }  // namespace retro

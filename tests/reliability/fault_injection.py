@@ -29,6 +29,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "tests", "cluster"))
 import same_results  # noqa: E402  (the open loop's comparison, timings aside)
+sys.path.insert(0, os.path.join(ROOT, "scripts", "dump"))
+from lifeline import alive  # noqa: E402  (a zombie counts as gone, as for the processes themselves)
 
 
 # ---- processes ----
@@ -58,11 +60,6 @@ def descendants(pid):
             out.append(c)
             todo.append(c)
     return out
-
-
-def alive(pid):
-    st = _stat(pid)
-    return st is not None and st[1] != "Z"
 
 
 def wait_gone(pids, limit_s):

@@ -9,7 +9,6 @@
 
 #include <atomic>
 #include <chrono>
-#include <fstream>
 #include <thread>
 
 #include "bench/results_lock.hpp"
@@ -22,14 +21,7 @@ using namespace retro;
 
 namespace {
 
-/// True while `pid` is a live process (a zombie, dead but not reaped by its new parent, is not).
-bool alive(long pid) {
-    std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
-    std::string line;
-    if (!std::getline(f, line)) return false;
-    const size_t close = line.rfind(')');
-    return close != std::string::npos && close + 2 < line.size() && line[close + 2] != 'Z';
-}
+bool alive(long pid) { return !process_gone(pid); }
 
 bool gone_within(long pid, std::chrono::milliseconds limit) {
     const auto end = std::chrono::steady_clock::now() + limit;
