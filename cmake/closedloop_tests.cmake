@@ -1,5 +1,5 @@
-# Closed-loop tests (tests/closedloop/, scripts/closedloop/, docs/closed-loop.md): every method inside a
-# model's decode through the retro_bench binding (build/python), launched by `retro-bench run`:
+# Closed-loop tests (tests/closedloop/, python/retro_bench/closedloop/, docs/closed-loop.md): every method inside a
+# model's decode through the retro_bench package with its core (build/python), launched by `retro-bench run`:
 #   closedloop.tiny     the tiny random Llama of tests/dump (2 layers), every check incl. resume and bad input
 #   closedloop.smollm2  SmolLM2-135M (30 layers), 320 tokens of Emma: exhaustive = full, sinks-only diverges
 #   closedloop.qwen     Qwen2.5-Coder-0.5B (qwen2, 24 layers; fetched from PyPI once): a 1K dump with the GGUF
@@ -8,7 +8,7 @@
 #   closedloop.user_cases  "cases": FILE.jsonl on the tiny model: one accepted file, refusals by line (~20 s)
 #   closedloop.py_method   Python methods (examples/methods/) on the tiny model: their compiled twins' scores,
 #                          a broken one fails by name (~5 s)
-#   closedloop.claims   scripts/closedloop/claims.py on hand-written results directories (no model; ~1 s)
+#   closedloop.claims   retro_bench.closedloop.claims on hand-written results directories (no model; ~1 s)
 #   closedloop.progress the progress lines of a long prefill (closed_loop.py prefill_progress; no model; ~0.1 s)
 # Run by Debian's /usr/bin/python3; the closed loop itself runs in the dump venv (exit 77 = skipped when
 # it is missing). Included from tests/CMakeLists.txt after the retro-bench target exists.

@@ -1,4 +1,4 @@
-# Trace dumper tests (tests/dump/, scripts/dump/, docs/traces.md): a tiny randomly initialized Llama (both
+# Trace dumper tests (tests/dump/, python/retro_bench/dump/, docs/traces.md): a tiny randomly initialized Llama (both
 # RoPE layouts, GQA) and a ~1K-token SmolLM2 trace of two layers, from the GGUF and from the Hugging Face
 # checkpoint exported from it (--export-hf; the two traces compared), each checked against the model's own
 # attention output and read back through retro-bench validate/inspect (32 s idle, ~60 s on busy cores).

@@ -4,7 +4,7 @@
 # python.py_methods also needs retro-bench with Python methods (libpython; python/CMakeLists.txt).
 if(RETRO_HAVE_PYTHON_MODULE)
   set(_retro_py_tests ${CMAKE_SOURCE_DIR}/tests/python)
-  set(_retro_py_test_names binding_vs_run exhaustive api venv_import)
+  set(_retro_py_test_names binding_vs_run exhaustive api venv_import method_base)
   if(RETRO_HAVE_PYTHON_METHODS)
     list(APPEND _retro_py_test_names py_methods)
   endif()
@@ -14,7 +14,7 @@ if(RETRO_HAVE_PYTHON_MODULE)
              WORKING_DIRECTORY ${_retro_py_tests})
     set_tests_properties(python.${_t} PROPERTIES
       LABELS "python"
-      ENVIRONMENT "PYTHONPATH=$<TARGET_FILE_DIR:retro_bench>;RETRO_BIN=$<TARGET_FILE:retro-bench>;PYTHONDONTWRITEBYTECODE=1"
+      ENVIRONMENT "PYTHONPATH=${CMAKE_BINARY_DIR}/python;RETRO_BIN=$<TARGET_FILE:retro-bench>;PYTHONDONTWRITEBYTECODE=1"
       SKIP_RETURN_CODE 77
       TIMEOUT 300)
   endforeach()
@@ -26,6 +26,6 @@ if(RETRO_HAVE_PYTHON_MODULE)
            WORKING_DIRECTORY ${_retro_py_tests})
   set_tests_properties(python.pip_install PROPERTIES
     LABELS "python"
-    ENVIRONMENT "PYTHONPATH=$<TARGET_FILE_DIR:retro_bench>;RETRO_BIN=$<TARGET_FILE:retro-bench>;PYTHONDONTWRITEBYTECODE=1;RETRO_SOURCE_DIR=${CMAKE_SOURCE_DIR};RETRO_PIP_DIR_PREFIX=${CMAKE_BINARY_DIR}-pip"
+    ENVIRONMENT "PYTHONPATH=${CMAKE_BINARY_DIR}/python;RETRO_BIN=$<TARGET_FILE:retro-bench>;PYTHONDONTWRITEBYTECODE=1;RETRO_SOURCE_DIR=${CMAKE_SOURCE_DIR};RETRO_PIP_DIR_PREFIX=${CMAKE_BINARY_DIR}-pip"
     TIMEOUT 1200)
 endif()

@@ -2,8 +2,8 @@
 // The closed-loop experiment (docs/closed-loop.md) as the CLI runs it: `retro-bench run CONFIG` when the
 // config says "experiment": "closed-loop". The C++ side checks the config's keys and every method's
 // parameters against the registry (the same checks as a replay config's "methods"), then runs the Python
-// side (scripts/closedloop/closed_loop.py) with the dump venv's interpreter and build/python (the
-// retro_bench binding) on PYTHONPATH; the model work happens there.
+// side (retro_bench.closedloop.closed_loop, of the package beside the binary: build/python/retro_bench with
+// the compiled core) with the dump venv's interpreter; the model work happens there.
 #include <nlohmann/json.hpp>
 #include <string>
 

@@ -1,5 +1,5 @@
 // `retro-bench run CONFIG` for "experiment": "closed-loop" configs (configs/closedloop/*.json,
-// docs/closed-loop.md): checks, then scripts/closedloop/closed_loop.py in the dump venv.
+// docs/closed-loop.md): checks, then retro_bench.closedloop.closed_loop in the dump venv.
 #include <fmt/format.h>
 
 #include <cstdlib>
@@ -81,13 +81,11 @@ int run_closed_loop_config(const json& j, const std::string& origin, const Close
         return 0;
     }
     const std::string py = closed_loop_python(opt.device);
-    const std::string script = find_script("scripts/closedloop/closed_loop.py", "RETRO_CLOSED_LOOP_SCRIPT");
-    std::string pypath = (fs::path(exe_dir()) / "python").string();  // build/python: the retro_bench binding
-    if (const char* e = std::getenv("PYTHONPATH"); e && *e) pypath += std::string(":") + e;
+    // the package beside this binary (build/python/retro_bench: the compiled core the closed loop needs)
+    std::vector<std::string> args = python_module_command(py, "retro_bench.closedloop.closed_loop");
     const std::string command = !opt.command_line.empty() ? opt.command_line : "retro-bench run " + origin;
-    std::vector<std::string> args = {py, "-B", script, origin, "--runs-json", runs.dump(), "--results",
-                                     opt.results_root, "--command", command, "--retro-bin",
-                                     (fs::path(exe_dir()) / "retro-bench").string()};
+    args.insert(args.end(), {origin, "--runs-json", runs.dump(), "--results", opt.results_root, "--command", command,
+                             "--retro-bin", (fs::path(exe_dir()) / "retro-bench").string()});
     if (opt.resume) args.push_back("--resume");
     if (opt.force) args.push_back("--force");
     if (!opt.shard.empty()) args.insert(args.end(), {"--case-shard", opt.shard});
@@ -116,12 +114,12 @@ int run_closed_loop_config(const json& j, const std::string& origin, const Close
     clean_temp_files(lock);
     // RETRO_HOST_JSON: this binary's host_info() (git revision, BLAS, CPU, version), for the runner's manifest
     // "host" as an open-loop run records it (the report's header reads git_revision and blas there)
-    ChildOptions child{.env_set = {{"PYTHONPATH", pypath}, {"RETRO_HOST_JSON", host_info().dump()}},
+    ChildOptions child{.env_set = {{"RETRO_HOST_JSON", host_info().dump()}},
                        .what = "Python interpreter",
                        .hint = "the closed loop runs in the trace dumper's venv: bash scripts/dump/setup_venv.sh, "
                                "or set RETRO_CLOSED_LOOP_PYTHON",
                        .inherit_fds = lock.fds(),
-                       .on_started = [&](long pid) { lock.add_writer(pid, "closed loop: " + py + " " + script); }};
+                       .on_started = [&](long pid) { lock.add_writer(pid, "closed loop: " + py + " -m " + args[3]); }};
     const int rc = run_child(args, child);
     if (!existed && lock.exclusive() && holds_only_lock_files(dir))
         fs::remove_all(dir, ec);  // refused before anything was written (bad input): no empty directory left

@@ -1,7 +1,7 @@
 // `retro-bench plot RESULTS_DIR [MORE_DIRS...]` and `retro-bench report RESULTS_DIR [MORE_DIRS...]` (docs/plots.md):
 // figures and the self-contained HTML report (more directories: their closed-loop runs join the closed-loop figures
-// and tables, e.g. a second model). Both run scripts/plotting/retro_plot.py (matplotlib) with RETRO_PYTHON or
-// /usr/bin/python3 (Debian's python3-matplotlib), by posix_spawn with an argument vector (no shell).
+// and tables, e.g. a second model). Both run the package's retro_bench.plotting (matplotlib; spawn.hpp) with
+// RETRO_PYTHON or /usr/bin/python3 (Debian's python3-matplotlib), with an argument vector (no shell).
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
@@ -42,9 +42,8 @@ int run_script(const std::string& sub, const PlotArgs& a) {
             throw Error("results directory " + d + " does not exist (run `retro-bench run CONFIG` first)");
     }
     const std::string py = python_path();
-    const std::string script = find_script("scripts/plotting/retro_plot.py", "RETRO_PLOT_SCRIPT", "plotting/retro_plot.py");
-
-    std::vector<std::string> args = {py, "-B", script, sub};
+    std::vector<std::string> args = python_module_command(py, "retro_bench.plotting");
+    args.push_back(sub);
     args.insert(args.end(), a.results.begin(), a.results.end());
     if (!a.out.empty()) args.insert(args.end(), {"--out", a.out});
     if (sub == "plot") {

@@ -12,6 +12,7 @@
 #include "core/host.hpp"
 #include "core/error.hpp"
 #ifdef RETRO_HAVE_PYTHON_METHODS
+#include "spawn.hpp"
 #include "start_interpreter.hpp"
 #endif
 
@@ -39,7 +40,14 @@ int main(int argc, char** argv) {
     app.require_subcommand(1);
     app.set_version_flag("--version", std::string(RETRO_VERSION) + " (" + retro::git_revision() + ")");
 #ifdef RETRO_HAVE_PYTHON_METHODS
-    retro::pym::install_embedded_python_methods();  // "py:FILE:Class" methods; Python starts on first use
+    // "py:FILE:Class" methods; Python starts on first use, with the retro_bench package (Method) importable
+    retro::pym::install_embedded_python_methods([] {
+        try {
+            return python_package_dir();
+        } catch (const retro::Error&) {
+            return std::string();  // methods without `import retro_bench` still run
+        }
+    });
 #endif
     auto& reg = command_registry();
     std::sort(reg.begin(), reg.end(), [](auto& a, auto& b) { return a.order < b.order; });

@@ -1,4 +1,4 @@
-// Finding the project's Python scripts (spawn.hpp).
+// Finding the project's Python package (spawn.hpp).
 #include "spawn.hpp"
 
 #include <cstdlib>
@@ -25,24 +25,29 @@ std::string exe_dir() {
     return ec ? std::string() : exe.parent_path().string();
 }
 
-std::string find_script(const std::string& rel, const char* env_var, const std::string& installed_rel) {
-    if (const char* e = std::getenv(env_var); e && *e) {
-        if (!is_file(e)) throw Error(std::string(env_var) + "=" + e + ": no such file");
+std::string python_package_dir() {
+    const auto is_package = [](const fs::path& d) { return is_file((d / "__init__.py").string()) && is_file((d / "_launch.py").string()); };
+    if (const char* e = std::getenv("RETRO_PYTHON_PACKAGE"); e && *e) {
+        if (!is_package(e))
+            throw Error(std::string("RETRO_PYTHON_PACKAGE=") + e + ": not the retro_bench package (no __init__.py and _launch.py there)");
         return e;
     }
-    std::vector<std::string> tried = {std::string(source_dir()) + "/" + rel};
+    std::vector<fs::path> tried;
     if (const std::string d = exe_dir(); !d.empty()) {
-        tried.push_back((fs::path(d) / ".." / rel).lexically_normal().string());
-        if (!installed_rel.empty())
-            tried.push_back((fs::path(d) / "../share/retro-bench" / installed_rel).lexically_normal().string());
+        tried.push_back(fs::path(d) / "python" / "retro_bench");
+        tried.push_back((fs::path(d) / "..").lexically_normal());
     }
+    tried.push_back(fs::path(source_dir()) / "python" / "retro_bench");
     std::string list;
     for (const auto& p : tried) {
-        if (is_file(p)) return p;
-        list += (list.empty() ? "" : ", ") + p;
+        if (is_package(p)) return p.string();
+        list += (list.empty() ? "" : ", ") + p.string();
     }
-    throw Error("cannot find the script " + fs::path(rel).filename().string() + " (looked at " + list + "); set " +
-                env_var + " to its path");
+    throw Error("cannot find the retro_bench Python package (looked at " + list + "); set RETRO_PYTHON_PACKAGE to its directory");
+}
+
+std::vector<std::string> python_module_command(const std::string& python, const std::string& module) {
+    return {python, "-B", (fs::path(python_package_dir()) / "_launch.py").string(), module};
 }
 
 }  // namespace retro::cli

@@ -1,15 +1,24 @@
 #pragma once
-// Finding the project's Python scripts from the CLI (plot, report, closed-loop runs) in the source tree or
-// next to the executable; core/child_process.hpp runs them (they end when retro-bench ends).
+// Finding the project's Python package (retro_bench: plotting, report, the closed loop) from the CLI, in
+// the build tree, a wheel or the source tree; core/child_process.hpp runs its modules (they end when
+// retro-bench ends).
 #include <string>
+#include <vector>
 
 namespace retro::cli {
 
-/// A script of the source tree by its relative path (e.g. "scripts/plotting/retro_plot.py"):
-/// $`env_var` when set, else the source tree this binary was built from, else next to the executable
-/// (`<exe>/../<rel>`, `<exe>/../share/retro-bench/<installed_rel>` when installed_rel is not empty).
-/// Throws Error naming every place looked at.
-std::string find_script(const std::string& rel, const char* env_var, const std::string& installed_rel = "");
+/// The retro_bench package directory (the one holding __init__.py and _launch.py):
+/// $RETRO_PYTHON_PACKAGE when set; else `<exe>/python/retro_bench` (the build tree: build/python, the
+/// compiled core beside links to the source files); else `<exe>/..` (a wheel: the binary is
+/// retro_bench/bin/retro-bench); else the source tree this binary was built from (pure Python only: no
+/// compiled core). Throws Error naming every place looked at.
+std::string python_package_dir();
+
+/// The argument vector that runs `module` (e.g. "retro_bench.plotting") of the package found by
+/// python_package_dir() with interpreter `python`: `python -B <package>/_launch.py module`. The launcher
+/// imports the package from its own directory, so no PYTHONPATH is set and nothing of the interpreter's
+/// own environment (a venv's site-packages) is shadowed.
+std::vector<std::string> python_module_command(const std::string& python, const std::string& module);
 
 /// The directory of the running executable ("" when /proc/self/exe cannot be read).
 std::string exe_dir();

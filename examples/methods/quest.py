@@ -11,25 +11,21 @@ import math
 
 import numpy as np
 
+from retro_bench import Method, Param
 
-class QuestPages:
+
+class QuestPages(Method):
     description = "Quest page selection in Python: min/max-key page bounds, top pages per query head + the last page"
     paper = "Tang et al., Quest: Query-Aware Sparsity for Efficient Long-Context LLM Inference (ICML 2024)"
-    params = [
-        {"name": "k", "type": "number", "default": 2048, "min": 1e-9, "max": 1e9,
-         "description": "token budget: >= 1 tokens, in (0,1) a fraction of visible tokens",
-         "source": "Quest README: 2048-token budget"},
-        {"name": "page_size", "type": "int", "default": 16, "min": 1, "max": 1e6,
-         "description": "tokens per page", "source": "Quest: page_size 16"},
-    ]
-
-    def __init__(self, params):
-        self.k, self.P = params["k"], params["page_size"]
+    k = Param(2048, type="number", min=1e-9, max=1e9,
+              description="token budget: >= 1 tokens, in (0,1) a fraction of visible tokens",
+              source="Quest README: 2048-token budget")
+    page_size = Param(16, min=1, max=1e6, description="tokens per page", source="Quest: page_size 16")
 
     def build(self, ctx, keys, values, prefill_queries):
         """keys, values: [prompt_len, d]. Page metadata mn, mx: [pages, d] channel-wise min/max of keys."""
         self.token_bytes = ctx.kv_token_bytes
-        n, d, P = keys.shape[0], keys.shape[1], self.P
+        n, d, P = keys.shape[0], keys.shape[1], self.page_size
         pages = (n + P - 1) // P
         padded = np.full((pages * P, d), np.nan, np.float32)  # nan pads the last page; nanmin skips them
         padded[:n] = keys
@@ -39,8 +35,8 @@ class QuestPages:
 
     def append(self, kv, pos):
         """kv.keys: [pos + 1, d]; token pos became visible: it opens a page or widens the last one."""
-        k, j = kv.keys[pos], pos // self.P
-        if pos % self.P == 0:
+        k, j = kv.keys[pos], pos // self.page_size
+        if pos % self.page_size == 0:
             self.mn = np.vstack([self.mn, k])
             self.mx = np.vstack([self.mx, k])
         else:
@@ -50,7 +46,7 @@ class QuestPages:
 
     def select(self, queries, step, kv):
         """queries: [group, d] -> one id list per query head, page transfers as fetch units."""
-        n, P, g = kv.n, self.P, queries.shape[0]
+        n, P, g = kv.n, self.page_size, queries.shape[0]
         pages = (n + P - 1) // P
         last = pages - 1  # the last (possibly partial) page holds the current token: always attended
         tokens = math.floor(self.k + 0.5) if self.k >= 1 else max(1, math.floor(self.k * n + 0.5))  # C's round()
@@ -77,6 +73,6 @@ class QuestPages:
                 "fetch_units": order, "fetch_unit_tokens": np.full(len(order), P)}
 
     def footprint(self):
-        pages = (self.n + self.P - 1) // self.P
+        pages = (self.n + self.page_size - 1) // self.page_size
         meta = pages * self.token_bytes  # a min and a max row per page, as one token's key + value
-        return {"gpu_bytes": meta + (self.n - max(0, pages - 1) * self.P) * self.token_bytes}
+        return {"gpu_bytes": meta + (self.n - max(0, pages - 1) * self.page_size) * self.token_bytes}

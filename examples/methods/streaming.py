@@ -6,19 +6,16 @@ checks that both select the same tokens. Run it like any method:
 """
 import numpy as np
 
+from retro_bench import Method, Param
 
-class StreamingLLM:
+
+class StreamingLLM(Method):
     description = "StreamingLLM static pattern in Python: first `sink` tokens + last `window` tokens"
     paper = "Xiao et al., Efficient Streaming Language Models with Attention Sinks (ICLR 2024)"
-    params = [
-        {"name": "sink", "type": "int", "default": 4, "min": 0, "max": 1e9,
-         "description": "initial (attention-sink) tokens kept", "source": "RetroInfer steady zone (4+64)"},
-        {"name": "window", "type": "int", "default": 64, "min": 1, "max": 1e9,
-         "description": "most recent tokens kept, the current one included", "source": "RetroInfer steady zone (4+64)"},
-    ]
-
-    def __init__(self, params):
-        self.sink, self.window = params["sink"], params["window"]
+    sink = Param(4, min=0, max=1e9, description="initial (attention-sink) tokens kept",
+                 source="RetroInfer steady zone (4+64)")
+    window = Param(64, min=1, max=1e9, description="most recent tokens kept, the current one included",
+                   source="RetroInfer steady zone (4+64)")
 
     def build(self, ctx, keys, values, prefill_queries):
         """keys, values: [prompt_len, d]; nothing to index."""

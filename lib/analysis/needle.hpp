@@ -3,7 +3,7 @@
 // attend to them most? `retro-bench needle` prints it (docs/traces.md, "needle").
 //
 // The needle is the prompt token range [first_token, end_token) (by default the trace's `needle_tokens`
-// attribute, written by scripts/dump/dump_trace.py for needle-in-a-haystack prompts). For every (layer,
+// attribute, written by python/retro_bench/dump/dump_trace.py for needle-in-a-haystack prompts). For every (layer,
 // query head) and decode step: needle mass = full attention's weight on the range (softmax of
 // q.k/sqrt(d) over the visible tokens). Each method is built and replayed as `retro-bench run` does (build
 // on the prompt, append every decode token, select at every step); per head and step, in_exact = the

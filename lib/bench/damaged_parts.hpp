@@ -3,7 +3,7 @@
 // leaves a half-written one; a disk fault, an interrupted copy or a hand edit can. A part that does not
 // parse, is not a part, or holds another unit's key (copied from another run's folder) is damaged:
 // `run --resume` moves it aside to NAME.damaged and recomputes its unit; `validate --results DIR` lists
-// them without changing anything. The closed loop's Python side (scripts/closedloop/results.py) applies
+// them without changing anything. The closed loop's Python side (python/retro_bench/closedloop/results.py) applies
 // the same rules with the same words.
 #include <nlohmann/json.hpp>
 #include <string>

@@ -11,13 +11,16 @@
 
 namespace retro::pym {
 
-void install_embedded_python_methods() {
-    install_python_methods([] {
+void install_embedded_python_methods(std::function<std::string()> package_dir) {
+    install_python_methods([package_dir = std::move(package_dir)] {
         static std::once_flag once;
-        std::call_once(once, [] {
+        std::call_once(once, [&] {
             if (Py_IsInitialized()) return;
             // no Python signal handlers: retro-bench's own SIGINT/SIGTERM handling stays in charge
             pybind11::initialize_interpreter(false);
+            if (const std::string dir = package_dir ? package_dir() : std::string(); !dir.empty())
+                pybind11::module_::import("site").attr("addsitedir")(
+                    pybind11::module_::import("os.path").attr("dirname")(dir));
             new pybind11::gil_scoped_release();  // released for good (never destroyed)
         });
     });

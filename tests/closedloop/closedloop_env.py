@@ -1,7 +1,9 @@
 """What every closed-loop test needs before it starts: the paths (ROOT, BIN = retro-bench, VENV = the dump
-venv) and the two prerequisites, checked once here. Without the dump venv or the retro_bench binding the
+venv, PKG = the directory holding the retro_bench package with its compiled core: build/python) and the
+two prerequisites, checked once here; PKG goes first on sys.path, so a test imports the package's modules
+(retro_bench.closedloop.metrics) as the closed loop does. Without the dump venv or the compiled core the
 importing test exits 77 (ctest: skipped) with a line saying which is missing.
-Environment: RETRO_BIN (retro-bench), RETRO_DUMP_VENV, RETRO_PYTHONPATH (a binding built elsewhere)."""
+Environment: RETRO_BIN (retro-bench), RETRO_DUMP_VENV, RETRO_PYTHONPATH (a package built elsewhere)."""
 
 import glob
 import os
@@ -16,7 +18,9 @@ VENV = os.environ.get("RETRO_DUMP_VENV") or os.path.join(
 if not (os.path.exists(os.path.join(VENV, "bin", "python")) and os.path.exists(os.path.join(VENV, ".retro-stamp"))):
     print(f"SKIPPED: the dump venv is missing ({VENV}); run scripts/setup.sh", flush=True)
     sys.exit(77)
-if not (glob.glob(os.path.join(os.path.dirname(BIN), "python", "retro_bench*.so")) or os.environ.get("RETRO_PYTHONPATH")):
-    print(f"SKIPPED: the retro_bench binding was not built (no {os.path.dirname(BIN)}/python/retro_bench*.so: "
+PKG = os.environ.get("RETRO_PYTHONPATH") or os.path.join(os.path.dirname(BIN), "python")
+if not glob.glob(os.path.join(PKG, "retro_bench", "_core*.so")):
+    print(f"SKIPPED: the retro_bench package's core was not built (no {PKG}/retro_bench/_core*.so: "
           "pybind11-dev / python3-dev missing?)", flush=True)
     sys.exit(77)
+sys.path.insert(0, PKG)

@@ -1,4 +1,4 @@
-"""scripts/closedloop/claims.py (issue 27 #4, docs/closed-loop.md): NIAH accuracy minus full attention's per
+"""retro_bench.closedloop.claims (issue 27 #4, docs/closed-loop.md): NIAH accuracy minus full attention's per
 context, on hand-written results directories (no model, no venv; Debian's /usr/bin/python3 with numpy).
 
 Two directories of one model, as a grid split over two sessions: A holds 16K cases (16,000 and 16,384
@@ -21,9 +21,11 @@ import tempfile
 import unittest
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-SCRIPT = os.path.join(ROOT, "scripts", "closedloop", "claims.py")
-sys.path.insert(0, os.path.dirname(SCRIPT))
-import claims  # noqa: E402
+sys.path.insert(0, os.path.join(ROOT, "python"))  # the package's pure Python (no compiled core needed)
+from retro_bench.closedloop import claims  # noqa: E402
+
+# `python -m retro_bench.closedloop.claims` of the source tree's package, as a user runs it
+SCRIPT = [os.path.join(ROOT, "python", "retro_bench", "_launch.py"), "retro_bench.closedloop.claims"]
 
 RUNS = [{"id": "oracle_topk-aaaa", "method": "oracle_topk", "params": {"k": 300}, "label": "oracle 300"},
         {"id": "oracle_topk-bbbb", "method": "oracle_topk", "params": {"k": 100}, "label": "oracle 100"},
@@ -202,7 +204,7 @@ class Claims(unittest.TestCase):
         got = [(r["label"], r["variant"], r["correct"], r["cases"]) for r in claims.reference_accuracy([x, y, z])]
         self.assertEqual(got[0], ("16K", "multikey", 2, 3))
         self.assertEqual(rows[0]["step_ms_median"], 200.0)
-        out = subprocess.run([sys.executable, "-B", SCRIPT, "--reference", x, y], capture_output=True, text=True)
+        out = subprocess.run([sys.executable, "-B", *SCRIPT, "--reference", x, y], capture_output=True, text=True)
         self.assertEqual(out.returncode, 0, out.stderr)
         self.assertIn("| m | 16K | multikey | 1/2 | kjv d0.4 | 0.20 s |", out.stdout)
 
@@ -244,12 +246,12 @@ class Claims(unittest.TestCase):
         self.assertEqual(res["contexts"][0]["reference"]["expected"], 4)
 
     def test_command(self):
-        out = subprocess.run([sys.executable, "-B", SCRIPT, self.a, self.b], capture_output=True, text=True)
+        out = subprocess.run([sys.executable, "-B", *SCRIPT, self.a, self.b], capture_output=True, text=True)
         self.assertEqual(out.returncode, 0, out.stderr)
         self.assertIn("### qwen2.5-0.5b (GGUF) · 16K", out.stdout)
         self.assertIn("| oracle_topk k=100 | 2.0 | 50.0 | 75.0 | -25.0 | 66.7 | 4/4 cases | – | – |", out.stdout)
         self.assertIn("| streaming | 1.8 % | streaming sink=4,window=236 | 1.5 | 25.0 | 75.0 | -50.0 | no |", out.stdout)
-        js = subprocess.run([sys.executable, "-B", SCRIPT, "--json", self.a, self.b], capture_output=True, text=True)
+        js = subprocess.run([sys.executable, "-B", *SCRIPT, "--json", self.a, self.b], capture_output=True, text=True)
         self.assertEqual(json.loads(js.stdout), json.loads(json.dumps(self.res)))
 
     def test_bad_dirs(self):
@@ -259,7 +261,7 @@ class Claims(unittest.TestCase):
         shutil.rmtree(os.path.join(no_ref, "parts", "reference"))
         for d, missing in ((empty, "no manifest.json"), (no_ref, "no parts/reference/"),
                            (os.path.join(self.tmp, "nowhere"), "no such directory")):
-            out = subprocess.run([sys.executable, "-B", SCRIPT, self.a, d], capture_output=True, text=True)
+            out = subprocess.run([sys.executable, "-B", *SCRIPT, self.a, d], capture_output=True, text=True)
             self.assertEqual(out.returncode, 2)
             self.assertEqual(out.stdout, "")
             self.assertEqual(len(out.stderr.strip().splitlines()), 1, out.stderr)

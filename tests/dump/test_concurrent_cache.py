@@ -39,8 +39,8 @@ if not (os.path.exists(VPY) and os.path.exists(os.path.join(VENV, ".retro-stamp"
     print(f"SKIPPED: the trace dumper's venv is missing ({VENV}); run scripts/setup.sh", flush=True)
     sys.exit(77)
 
-sys.path.insert(0, os.path.join(ROOT, "scripts", "dump"))
-import pypi_models  # noqa: E402
+sys.path.insert(0, os.path.join(ROOT, "python"))  # the package's pure Python
+from retro_bench.dump import pypi_models  # noqa: E402
 
 N = 4  # concurrent first users
 

@@ -1,4 +1,4 @@
-"""The trace dumper (scripts/dump/dump_trace.py), end to end.
+"""The trace dumper (retro_bench.dump.dump_trace; scripts/dump/dump.sh), end to end.
 
 Each dump runs the dumper's own check (attention recomputed from the written file's q, K, V equals the
 model's attention output captured before o_proj; stored q/k equal RoPE of the captured pre-RoPE
@@ -22,7 +22,8 @@ import time
 import unittest
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-DUMP = os.path.join(ROOT, "scripts", "dump", "dump_trace.py")
+# the dumper as scripts/dump/dump.sh runs it: the source tree's package through its launcher
+DUMP = [os.path.join(ROOT, "python", "retro_bench", "_launch.py"), "retro_bench.dump.dump_trace"]
 VENV = os.environ.get("RETRO_DUMP_VENV") or os.path.join(
     os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"),
     "retro-bench", "dump-venv")
@@ -46,7 +47,7 @@ os.environ["RETRO_TEXT_CACHE"] = os.path.join(TMP, "texts")
 
 def dump(out, *args, expect_ok=True):
     """Runs the dumper in the venv; out None: no trace file argument (--export-hf alone)."""
-    r = subprocess.run([VPY, "-B", DUMP, *([out] if out is not None else []), *args], capture_output=True,
+    r = subprocess.run([VPY, "-B", *DUMP, *([out] if out is not None else []), *args], capture_output=True,
                        text=True)
     if expect_ok and r.returncode != 0:
         raise AssertionError(f"dump failed ({r.returncode}):\n{r.stderr[-3000:]}")
@@ -104,9 +105,8 @@ class TinyRandomLlama(unittest.TestCase):
 
     def test_layouts_are_distinguished(self):
         # the RoPE check is discriminative: the same keys in the other layout do not pass it
-        sys.path.insert(0, os.path.dirname(DUMP))
-        import importlib
-        dt = importlib.import_module("dump_trace")
+        sys.path.insert(0, os.path.join(ROOT, "python"))
+        from retro_bench.dump import dump_trace as dt
         rng = np.random.default_rng(0)
         x = rng.standard_normal((5, 32))
         pos = np.arange(100, 105)

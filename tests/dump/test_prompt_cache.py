@@ -1,5 +1,5 @@
 """The same prompt recipe gives the same prompt on every run, whether its text is freshly extracted or
-read back from the text cache (scripts/dump/prompts.py, docs/traces.md).
+read back from the text cache (retro_bench/dump/prompts.py, docs/traces.md).
 
 Regression test for issue 16 defect 1: on a machine with an empty cache the first dump built its prompt
 from the freshly extracted text (Moby-Dick holds "\\r\\n" line ends) and every later dump from the cached
@@ -20,9 +20,9 @@ import tempfile
 import unittest
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-sys.path.insert(0, os.path.join(ROOT, "scripts", "dump"))
+sys.path.insert(0, os.path.join(ROOT, "python"))  # the package's pure Python
 
-import prompts  # noqa: E402
+from retro_bench.dump import prompts  # noqa: E402
 
 
 class WordTokenizer:

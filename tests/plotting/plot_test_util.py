@@ -11,8 +11,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
 FIXTURES = os.path.join(HERE, "fixtures")
 INSPECT = os.path.join(FIXTURES, "inspect-synth-llama3-16k.json")
-SCRIPT = os.path.join(ROOT, "scripts", "plotting", "retro_plot.py")
-sys.path.insert(0, os.path.join(ROOT, "scripts", "plotting"))
+# `python -m retro_bench.plotting` of the source tree's package (its launcher: no PYTHONPATH needed)
+SCRIPT = [os.path.join(ROOT, "python", "retro_bench", "_launch.py"), "retro_bench.plotting"]
+sys.path.insert(0, os.path.join(ROOT, "python"))
 
 SKIP = 77  # ctest SKIP_RETURN_CODE
 

@@ -8,8 +8,8 @@ import shutil
 import unittest
 
 import plot_test_util as U
-from retroplot import figures as F
-from retroplot import results as R
+from retro_bench.plotting import figures as F
+from retro_bench.plotting import results as R
 
 ALL = ("quickstart", "wave-zones", "wave-estimation", "wave-segments", "wave-updates", "wave-cache", "throughput",
        "baselines2", "trace-figures", "gpu-run", "gpu-run-kernels", "closed-loop-tiny", "closed-loop-smollm2")
@@ -34,7 +34,7 @@ class RegistryTest(unittest.TestCase):
             self.assertTrue(f.needs and f.title, name)
 
     def test_registry_order_is_the_one_list(self):
-        from retroplot.figures import registry
+        from retro_bench.plotting.figures import registry
         self.assertEqual(tuple(F.FIGURES), registry.ORDER)
         # a figure registered without being listed (or listed without being registered) fails the check
         registry.figure("not_listed", "t", "n")(lambda res: None)
@@ -595,7 +595,7 @@ class ClosedLoopDirectoryTest(U.TempDirMixin, unittest.TestCase):
                           ("estimation=0.232", [(0.02, 0.5), (0.1, 0.5), (0.22, 0.5)])])
 
     def test_report_shows_the_closed_loop_tables(self):
-        from retroplot import report
+        from retro_bench.plotting import report
         with open(os.path.join(self.tmp, "manifest.json"), "w") as f:
             json.dump({"experiment": "closed-loop", "status": "complete"}, f)
         with open(os.path.join(self.tmp, "runs.jsonl"), "w") as f:
@@ -624,7 +624,7 @@ class ClosedLoopDirectoryTest(U.TempDirMixin, unittest.TestCase):
 
 def C_points(res):
     """The closed-loop points per (model, context), as the figures and the report read them."""
-    from retroplot import closed
+    from retro_bench.plotting import closed
     return list(closed.points(res).values())
 
 
@@ -741,7 +741,7 @@ class ClosedLoopFiguresTest(U.TempDirMixin, unittest.TestCase):
                     self.assertEqual(q["cases"], want, (q["run_id"], p["context"]))
         self.assertTrue(data("closed_loop_kl", res)["panels"])
         # the report's closed-loop table: the same points pooled per run, marked partial (no record yet)
-        from retroplot import report
+        from retro_bench.plotting import report
         sec = report.closed_loop_html(res)
         cases = sum(p["cases"] for p in (q for ps in C_points(res) for q in ps if q["run_id"] == victim))
         self.assertIn(f"(partial: {cases} common cases)", sec)
@@ -780,7 +780,7 @@ class ClosedLoopFiguresTest(U.TempDirMixin, unittest.TestCase):
 
     def test_two_models(self):
         res = R.load(U.fixture("closed-loop-smollm2"), others=[U.fixture("closed-loop-tiny")])
-        from retroplot import closed as C
+        from retro_bench.plotting import closed as C
         self.assertEqual([C.model_label(m) for m in C.models(res)], ["SmolLM2-135M-Instruct", "tiny-random-llama"])
         for fig in self.FIGS:
             s = data(fig, res)
@@ -789,7 +789,7 @@ class ClosedLoopFiguresTest(U.TempDirMixin, unittest.TestCase):
                               ("tiny-random-llama", 200), ("tiny-random-llama", 400)])
             alone = data(fig, load("closed-loop-tiny"))["panels"]
             self.assertEqual(s["panels"][2:], alone)  # the other directory's panels are its own figure's
-            from retroplot.figures.closed_loop import _grid
+            from retro_bench.plotting.figures.closed_loop import _grid
             self.assertEqual(_grid(s), (2, 2, [(0, 0), (0, 1), (1, 0), (1, 1)]))  # a row per model
         # the open-loop figures read the main directory alone
         self.assertFalse(F.FIGURES["accuracy_budget"].applies(res))
@@ -834,7 +834,7 @@ class ClosedLoopReportTest(U.TempDirMixin, unittest.TestCase):
     """The report of closed-loop directories: the header's revision and BLAS, several models."""
 
     def header(self, res):
-        from retroplot import report
+        from retro_bench.plotting import report
         html = report.make_report(res, [])
         i = html.index('<p class="meta">status')
         return html[i:html.index("</p>", i)], html
@@ -1133,7 +1133,7 @@ class ClosedLoopVariantsTest(unittest.TestCase):
         return [{"params": dict(r), "x": i / 100.0} for i, r in enumerate(rows)]
 
     def test_groups(self):
-        from retroplot.figures.closed_loop import variant_groups
+        from retro_bench.plotting.figures.closed_loop import variant_groups
         wave = self.pts([{"retrieval": r, "estimation": e, "segment": 8192} for r in (14, 46, 96) for e in (0.232, 0)])
         got = [(sfx, [q["params"]["retrieval"] for q in g]) for sfx, g in variant_groups(wave)]
         self.assertEqual(got, [("estimation=0.232", [14, 46, 96]), ("estimation=0", [14, 46, 96])])

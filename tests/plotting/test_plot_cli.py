@@ -11,8 +11,8 @@ import unittest
 from html.parser import HTMLParser
 
 import plot_test_util as U
-from retroplot import figures as F
-from retroplot import results as R
+from retro_bench.plotting import figures as F
+from retro_bench.plotting import results as R
 
 BIN = U.retro_bin()
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -175,7 +175,7 @@ class PlotCommandTest(U.TempDirMixin, unittest.TestCase):
             ([d, "--only", "nonsense"], {}, "unknown figure"),
             ([d, "--inspect", os.path.join(self.tmp, "none.json")], {}, "no such file"),
             ([d], {"RETRO_PYTHON": "/nonexistent/python3"}, "RETRO_PYTHON"),
-            ([d], {"RETRO_PLOT_SCRIPT": "/nonexistent/retro_plot.py"}, "RETRO_PLOT_SCRIPT"),
+            ([d], {"RETRO_PYTHON_PACKAGE": "/nonexistent/retro_bench"}, "RETRO_PYTHON_PACKAGE"),
         ]
         for args, env, msg in cases:
             r = self.plot(*args, env=env)
@@ -195,9 +195,11 @@ class PlotCommandTest(U.TempDirMixin, unittest.TestCase):
         self.assertIn("matplotlib is not available", r.stderr)
         self.assertIn("scripts/setup.sh", r.stderr)
 
-    def test_script_override(self):
+    def test_package_override(self):
+        """RETRO_PYTHON_PACKAGE names the package retro-bench runs (here the source tree's, which has no
+        compiled core: plotting needs none)."""
         d = U.copy_fixture("wave-segments", self.tmp)
-        r = self.plot(d, "--only", "segments", env={"RETRO_PLOT_SCRIPT": U.SCRIPT})
+        r = self.plot(d, "--only", "segments", env={"RETRO_PYTHON_PACKAGE": os.path.dirname(U.SCRIPT[0])})
         self.assertEqual(r.returncode, 0, r.stderr)
 
 
@@ -283,7 +285,7 @@ class ReportCommandTest(U.TempDirMixin, unittest.TestCase):
     def test_report_says_where_it_ran(self):
         """The manifest's instruction sets and library versions (issue 42 #6) are rows of the report."""
         from types import SimpleNamespace
-        from retroplot.report import manifest_html
+        from retro_bench.plotting.report import manifest_html
         host = {"hostname": "h", "blas": "OpenBLAS (x)", "cpu_flags": ["avx2", "avx512f"],
                 "versions": {"faiss": "1.7.3", "hdf5": "1.10.8", "cuda": "not built", "torch": "2.5.1"}}
         html = manifest_html(SimpleNamespace(manifest={"name": "x", "host": host}))
@@ -293,7 +295,7 @@ class ReportCommandTest(U.TempDirMixin, unittest.TestCase):
         self.assertNotIn("&quot;faiss&quot;", html)  # a row of its own, not the raw JSON of an unknown key
 
     def test_best_per_budget(self):
-        from retroplot.report import best_per_budget
+        from retro_bench.plotting.report import best_per_budget
         res = R.load(U.fixture("quickstart"))
         best, rk = best_per_budget(res)
         self.assertEqual(rk, "recall@100")

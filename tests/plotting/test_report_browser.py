@@ -35,7 +35,7 @@ class ReportInBrowserTest(U.TempDirMixin, unittest.TestCase):
         cls.results = U.copy_fixture("quickstart", cls.root)
         cls.report = os.path.join(cls.root, "report.html")
         b = U.retro_bin()
-        cmd = ([b, "report"] if b else [sys.executable, "-B", U.SCRIPT, "report"]) + \
+        cmd = ([b, "report"] if b else [sys.executable, "-B", *U.SCRIPT, "report"]) + \
             [cls.results, "--out", cls.report, "--inspect", U.INSPECT]
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
         if r.returncode != 0:

@@ -12,13 +12,17 @@ import sys
 
 import numpy as np
 import retro_bench as rb
+import retro_bench.closedloop.metrics
+import retro_bench.dump.prompts
+import retro_bench.plotting.results
 
 trace_path, method_file, out_path = sys.argv[1:4]
 
-# the module and NumPy are the venv's: nothing from the source tree or the build directory
-for mod in (rb, np):
+# the package (core, Python modules) and NumPy are the venv's: nothing from the source tree or the build
+for mod in (rb, rb.core(), retro_bench.closedloop.metrics, retro_bench.dump.prompts, retro_bench.plotting.results, np):
     assert os.path.realpath(mod.__file__).startswith(os.path.realpath(sys.prefix) + os.sep), \
         f"{mod.__name__} loaded from {mod.__file__}, not from the venv {sys.prefix}"
+assert issubclass(rb.Method, object) and rb.Param(1, description="d", source="s").type == "int"
 
 METHODS = {"quest": ("quest", {"k": 128}),
            "streaming": ("streaming", {"sink": 16, "window": 100}),

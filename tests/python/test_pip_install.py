@@ -1,11 +1,15 @@
 """`pip install .` for another Python (docs/python.md, "Install with pip"): a fresh venv of a second
 Python (the python3 first on PATH when its version differs from the build's, else another one found on
 PATH or under pyenv; RETRO_PIP_PYTHON names one), the pinned build requirements of pyproject.toml from
-PyPI, `pip install .` of the source tree into it, then, in that venv and outside the source tree, a C++
-method (quest) and a Python method with its compiled twin (examples/methods/streaming.py, streaming) on
-every head and step of a tiny trace (pip_venv_check.py). Their selections and outputs must equal the
-build's own module's (the interpreter running this file, PYTHONPATH at build/python). Also: a configure
-without HDF5 and FAISS fails naming libhdf5-dev and libfaiss-dev.
+PyPI, `pip install .` of the source tree into it, then, in that venv and outside the source tree:
+  - the package imports whole (the core, retro_bench.Method, the closed loop's, plotting's and the
+    dumper's modules) from the venv, and a C++ method (quest) and a Python method on retro_bench.Method
+    with its compiled twin (examples/methods/streaming.py, streaming) on every head and step of a tiny
+    trace (pip_venv_check.py) select and output exactly what the build's own module does (the
+    interpreter running this file, PYTHONPATH at build/python);
+  - the wheel's `retro-bench` command is on the venv's PATH and `retro-bench run` of a config with both
+    methods gives the build's retro-bench's records (timings aside).
+Also: a configure without HDF5 and FAISS fails naming libhdf5-dev and libfaiss-dev.
 
 Cost (docs/python.md): the build requirements are installed into the venv and the build runs without
 isolation, so that the pybind11 headers have a stable path (the venv is recreated at the same place) and
@@ -16,6 +20,7 @@ Environment (cmake/python_tests.cmake): RETRO_SOURCE_DIR, RETRO_PIP_DIR_PREFIX (
 path + "-pip"), RETRO_BIN (for the trace). Needs PyPI: without it the test fails saying so."""
 
 import glob
+import json
 import os
 import re
 import shutil
@@ -131,9 +136,9 @@ log(f"  ninja steps: {steps[-1] if steps else '?'}; installed: "
     + ", ".join(re.findall(r"Successfully installed (.*)", out)))
 if "CUDA kernels OFF" not in out or "retro-bench: Python module ON" not in out:
     fail("the pip build is not the Python-only configuration (RETRO_PYTHON_ONLY)")
-for unwanted in ("retro_unit_tests", "apps/retro-bench", "retro_gpu_run", "benchmarks/"):
+for unwanted in ("retro_unit_tests", "retro_gpu_run", "benchmarks/"):
     if unwanted in out:
-        fail(f"the pip build built {unwanted}: it should build the library and the module only")
+        fail(f"the pip build built {unwanted}: it should build the library, the module and retro-bench only")
 
 # 3. the installed module, outside the source tree, on a tiny trace; its results equal the build's module's
 work = os.path.join(TMP, "outside")
@@ -144,9 +149,9 @@ npz = os.path.join(work, "venv.npz")
 rc, out = run([vpy, "-I", os.path.join(os.path.dirname(os.path.abspath(__file__)), "pip_venv_check.py"),
                trace, method_file, npz], "methods in the venv", env=env, cwd=work)
 log("  " + out.strip().splitlines()[-1])
-so = glob.glob(os.path.join(venv, "lib", "python*", "site-packages", "retro_bench.*.so"))
+so = glob.glob(os.path.join(venv, "lib", "python*", "site-packages", "retro_bench", "_core.*.so"))
 if len(so) != 1:
-    fail(f"expected one retro_bench module in the venv, found {so}")
+    fail(f"expected one compiled core retro_bench/_core.*.so in the venv, found {so}")
 dyn = subprocess.run(["readelf", "-d", so[0]], capture_output=True, text=True).stdout
 if "RPATH" in dyn or "RUNPATH" in dyn:
     fail(f"{so[0]} keeps a run path (it must need nothing from the build tree):\n{dyn}")
@@ -170,6 +175,30 @@ for kv in range(t.info["num_kv_heads"]):
     ids = [got[f"quest/ids/{kv}/0/{q}"] for q in range(g)]
     assert len(ids[0]) < P and any(not np.array_equal(ids[0], x) for x in ids), f"quest head {kv} selects everything"
 log(f"the venv's quest and streaming (C++ and Python) equal the build's module on {n_cmp} head-steps")
+
+# 3b. the wheel's retro-bench command, on the venv's PATH, runs a config as the build's retro-bench does
+sys.path.insert(0, os.path.join(ROOT, "tests", "cluster"))
+import same_results  # noqa: E402  (records equal, timings aside)
+
+venv_bin = os.path.join(venv, "bin")
+cli = shutil.which("retro-bench", path=venv_bin)
+if not cli or os.path.dirname(cli) != venv_bin:
+    fail(f"`pip install .` put no retro-bench command in {venv_bin}")
+rc, out = run([cli, "--version"], "retro-bench --version (the wheel's)", env=env, cwd=work)
+cfg = os.path.join(work, "cli.json")
+with open(cfg, "w") as f:
+    json.dump({"name": "cli", "traces": [trace], "threads": 1, "steps": "all",
+               "methods": [{"name": "quest", "params": {"k": 128}},
+                           {"name": "py:" + method_file + ":StreamingLLM", "params": {"sink": 16, "window": 100}}]}, f)
+venv_env = dict(env, PATH=venv_bin + os.pathsep + env.get("PATH", ""))
+run(["retro-bench", "run", cfg, "--results", os.path.join(work, "wheel")], "retro-bench run (the wheel's)",
+    env=venv_env, cwd=work)
+run([os.environ.get("RETRO_BIN") or os.path.join(ROOT, "build", "retro-bench"), "run", cfg, "--results",
+     os.path.join(work, "build")], "retro-bench run (the build's)", env=env, cwd=work)
+a, b = same_results.runs(os.path.join(work, "wheel", "cli")), same_results.runs(os.path.join(work, "build", "cli"))
+if len(a) != 2 or a != b:
+    fail(f"the wheel's retro-bench run differs from the build's:\n{a}\n{b}")
+log("the wheel's retro-bench command: its records equal the build's retro-bench's (quest, a Python Method)")
 
 # 4. without the Debian libraries the configure step stops and names them (pip shows CMake's message)
 rc, out = run(pip + ["install", "--no-build-isolation", f"--config-settings=build-dir={TMP}/nolibs",

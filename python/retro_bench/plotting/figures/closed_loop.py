@@ -4,11 +4,11 @@ closed_loop_kl, closed_loop_top1, closed_loop_accuracy: KL(full ‖ method), top
 accuracy against the exact-token budget, one line per method (per setting, where a method's runs are a
 full grid of its budget and another parameter: wave with and without its estimation zone), one panel per
 (model, context) (the papers' accuracy-vs-budget plots), from the closed-loop records and part files
-(retroplot/closed.py).
+(plotting/closed.py).
 
 offline_online: for each (open-loop metric, closed-loop metric) pair, one scatter panel of the
 (method, budget) points with the Spearman rank correlation in its title; data from each closed-loop
-results directory's offline-online.json (scripts/closedloop/offline_online.py); several models (several
+results directory's offline-online.json (retro_bench/closedloop/offline_online.py); several models (several
 directories, `retro-bench plot DIR OTHER...`) share the panels, one marker fill per model."""
 import json
 import os

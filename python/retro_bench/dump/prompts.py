@@ -31,6 +31,8 @@ import os
 import re
 import subprocess
 
+from ..atomic import write_text
+
 AUSTEN = ("prideprejudice", "sensesensibility", "emma", "mansfieldpark", "northangerabbey",
           "persuasion")
 RECIPE_KEYS = {"kind", "text", "prompt_tokens", "start", "instruction", "needle", "question", "answer",
@@ -103,11 +105,7 @@ def load_text(name):
     text = _normalize_newlines(_extract(name))
     if len(text) < 10000:
         raise PromptError(f"text '{name}': only {len(text)} characters extracted")
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8", newline="") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    write_text(path, text, newline="")
     return text
 
 

@@ -10,13 +10,10 @@ import sys
 
 import numpy as np
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "dump"))
-
-import cache_util  # noqa: E402
-import model_loading  # noqa: E402
-from attention_patch import AttentionPatch  # noqa: E402
-from kv_cache import growing_cache_class  # noqa: E402
+from ..atomic import atomic_path
+from ..dump import cache_util, model_loading
+from .attention_patch import AttentionPatch
+from .kv_cache import growing_cache_class
 
 
 def model_context(model):
@@ -97,7 +94,7 @@ def load_cached_checkpoint(spec, cached, torch, transformers, load_source, log=N
     is complete; else exported once (issue 27 #6): the first process holds `<cached>.lock`, loads the
     source (`load_source()` -> load_model's tuple) and publishes the export; concurrent first users wait on
     the lock and load the finished export. Returns (model, tok, exported_here)."""
-    import dump_trace
+    from ..dump import dump_trace
     if not cache_util.is_complete_dir(cached, EXPORT_MARKER):
         with cache_util.locked(cached, what=f"the checkpoint export of {spec}", log=log):
             if not cache_util.is_complete_dir(cached, EXPORT_MARKER):
@@ -256,14 +253,8 @@ class LoadedModel:
                  "keys": [k[:, :, :self.prompt_len].cpu().clone() for k in self.cache.key_cache],
                  "values": [v[:, :, :self.prompt_len].cpu().clone() for v in self.cache.value_cache],
                  "queries": {l: torch.from_numpy(q) for l, q in store.items()}}
-        tmp = f"{path}.tmp-{os.getpid()}"
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        try:
+        with atomic_path(path) as tmp:
             torch.save(state, tmp)
-            os.replace(tmp, path)
-        finally:
-            if os.path.exists(tmp):
-                os.remove(tmp)
 
     def load_prefill(self, path, ids, n_prefill_queries):
         """The state save_prefill wrote for prompt `ids`; None when absent, of another prompt (its token

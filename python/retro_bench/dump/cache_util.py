@@ -15,6 +15,8 @@ import shutil
 import sys
 import time
 
+from .. import atomic
+
 
 def cache_root():
     """${XDG_CACHE_HOME:-~/.cache}/retro-bench"""
@@ -49,7 +51,7 @@ def _log(msg):
 def temp_name(target):
     """A temporary name beside `target` (same directory, so the final rename is atomic), unique per process
     and call."""
-    return f"{target}.tmp-{os.getpid()}-{time.monotonic_ns()}"
+    return atomic.temp_name(target)
 
 
 def is_complete_dir(path, marker):

@@ -1,9 +1,9 @@
-#!/usr/bin/env python3
 """The closed-loop experiment (docs/closed-loop.md): every method inside a real model's decode.
 
 Launched by `retro-bench run CONFIG` for configs with "experiment": "closed-loop" (the C++ side checks
 the config and the methods' parameters against the registry and passes the expanded runs), with the
-dump venv's Python and build/python on PYTHONPATH. For each case (a prompt: a fidelity excerpt or a
+dump venv's Python, as `python -B build/python/retro_bench/_launch.py retro_bench.closedloop.closed_loop`
+(the package beside the binary, with its compiled core). For each case (a prompt: a fidelity excerpt or a
 needle-in-a-haystack prompt) the prompt's prefill runs once with exact attention; then the reference
 (the model's own exact attention) and every method run decode on top of that same prefill: the method
 is built per (layer, KV head) on the prompt's post-RoPE keys/values (+ its last prefill queries) through
@@ -16,26 +16,21 @@ import itertools
 import json
 import os
 import shlex
+import shutil
 import signal
 import sys
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-sys.path.insert(1, os.path.join(HERE, "..", "dump"))
-
-import lifeline  # noqa: E402
+from .. import lifeline
 
 if __name__ == "__main__":  # ends with retro-bench however it ends (before the slow imports; issue 43)
     lifeline.die_with_parent()
 
 import numpy as np  # noqa: E402
 
-import backend  # noqa: E402
-import metrics  # noqa: E402
-import tasks  # noqa: E402
-import user_cases  # noqa: E402
-from results import ResultsDir, ResultsError, save_npy_atomic, write_atomic  # noqa: E402
+from . import backend, metrics, tasks, user_cases  # noqa: E402
+from ..atomic import save_npy, write_text  # noqa: E402
+from .results import ResultsDir, ResultsError  # noqa: E402
 
 FIDELITY_KEYS = {"texts", "prompt_tokens", "continuation_tokens", "greedy_tokens", "random_prompt", "seed"}
 NIAH_KEYS = {"texts", "prompt_tokens", "depths", "variants", "num_keys", "max_new_tokens", "seed", "haystack"}
@@ -295,7 +290,7 @@ def seed_from_kept_prefill(lm, res, cfg, case, cases):
     resumed session's first case otherwise paid its whole prefill although an earlier session had left
     the same haystack's prefix on disk (a 32K single-needle case after its text's other depths: ~30 min
     of two cores). Returns (case id, reusable positions) or None."""
-    from model_runner import reusable_prefix
+    from .model_runner import reusable_prefix
     n_pf, chunk = int(cfg.get("prefill_queries", 64)), int(cfg.get("prefill_chunk", 1024))
     ids = case["ids"]
     first = len(ids) - min(n_pf, len(ids))
@@ -354,7 +349,7 @@ def run_case(lm, rb, cfg, case, runs, res, tok, search_params=None, cases=()):
             lp_full, info = dec.teacher_forced(None)
             f = metrics.fidelity(lp_full, lp_full, targets)
             ref.update(nll=f["nll"], tf=info)
-            save_npy_atomic(lp_path, lp_full)
+            save_npy(lp_path, lp_full)
         if case["greedy_tokens"] > 0:
             gen_full, info = dec.generate(None)
             text = decode(gen_full)
@@ -441,10 +436,10 @@ def aggregate(res, cfg, runs, cases, lm_name):
                          str(int(p["correct_full"])) if "correct" in p and p.get("answer") else "",
                          str(p["agreement"]) if "agreement" in p else "",
                          f"{np.median(p.get('tf', p.get('gen', {})).get('step_ms', [0])):.2f}"])
-    write_atomic(os.path.join(res.dir, "runs.jsonl"), "".join(json.dumps(r) + "\n" for r in records))
+    write_text(os.path.join(res.dir, "runs.jsonl"), "".join(json.dumps(r) + "\n" for r in records))
     head = "run_id,label,case,kind,desc,kl_mean,kl_p90,top1,ppl,correct,correct_full,agreement,step_ms_median\n"
     esc = lambda s: '"' + str(s).replace('"', '""') + '"' if ("," in str(s) or '"' in str(s)) else str(s)  # noqa: E731
-    write_atomic(os.path.join(res.dir, "cases.csv"), head + "".join(",".join(esc(x) for x in r) + "\n" for r in rows))
+    write_text(os.path.join(res.dir, "cases.csv"), head + "".join(",".join(esc(x) for x in r) + "\n" for r in rows))
     return records
 
 
@@ -488,7 +483,7 @@ def main(argv=None):
     ap.add_argument("--aggregate-only", action="store_true",
                     help="compute nothing: runs.jsonl, cases.csv and the open-loop correlation from the part "
                          "files on disk (runs missing cases are marked complete=false)")
-    ap.add_argument("--retro-bin", default=os.path.join(HERE, "..", "..", "build", "retro-bench"),
+    ap.add_argument("--retro-bin", default=shutil.which("retro-bench") or "retro-bench",
                     help="retro-bench, for the open-loop replay (\"open_loop\" section)")
     args = ap.parse_args(argv)
 
@@ -508,8 +503,8 @@ def main(argv=None):
         print(f"retro-bench run: error: {e}", file=sys.stderr)
         return 2
     except Exception as e:  # noqa: BLE001
-        import model_loading
-        import model_runner
+        from ..dump import model_loading
+        from . import model_runner
         if isinstance(e, (model_loading.ModelError, model_runner.DeviceError)):
             print(f"retro-bench run: error: {e}", file=sys.stderr)
             return 2
@@ -537,7 +532,7 @@ def run(args):
             r["method_source"] = methods[r["method"]]["source"]
         r["id"] = run_id(r, cfg)
     search_params = {name: {p["name"] for p in m["params"] if p.get("search")} for name, m in methods.items()}
-    import model_runner
+    from . import model_runner
     # a device torch cannot use: refused before the model is fetched and anything is written
     device = None if args.aggregate_only else model_runner.check_device(args.device)
     ctx = model_runner.model_context(cfg["model"])  # ModelError for a model the loaders cannot read
@@ -563,8 +558,8 @@ def run(args):
             records = aggregate(res, cfg, runs, manifest["cases"], manifest["model"]["name"])
             print_table(records)
             if cfg.get("open_loop") and os.path.isdir(os.path.join(res.dir, "traces")):
-                import offline_online
-                ol = offline_online.run(cfg, manifest["cases"], res.dir, args.results, records, args.retro_bin, HERE)
+                from . import offline_online
+                ol = offline_online.run(cfg, manifest["cases"], res.dir, args.results, records, args.retro_bin)
                 if ol:
                     offline_online.print_table(ol)
             status = "complete" if all(r.get("complete", True) for r in records) and \
@@ -588,7 +583,7 @@ def run(args):
         res.save_manifest(manifest)
         pdir = os.path.join(res.dir, "prompts")
         for c in cases:  # the prompts' token ids: the open-loop traces are dumped from these (--prompt-ids)
-            write_atomic(os.path.join(pdir, c["id"] + ".json"), json.dumps(c["ids"]))
+            write_text(os.path.join(pdir, c["id"] + ".json"), json.dumps(c["ids"]))
         # shorter prompts first (in 1024-token buckets: an interrupted long grid has its cheap cases done),
         # then in the order of their token ids: prompts that share a prefix (one haystack, several
         # questions) come one after the other and each prefill reuses the previous one's (LoadedModel.prefill)
@@ -625,9 +620,9 @@ def run(args):
         records = aggregate(res, cfg, runs, cases, lm.name)
         print_table(records)
         if cfg.get("open_loop") and not args.only_kind and not args.case_shard:
-            import offline_online
+            from . import offline_online
             del lm  # the model's memory back before the dump and the replay
-            ol = offline_online.run(cfg, cases, res.dir, args.results, records, args.retro_bin, HERE)
+            ol = offline_online.run(cfg, cases, res.dir, args.results, records, args.retro_bin)
             if ol:
                 offline_online.print_table(ol)
         status = "complete"

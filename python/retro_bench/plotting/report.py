@@ -234,7 +234,7 @@ def _spearman_html(oo, title):
 
 def _in_progress_values(res):
     """{(results path, run id): record-shaped values} of the runs of grids still running, from the points
-    the figures draw (retroplot/closed.py: the part files on the cases every run of the grid has done),
+    the figures draw (plotting/closed.py: the part files on the cases every run of the grid has done),
     pooled over the run's contexts: accuracy weighted by scored cases, KL and top-1 by positions."""
     pooled = {}
     for pts in C.points(res).values():

@@ -2,7 +2,7 @@
 """The answer to the papers (issue 27 #4): per context, each closed-loop run's NIAH accuracy minus full
 attention's on the same cases, at its exact-token budget (docs/closed-loop.md):
 
-    python3 scripts/closedloop/claims.py RESULTS_DIR [RESULTS_DIR ...] [--json] [--common]
+    PYTHONPATH=python python3 -m retro_bench.closedloop.claims RESULTS_DIR [RESULTS_DIR ...] [--json] [--common]
 
 Read from the part files (parts/<run_id>/<case_id>.json, parts/reference/...), not from runs.jsonl: the
 records pool every context of a directory, and a sweep still running (or split over workers) has parts
@@ -27,12 +27,9 @@ import sys
 
 import numpy as np
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-
-import metrics  # noqa: E402
-from results import read_json  # noqa: E402
-from tables import _f, short_label  # noqa: E402
+from . import metrics
+from .results import read_json
+from .tables import _f, short_label
 
 REFERENCE = "reference"
 TARGETS = (0.018, 0.05, 0.10)  # the papers' budgets, as fractions of the visible tokens

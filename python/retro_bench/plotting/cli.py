@@ -1,11 +1,12 @@
-"""retro_plot.py plot|report|list RESULTS_DIR ... (called by `retro-bench plot` and `retro-bench report`)."""
+"""python -m retro_bench.plotting plot|report|list RESULTS_DIR ... (called by `retro-bench plot` and `retro-bench report`)."""
 import argparse
 import json
 import os
 import sys
 
 from . import figures as F
-from .atomic import savefig_atomic, write_text_atomic
+from ..atomic import write_text
+from .figure_file import savefig_atomic
 from .results import Results, ResultsError
 
 PROG = "retro-bench"
@@ -81,12 +82,12 @@ def cmd_plot(args):
             savefig_atomic(fig, p, fmt, dpi=args.dpi)
             files.append(p)
         dp = os.path.join(out, f"{f.name}.json")
-        write_text_atomic(dp, json.dumps({"figure": f.name, "title": f.title, "paper": f.paper,
-                                          "series": series}, indent=1, default=str) + "\n")
+        write_text(dp, json.dumps({"figure": f.name, "title": f.title, "paper": f.paper,
+                            "series": series}, indent=1, default=str) + "\n")
         index["made"].append({"name": f.name, "title": f.title, "paper": f.paper,
                               "files": [os.path.basename(x) for x in files + [dp]]})
         print(f"wrote {f.name}: " + ", ".join(files), file=sys.stderr)
-    write_text_atomic(os.path.join(out, "index.json"), json.dumps(index, indent=1) + "\n")
+    write_text(os.path.join(out, "index.json"), json.dumps(index, indent=1) + "\n")
     print(f"{len(index['made'])} figure(s) in {out}, {len(index['skipped'])} skipped (no data)")
     return 0
 
@@ -97,7 +98,7 @@ def cmd_report(args):
     require_matplotlib()
     out = args.out or os.path.join(res.path, "report.html")
     html = make_report(res, build(res, select(args)))
-    write_text_atomic(out, html)
+    write_text(out, html)
     print(f"wrote {out}")
     return 0
 
@@ -111,7 +112,7 @@ def cmd_list(args):
 
 
 def parser():
-    p = argparse.ArgumentParser(prog="retro_plot.py", description="Figures and reports for retro-bench results")
+    p = argparse.ArgumentParser(prog="python -m retro_bench.plotting", description="Figures and reports for retro-bench results")
     sub = p.add_subparsers(dest="cmd", required=True)
 
     def common(sp):

@@ -9,44 +9,20 @@
   cases.csv                       one row per (run, case)
   manifest.json                   status, config as given, resolved runs, cases, host, sessions
 
-Every file is written to a temporary name and renamed into place."""
+Every file is written to a temporary name and renamed into place (retro_bench.atomic)."""
 
 import json
 import os
 import platform
 import shutil
 import socket
-import sys
 import time
 
-
-def write_atomic(path, text):
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = f"{path}.tmp-{os.getpid()}"
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-
-
-def save_npy_atomic(path, arr):
-    import numpy as np
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = f"{path}.tmp-{os.getpid()}"
-    try:
-        with open(tmp, "wb") as f:  # a file object: np.save would append ".npy" to a name
-            np.save(f, arr)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+from ..atomic import write_text
 
 
 def write_json(path, obj):
-    write_atomic(path, json.dumps(obj, indent=1) + "\n")
+    write_text(path, json.dumps(obj, indent=1) + "\n")
 
 
 def read_json(path):
@@ -65,10 +41,7 @@ def _is_lock_file(name):
 
 
 def _pid_gone(pid):
-    dump = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "dump")
-    if dump not in sys.path:
-        sys.path.append(dump)
-    import lifeline  # scripts/dump/lifeline.py: a zombie counts as gone
+    from .. import lifeline  # a zombie counts as gone
     return not lifeline.alive(pid)
 
 

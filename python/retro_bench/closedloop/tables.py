@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Markdown tables of a closed-loop results directory (docs/closed-loop.md):
 
-    python3 scripts/closedloop/tables.py results/closedloop-smollm2-2k
+    PYTHONPATH=python python3 -m retro_bench.closedloop.tables results/closedloop-smollm2-2k
 
 fidelity (KL mean / p90, top-1, perplexity), NIAH accuracy (all cases, on full's correct cases) with
 greedy agreement, time (median ms per decode step, all layers, next to the reference's) and, when

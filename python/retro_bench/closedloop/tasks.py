@@ -3,7 +3,7 @@ work (token ids only; the tokenizer is the model's).
 
 fidelity: a book excerpt of exactly prompt_tokens tokens (no chat template, no instruction: plain text)
   and the continuation_tokens tokens that follow it in the book (teacher-forced; the scored next-token
-  predictions); texts from scripts/dump/prompts.py (Debian packages). With "random_prompt": N (the tiny
+  predictions); texts from python/retro_bench/dump/prompts.py (Debian packages). With "random_prompt": N (the tiny
   random Llama, which has no tokenizer) random token ids instead.
 niah: RULER-style needle in a haystack: chat-wrapped book text of prompt_tokens tokens with needles
   "The special magic number for <key> is: <value>." inserted at sentence ends; "single" has one needle
@@ -16,13 +16,9 @@ niah: RULER-style needle in a haystack: chat-wrapped book text of prompt_tokens 
 
 import hashlib
 import json
-import os
-import sys
 
 import numpy as np
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "dump"))
 
 KEY_WORDS = ("amber", "basalt", "cobalt", "dune", "ember", "fjord", "garnet", "harbor", "indigo", "juniper",
              "kestrel", "lantern", "meadow", "nickel", "orchid", "pebble", "quartz", "raven", "saffron",
@@ -83,7 +79,7 @@ def fidelity_cases(cfg, tok, vocab):
     if f.get("texts"):
         if tok is None:
             raise TaskError("fidelity.texts needs a tokenizer (the tiny random Llama has none: use random_prompt)")
-        import prompts
+        from ..dump import prompts
         pl = int(f["prompt_tokens"])
         for t in f["texts"]:
             name, start = (t, 0.0) if isinstance(t, str) else (t["text"], float(t.get("start", 0.0)))
@@ -189,7 +185,7 @@ def niah_cases(cfg, tok):
 
 def _per_case_cases(n, nb):
     """Every case its own haystack (a seeded start in the text), keys and values."""
-    import prompts
+    from ..dump import prompts
     seed, num_keys, max_new = int(n.get("seed", 1)), int(n.get("num_keys", 4)), int(n.get("max_new_tokens", 8))
     cases = []
     idx = 0
@@ -227,7 +223,7 @@ def _shared_haystack_cases(n, nb):
     MK-NIAH: the others are distractors; the cases of a haystack differ only in the question), "single"
     cases have only the needle at their depth (the same key and value). Every prompt is exactly
     prompt_tokens tokens: the haystack's end is trimmed to fit, never its start."""
-    import prompts
+    from ..dump import prompts
     seed, num_keys, max_new = int(n.get("seed", 1)), int(n.get("num_keys", 4)), int(n.get("max_new_tokens", 8))
     depths = [float(d) for d in n["depths"]]
     n_needles = max(num_keys, len(depths))
