@@ -262,6 +262,9 @@ class Refused(unittest.TestCase):
         self.refused([dict(self.GOOD, prompt_ids=[5, 600])], 1, "token id 600 outside the vocabulary")
         self.refused(["[1, 2]"], 1, "expected a JSON object")
         self.refused([{"prompt_ids": [1, 2, 3], "continuation_ids": [4]}], 1, "at least 2 token ids")
+        self.refused([dict(self.GOOD, id=7)], 1, "\"id\" must be a non-empty string")
+        self.refused([dict(self.GOOD, id="a"), dict(self.GOOD, id="b"), dict(self.GOOD, id="a")], 3,
+                     "\"id\" 'a' is already line 1's")
 
     def test_missing_file(self):
         d = os.path.join(TMP, "missing")
@@ -276,12 +279,33 @@ class Refused(unittest.TestCase):
         self.assertIn("cases file not found: " + os.path.join(d, "nope.jsonl"), r.stderr)
 
 
+class Example(unittest.TestCase):
+    def test_the_example_config_and_its_cases_file_parse(self):
+        """configs/closedloop/smollm2-own-cases.json names cases/smollm2-example.jsonl, whose lines parse: one
+        of each kind a file takes (the chat tasks, the raw-text task, the fidelity line)."""
+        root = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+        cfg_path = os.path.join(root, "configs", "closedloop", "smollm2-own-cases.json")
+        with open(cfg_path) as f:
+            cfg = json.load(f)
+        path = user_cases.cases_path(cfg, cfg_path)
+        parsed = user_cases.parse(path)
+        self.assertEqual([c["id"] for _, c in parsed], ["capital", "sum", "count", "emma-opening"])
+        self.assertEqual([next(k for k in user_cases.PROMPT_KINDS if k in c) for _, c in parsed],
+                         ["messages", "messages", "prompt", "text"])
+        self.assertEqual([c.get("scoring", "contains") for _, c in parsed[:3]], ["contains", "exact", "contains"])
+        r = subprocess.run([BIN, "validate", cfg_path], capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stderr)
+
+
 class Scoring(unittest.TestCase):
     def test_contains_and_exact(self):
         dec = lambda t: "".join({1: " The", 2: " answer", 3: " 42", 4: ".", 9: "<eot>", 5: " more"}[x] for x in t)  # noqa: E731
         contains = {"answers": ["42", "forty-two"], "scoring": "contains"}
         self.assertTrue(user_cases.score(contains, [1, 2, 3, 4], dec))
         self.assertFalse(user_cases.score(contains, [1, 2, 4], dec))
+        turn = dict(contains, stop_ids=[9])
+        self.assertTrue(user_cases.score(turn, [1, 3, 9, 5], dec))
+        self.assertFalse(user_cases.score(turn, [1, 2, 9, 3], dec))  # " 42" after the end of the turn: not the answer
         exact = {"answers": ["42"], "scoring": "exact", "stop_ids": [9]}
         self.assertTrue(user_cases.score(exact, [3, 9, 5, 5], dec))      # cut at the end of turn, stripped
         self.assertFalse(user_cases.score(exact, [3, 5, 9], dec))        # " 42 more"

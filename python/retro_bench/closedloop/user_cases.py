@@ -12,18 +12,23 @@ A fidelity case (teacher-forced on the text's continuation; KL, top-1, perplexit
   {"text": "raw text", "continuation": "what follows it", "greedy_tokens": 0}
   {"prompt_ids": [...], "continuation_ids": [...]}
 
-Keys: "id" (optional, a name kept in the case's description), exactly one of "prompt" / "messages" /
-"text" / "prompt_ids"; "answers" (a non-empty list of non-empty strings) or "answer" (one string);
-"scoring": "contains" (default: some answer occurs in the generated text) or "exact" (the generated text,
-cut at the first end-of-turn token and stripped, equals some answer); "max_new_tokens" (default 32).
-"messages" get the model's chat template with the generation prompt, then "assistant_prefix" (optional);
-"prompt" and "text" are used as they are. Without a tokenizer (the tiny random Llama) only token ids
-are accepted, and generated tokens are decoded as space-separated ids.
-Refused, by line: malformed JSON, a line that is not an object, unknown keys, no or two prompt kinds,
-an empty prompt, missing or empty answers (for a task), answers on a fidelity case, an unknown scoring,
-a non-positive max_new_tokens, token ids outside the vocabulary, messages on a tokenizer without a chat
-template, and a prompt + the tokens decoded after it beyond the model's context (unless the config
-sets "allow_beyond_context": true)."""
+A line is a fidelity case when it has "text", "continuation" or "continuation_ids"; every other line is a
+task case. Keys: "id" (optional: a non-empty string naming the case, unique in the file, kept in the case's
+description), exactly one of "prompt" / "messages" / "text" / "prompt_ids"; "answers" (a non-empty list of
+non-empty strings) or "answer" (one string); "scoring": "contains" (default: some answer occurs in the
+generated text) or "exact" (the generated text equals some answer, stripped) — both on the text up to the
+first end-of-turn token (the tokenizer's end-of-sequence and end-of-turn ids), so that nothing the model
+says after its turn counts; "max_new_tokens" (default 32). "messages" (roles: system, user, assistant,
+tool) get the model's chat template, with the generation prompt unless the last message is the
+assistant's (its turn is then continued), then "assistant_prefix" (optional, only with "messages");
+"prompt" and "text" are used as they are. "continuation_ids" need at least 2 ids: the first follows the
+prompt (the prefill predicts it), each later one is a scored prediction. Without a tokenizer (the tiny
+random Llama) only token ids are accepted, and generated tokens are decoded as space-separated ids.
+Refused, by line (FILE:LINE): malformed JSON, a line that is not an object, unknown keys, no or two prompt
+kinds, an empty prompt, a bad or repeated "id", missing or empty answers (for a task), answers on a
+fidelity case, an unknown scoring, a non-positive max_new_tokens, token ids outside the vocabulary,
+messages on a tokenizer without a chat template, and a prompt + the tokens decoded after it beyond the
+model's context — unless the config (not a line) sets "allow_beyond_context": true."""
 
 import hashlib
 import json
@@ -52,7 +57,7 @@ def parse(path):
     """Every line checked without a tokenizer: [(line number, dict)]. Blank lines are skipped."""
     if not os.path.isfile(path):
         raise CasesError(f"cases file not found: {path}")
-    out = []
+    out, ids = [], {}
     with open(path, encoding="utf-8") as f:
         for n, line in enumerate(f, 1):
             if not line.strip():
@@ -74,6 +79,12 @@ def parse(path):
             if bad:
                 raise CasesError(f"{where}: unknown key '{bad[0]}' for a {'fidelity' if fidelity else 'task'} case "
                                  f"(known: {', '.join(sorted(allowed))})")
+            if "id" in c:
+                if not isinstance(c["id"], str) or not c["id"].strip():
+                    raise CasesError(f"{where}: \"id\" must be a non-empty string")
+                if c["id"] in ids:
+                    raise CasesError(f"{where}: \"id\" '{c['id']}' is already line {ids[c['id']]}'s")
+                ids[c["id"]] = n
             _check_prompt(c, kinds[0], where)
             if fidelity:
                 _check_fidelity(c, where)
@@ -196,15 +207,15 @@ def build(parsed, path, tok, vocab, context, allow_beyond_context=False, stop_id
 
 
 def score(case, tokens, decode):
-    """Whether a generation answers the case: builtin NIAH and "contains": some answer occurs in the decoded
-    text; "exact": the text up to the first stop token (end of turn), stripped, equals some answer."""
+    """Whether a generation answers the case, judged on the text up to the first stop token (the end of the
+    turn; a user case's stop_ids, none for the builtin NIAH, which has no turn to end): "contains" (and the
+    builtin NIAH): some answer occurs in it; "exact": stripped, it equals some answer."""
     answers = case.get("answers") or ([case["answer"]] if case.get("answer") is not None else [])
     if not answers:
         return False
+    stop = set(case.get("stop_ids", ()))
+    cut = next((i for i, t in enumerate(tokens) if t in stop), len(tokens))
+    text = decode(tokens[:cut])
     if case.get("scoring", "contains") == "exact":
-        stop = set(case.get("stop_ids", ()))
-        cut = next((i for i, t in enumerate(tokens) if t in stop), len(tokens))
-        text = decode(tokens[:cut]).strip()
-        return any(text == a.strip() for a in answers)
-    text = decode(tokens)
+        return any(text.strip() == a.strip() for a in answers)
     return any(a in text for a in answers)
