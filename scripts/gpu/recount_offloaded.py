@@ -45,7 +45,7 @@ def main():
     r4 = rows(a.fourth)
     step, base = full_capped(r4, "full-cudnn")
     print(f"fourth lease ({os.path.relpath(a.fourth, ROOT)}), 128K, over full-cudnn at batch {FULL_CAP} "
-          f"({step:.1f} us, {base:.1f} tokens/s):")
+          f"({step:.1f} us, {base:.1f} tokens/s):\n")
     print("| batch | wave step | admission | step + admission | tokens/s | vs full: printed before | counted |")
     print("|---|---|---|---|---|---|---|")
     for b in (8, 32, 64):
@@ -61,10 +61,10 @@ def main():
     without_est = w["select_us"] + w["gather_us"] + w["attend_us"]
     phases = without_est + w["estimate_us"]
     print(f"\nsecond lease ({os.path.relpath(a.second, ROOT)}), 128K batch 32, over full (FlashInfer) at batch "
-          f"{FULL_CAP} ({step2:.1f} us, {base2:.1f} tokens/s):")
-    print(f"GPU phases without the estimate (rank {w['select_us']:.1f} + gather {w['gather_us']:.1f} + attend "
+          f"{FULL_CAP} ({step2:.1f} us, {base2:.1f} tokens/s):\n")
+    print(f"- GPU phases without the estimate (rank {w['select_us']:.1f} + gather {w['gather_us']:.1f} + attend "
           f"{w['attend_us']:.1f} = {without_est:.1f} us): {tokens_per_s(32, without_est) / base2:.2f}x (printed before)")
-    print(f"every GPU phase (+ estimate {w['estimate_us']:.1f} = {phases:.1f} us): "
+    print(f"- every GPU phase (+ estimate {w['estimate_us']:.1f} = {phases:.1f} us): "
           f"**{tokens_per_s(32, phases) / base2:.2f}x**; the whole step with its admission "
           f"({w['step_us']:.1f} + {w['admit_us']:.1f} us): {tokens_per_s(32, w['step_us'] + w['admit_us']) / base2:.2f}x")
 
