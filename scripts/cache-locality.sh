@@ -6,7 +6,7 @@
 #   2. `retro-bench run` of wave with an LRU block cache of 1/2/5/10% of the KV on both
 #      (configs/real/smollm2-cache-locality.json, configs/gpu/synthetic-layer-cache-locality.json);
 #   3. the table: hit ratio per trace and cache size, and the `stay` whose curve is closest to the real one
-#      (scripts/cache_locality_table.py). Results under RESULTS (default results/).
+#      (python/retro_bench/tools/cache_locality_table.py). Results under RESULTS (default results/).
 # Usage: scripts/cache-locality.sh [RESULTS]
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
@@ -25,4 +25,4 @@ for c in configs/real/smollm2-cache-locality.json configs/gpu/synthetic-layer-ca
   [[ -d "$results/$name" ]] && flag=--resume
   "$RETRO_BUILD/retro-bench" run "$c" --results "$results" -q $flag >/dev/null
 done
-"$RETRO_PYTHON" scripts/cache_locality_table.py "$results/smollm2-cache-locality" "$results/synthetic-layer-cache-locality"
+"$RETRO_PYTHON" -B python/retro_bench/_launch.py retro_bench.tools.cache_locality_table "$results/smollm2-cache-locality" "$results/synthetic-layer-cache-locality"

@@ -8,7 +8,7 @@
 #   gpu-report.json / gpu-report.txt   device, D2D and pinned H2D bandwidth, FP32 peak, each check's
 #                                      pass/fail with its measured errors, each benchmark's time, rate
 #                                      and fraction of its ceiling, "wave_run": wave vs full per layer
-#   hardware.txt                       the profile the prediction used (scripts/hardware-values.py)
+#   hardware.txt                       the profile the prediction used (python/retro_bench/gpu/hardware_values.py)
 #   retro-bench/                       `retro-bench run configs/gpu/wave-vs-full.json` with its results,
 #                                      where retro-bench builds (it needs HDF5, FAISS, BLAS, fmt, CLI11,
 #                                      nlohmann-json); else retro-bench/README.txt says why not
@@ -77,7 +77,7 @@ fi
 # profile gives what is not measured.
 HWARGS=(--measured)
 if command -v python3 >/dev/null 2>&1 &&
-   python3 "$ROOT/scripts/hardware-values.py" "$ROOT/configs/hardware/$HW.json" > "$OUT/hardware.txt"; then
+   python3 -B "$ROOT/python/retro_bench/_launch.py" retro_bench.gpu.hardware_values "$ROOT/configs/hardware/$HW.json" > "$OUT/hardware.txt"; then
   HWARGS+=(--hardware "$OUT/hardware.txt")
 else
   echo "gpu-check: no python3 or no profile $HW: the unmeasured fields are the cost model's defaults" >&2
@@ -88,12 +88,12 @@ rc=${PIPESTATUS[0]}
 # The peer a user's framework calls (PyTorch SDPA, every backend) on the same shapes, where torch sees
 # the device; then one table of everything (summary.md).
 if [[ " $* " != *" --checks-only "* ]] && python3 -c "import torch; assert torch.cuda.is_available()" 2>/dev/null; then
-  PYTHONWARNINGS=ignore python3 "$ROOT/scripts/gpu/sdpa_baseline.py" "$OUT/sdpa.json" > "$OUT/sdpa.log" 2>&1 ||
+  PYTHONWARNINGS=ignore python3 -B "$ROOT/python/retro_bench/_launch.py" retro_bench.gpu.sdpa_baseline "$OUT/sdpa.json" > "$OUT/sdpa.log" 2>&1 ||
     echo "gpu-check: sdpa_baseline failed (see $OUT/sdpa.log)" >&2
 fi
 if [[ -f "$OUT/gpu-report.json" && " $* " != *" --checks-only "* ]] && command -v python3 >/dev/null 2>&1; then
   SDPA=(); [[ -f "$OUT/sdpa.json" ]] && SDPA=(--sdpa "$OUT/sdpa.json")
-  python3 "$ROOT/scripts/gpu/summary_table.py" "$OUT/gpu-report.json" "${SDPA[@]}" > "$OUT/summary.md" 2>/dev/null &&
+  python3 -B "$ROOT/python/retro_bench/_launch.py" retro_bench.gpu.summary_table "$OUT/gpu-report.json" "${SDPA[@]}" > "$OUT/summary.md" 2>/dev/null &&
     cat "$OUT/summary.md"
 fi
 

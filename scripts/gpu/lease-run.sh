@@ -3,7 +3,7 @@
 # cmake -DRETRO_GPU_ONLY=ON; the GPU machines have no Debian libraries and no network, and FlashInfer's
 # headers come from PyPI), carried as build-gpu/kernels/retro_gpu_check:
 #   1. every kernel check against its CPU reference (LibraryDecode = FlashInfer's decode included)
-#   2. PyTorch SDPA on the same shapes (scripts/gpu/sdpa_baseline.py), when torch sees the device
+#   2. PyTorch SDPA on the same shapes (python/retro_bench/gpu/sdpa_baseline.py), when torch sees the device
 #   2b. when scripts/gpu/carry-tests.sh packed it into build-gpu/: the main build's GTest binary, its
 #      CudaBackend.* tests on the device (the cuda backend's wave and full against the CPU methods)
 #   3. the wave decode step vs full attention per layer (FlashInfer, cuDNN where libcudnn.so.9 loads —
@@ -70,10 +70,10 @@ if [[ -n ${RETRO_BENCH:-} ]]; then  # a microbenchmark group (retro_gpu_check --
   echo "bench $RETRO_BENCH: exit $? ($((SECONDS - t0)) s)"; grep -E "^(cluster_select|estimate_attention|full_decode|wave_kernels)" "$out/bench/gpu-report.txt"
 fi
 hwfile=$out/hardware.txt
-python3 "$root/scripts/hardware-values.py" "$root/configs/hardware/$hw.json" > "$hwfile" 2>/dev/null ||
+python3 -B "$root/python/retro_bench/_launch.py" retro_bench.gpu.hardware_values "$root/configs/hardware/$hw.json" > "$hwfile" 2>/dev/null ||
   cp "$root/build-gpu/$hw.txt" "$hwfile"
 t0=$SECONDS
-PYTHONWARNINGS=ignore timeout "${RETRO_SDPA_TIMEOUT:-150}" python3 "$root/scripts/gpu/sdpa_baseline.py" "$out/sdpa.json" --contexts "$ctx" \
+PYTHONWARNINGS=ignore timeout "${RETRO_SDPA_TIMEOUT:-150}" python3 -B "$root/python/retro_bench/_launch.py" retro_bench.gpu.sdpa_baseline "$out/sdpa.json" --contexts "$ctx" \
   --batches "$bat" > "$out/sdpa.log" 2>&1
 echo "sdpa: exit $? ($((SECONDS - t0)) s)"
 t0=$SECONDS
@@ -98,7 +98,7 @@ fi
 grep -v Warning "$out/sdpa.log" | grep "^sdpa"
 sed -n '/^wave decode step/,$p' "$out/wave/gpu-report.txt" 2>/dev/null || grep -E "^  (full|wave)" "$out/wave.log"
 [[ -f "$out/wave/gpu-report.json" ]] &&
-  python3 "$root/scripts/gpu/summary_table.py" "$out/wave/gpu-report.json" --sdpa "$out/sdpa.json" |
+  python3 -B "$root/python/retro_bench/_launch.py" retro_bench.gpu.summary_table "$out/wave/gpu-report.json" --sdpa "$out/sdpa.json" |
   tee "$out/summary.md"
 left=$(( ${RETRO_LEASE_BUDGET:-560} - SECONDS ))
 if command -v ncu > /dev/null && (( left > 40 )); then

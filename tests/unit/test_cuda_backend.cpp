@@ -691,12 +691,12 @@ BACKEND_TEST(HostPoolRunsEveryItemOnce) {
     EXPECT_EQ(ran, std::set<std::thread::id>{std::this_thread::get_id()});
 }
 
-// The driver reads a profile as scripts/hardware-values.py writes it: the same numbers as the JSON file.
+// The driver reads a profile as python/retro_bench/gpu/hardware_values.py writes it: the same numbers as the JSON file.
 BACKEND_TEST(HardwareValuesMatchTheProfile) {
     ScratchDir dir;
     const std::string values = dir.path + "/hw.txt";
     const std::string src = source_dir();
-    const std::string cmd = "python3 '" + src + "/scripts/hardware-values.py' '" + src +
+    const std::string cmd = "python3 '" + src + "/python/retro_bench/gpu/hardware_values.py' '" + src +
                             "/configs/hardware/h200.json' > '" + values + "'";
     if (std::system(cmd.c_str()) != 0) GTEST_SKIP() << "no python3";
     const HardwareSpec got = gpu_run::read_hardware_values(values);

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Proves that a change to the synthetic-trace generator (lib/trace/synth*) leaves its output bit-identical.
 
 Generates a fixed set of synthetic traces with `retro-bench synth` that together exercise every stage of
@@ -8,9 +7,9 @@ storage), then either stores them as the reference (--make-ref) or compares them
 every dataset byte for byte (same dtype, shape and bits) and every attribute of every object.
 
     # before the change, with the old binary:
-    $RETRO_PYTHON scripts/synth_identical.py --bin build/retro-bench --ref /tmp/synth-ref --make-ref
+    $RETRO_PYTHON python/retro_bench/tools/synth_identical.py --bin build/retro-bench --ref /tmp/synth-ref --make-ref
     # after it, with the new one:
-    $RETRO_PYTHON scripts/synth_identical.py --bin build/retro-bench --ref /tmp/synth-ref
+    $RETRO_PYTHON python/retro_bench/tools/synth_identical.py --bin build/retro-bench --ref /tmp/synth-ref
 
 Keep the reference outside the repository (the files are tens of MiB). Exit status 0 = identical.
 Needs numpy and h5py: run it with /usr/bin/python3 ($RETRO_PYTHON from scripts/env.sh).

@@ -1,11 +1,10 @@
-#!/usr/bin/env python3
 """The offloaded rows of docs/performance.md's "The paper's setting" recounted under one timing rule
 (issue 40 #1): a step's time is everything it causes before the next step can start, so the cache
 admission that runs after the step (`admit_us`, serial in these runs) is counted, and the "GPU phases only"
 row sums every GPU phase (rank, estimate, gather, attend). From the raw reports committed in
 docs/measurements/ (standard library only):
 
-    python3 scripts/gpu/recount_offloaded.py [--fourth RUN1_REPORT] [--second RUN2_REPORT]
+    PYTHONPATH=python python3 -m retro_bench.gpu.recount_offloaded [--fourth RUN1_REPORT] [--second RUN2_REPORT]
 
 Attention-only decode throughput per GPU = batch / (32 layers x layer step); full attention's batch is
 capped at 7 by GPU memory at 128K (Llama-3-8B on an H200), its time scaled from its batch-8 row.
@@ -14,9 +13,9 @@ import argparse
 import json
 import os
 
-ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-FOURTH = os.path.join(ROOT, "docs/measurements/h200-2026-11-27d/run1/wave/gpu-report.json")
-SECOND = os.path.join(ROOT, "docs/measurements/h200-2026-11-27b/run2/wave/gpu-report.json")
+ROOT = os.getcwd()  # the repository root: paths below are relative to it (retro_bench.doc_tables runs there)
+FOURTH = "docs/measurements/h200-2026-11-27d/run1/wave/gpu-report.json"
+SECOND = "docs/measurements/h200-2026-11-27b/run2/wave/gpu-report.json"
 LAYERS, CONTEXT, FULL_CAP = 32, 131072, 7
 
 

@@ -6,11 +6,11 @@ paper's setting); wave-hbm, where the report has it, the same in device memory (
 speed-up is over the report's baseline, the fastest full row at its point; the cell names it when that is
 not FlashInfer (reports before cuDNN's row always used FlashInfer).
 
-    python3 scripts/gpu/summary_table.py GPU_REPORT.json [GPU_REPORT.json ...] [--sdpa SDPA.json]
+    PYTHONPATH=python python3 -m retro_bench.gpu.summary_table GPU_REPORT.json [GPU_REPORT.json ...] [--sdpa SDPA.json]
                                          [--peak-GBps 3350]
 
 GPU_REPORT.json: retro_gpu_check's report with "wave_run" rows (several: their rows are joined);
-SDPA.json: scripts/gpu/sdpa_baseline.py's output. HBM % = K+V bytes / time / the peak given (default:
+SDPA.json: python/retro_bench/gpu/sdpa_baseline.py's output. HBM % = K+V bytes / time / the peak given (default:
 none, then the fraction of the measured D2D ceiling the report carries). Prints Markdown.
 """
 import argparse

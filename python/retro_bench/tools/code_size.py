@@ -1,12 +1,11 @@
-#!/usr/bin/python3
 """The largest files and longest functions (in lines) under the given folders: what a newcomer has to
 hold at once. C/C++/CUDA functions are found by brace matching from a line that opens a function body
 (a signature ending in `{`, not a control statement, class or namespace; inline member functions
 count, lambdas count with the function around them); Python functions by `ast` (each def on its own,
 nested ones too); shell functions by `name() {` to the matching `}`.
 
-    scripts/code-size.py lib scripts          # top 5 of each, per folder
-    scripts/code-size.py --top 10 lib/trace
+    python/retro_bench/tools/code_size.py lib scripts          # top 5 of each, per folder
+    python/retro_bench/tools/code_size.py --top 10 lib/trace
 """
 import argparse
 import ast

@@ -1,9 +1,8 @@
-#!/usr/bin/python3
 """Compares two results directories record by record: every field of every runs.jsonl record, metric
 statistics included, must be identical, except what measures time or names the machine or the build.
 
-    scripts/compare-results.py results-before/quickstart results-after/quickstart
-    scripts/compare-results.py /tmp/before /tmp/after      # every config directory found under both
+    python/retro_bench/tools/compare_results.py results-before/quickstart results-after/quickstart
+    python/retro_bench/tools/compare_results.py /tmp/before /tmp/after      # every config directory found under both
 
 Records are matched by run_id (which hashes trace, method, parameters, metric options and steps).
 Ignored: measured times (metrics and fields ending in _ms or _us, except the cost model's model_*),

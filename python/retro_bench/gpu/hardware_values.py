@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Writes a hardware profile (configs/hardware/<name>.json) as "key value" lines for retro_gpu_check
 --hardware: the RETRO_GPU_ONLY build has no JSON library (docs/cuda.md). Standard library only.
 

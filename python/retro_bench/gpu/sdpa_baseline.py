@@ -2,7 +2,7 @@
 framework already calls, timed on the same shapes as retro_gpu_check's wave run (one Llama-3-8B-shaped
 layer: 32 query / 8 KV heads, head_dim 128, fp16, one query token per sequence), every SDPA backend.
 
-    python3 scripts/gpu/sdpa_baseline.py OUT.json [--contexts 32768,131072] [--batches 1,8,32]
+    PYTHONPATH=python python3 -m retro_bench.gpu.sdpa_baseline OUT.json [--contexts 32768,131072] [--batches 1,8,32]
                                                   [--hbm BYTES_PER_S]
 
 Prints one line per (context, batch, backend) and writes them to OUT.json. Random inputs (never zeros),

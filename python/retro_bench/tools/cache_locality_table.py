@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """The cache-locality table (issue 40 #4; scripts/cache-locality.sh): the GPU block cache's hit ratio
 (`cache_hit`, mean over (layer, KV head, step)) per trace and cache size from results directories, and the
 synthetic layer's `stay` whose curve is closest to the real trace's (least squares over the cache sizes).
