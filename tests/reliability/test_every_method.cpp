@@ -3,18 +3,27 @@
 // run once, run as two shards into one directory (the last shard merges), and resumed after a kill -9
 // that left some heads undone and after parts were removed; the records' metrics are the harness's, so
 // the three must agree to the digit, timings aside. A method added to the registry is covered with no
-// edit here.
+// edit here; so are the Python example methods (examples/methods/, on retro_bench.Method) where this
+// retro-bench runs Python methods (not the sanitizer build).
 #include "../cli/cli_harness.hpp"
 
 #include <signal.h>
 
 #include <map>
 
+#include "core/host.hpp"
 #include "methods/params.hpp"
 
 namespace {
 
 using namespace retro::test;
+
+/// The Python example methods, when this retro-bench loads Python methods (list-methods --py succeeds).
+std::vector<std::string> python_examples() {
+    const std::string ex = std::string(retro::source_dir()) + "/examples/methods/";
+    if (sh(bin() + " list-methods --py " + ex + "streaming.py").code != 0) return {};
+    return {"py:" + ex + "streaming.py:StreamingLLM", "py:" + ex + "quest.py:QuestPages"};
+}
 
 json every_method_config(const std::string& name) {
     static const std::map<std::string, json> small = {  // defaults a 600-token trace with 16 prefill queries cannot take
@@ -28,6 +37,8 @@ json every_method_config(const std::string& name) {
         if (const auto it = small.find(m.name); it != small.end()) entry["params"] = it->second;
         methods.push_back(entry);
     }
+    for (const std::string& py : python_examples())  // quest's 2048-token default would attend everything here
+        methods.push_back(py.ends_with(":QuestPages") ? json{{"name", py}, {"params", {{"k", 64}}}} : json{{"name", py}});
     return {{"name", name}, {"traces", {"t.h5"}}, {"threads", 1}, {"metrics", {{"recall_k", {10}}}},
             {"methods", methods}};
 }
@@ -52,7 +63,7 @@ TEST_F(EveryMethod, OneRunTwoShardsAndAResumedRunGiveTheSameRecords) {
     auto r = sh(bin() + " run one.json --results one -q");
     ASSERT_EQ(r.code, 0) << r.out;
     const auto want = untimed_means("one/same");
-    ASSERT_EQ(want.size(), retro::method_registry().size());
+    ASSERT_EQ(want.size(), retro::method_registry().size() + python_examples().size());
 
     for (const char* s : {"0/2", "1/2"}) {  // the second shard finds every part present and merges
         r = sh(bin() + " run one.json --results sharded -q --shard " + s);

@@ -8,6 +8,9 @@
         what the part files recorded of time (KIND's cases, default niah): the prefills (from scratch, and
         reusing a kept prefix), each method's index build (fresh, and the copies budgets share) and its
         decode steps, as medians over the cases; seconds of the machine the parts ran on, as loaded as it was
+    python -m retro_bench.closedloop.doc_views points RESULTS_DIR [BUDGET]
+        offline-online.json's points nearest an exact-token share (default 0.05), one per method setting:
+        the open-loop means beside the closed-loop outcomes
     python -m retro_bench.closedloop.doc_views spearman RESULTS_DIR [CLOSED ...]
         offline-online.json's Spearman table: open-loop metric x closed-loop measure (default: every
         closed-loop measure the file has)
@@ -24,6 +27,7 @@ import numpy as np
 
 from .claims import ClaimsError, _part, _read_json, load_dir
 from .results import REFERENCE
+from .tables import short_label
 
 # the parameter that sets each method's budget; the others name the setting a row stands for
 BUDGET = {"oracle_topk": ("k",), "streaming": ("window",), "quest": ("k",), "wave": ("retrieval",),
@@ -86,11 +90,41 @@ def fidelity(path, case_id):
     return "\n".join(out) + "\n"
 
 
-def spearman(path, closed=None):
+def _offline_online(path):
     f = os.path.join(path, "offline-online.json")
     if not os.path.isfile(f):
         raise ClaimsError(f"{path}: no offline-online.json (the config's \"open_loop\" section writes it)")
-    o = _read_json(f)
+    return f, _read_json(f)
+
+
+def points(path, budget=0.05):
+    f, o = _offline_online(path)
+    runs = {r["label"]: r for r in load_dir(path)["runs"]}
+    best = {}
+    for pt in o.get("points") or []:
+        run = runs.get(pt["label"])
+        key = (pt["method"], _setting(pt["method"], run["params"]) if run else ())
+        if pt.get("exact_frac") is None:
+            continue
+        if key not in best or abs(pt["exact_frac"] - budget) < abs(best[key]["exact_frac"] - budget):
+            best[key] = pt
+    if not best:
+        raise ClaimsError(f"{f}: no points")
+    out = [f"The point nearest {100 * budget:g} % exact tokens of each method setting (`{os.path.relpath(f)}`; "
+           "open-loop means over the replayed layers, heads and steps):", "",
+           "| run | exact % | recall@100 | mass | out_err | KL mean (closed) | NIAH acc (closed) |",
+           "|---|---|---|---|---|---|---|"]
+    for (method, _), pt in best.items():
+        cells = [f"{100 * pt['exact_frac']:.1f}"] + [_fmt(pt.get(k), f) for k, f in (
+            ("recall@100", "{:.2f}"), ("mass", "{:.3f}"), ("out_err", "{:.3f}"), ("kl_mean", "{:.4f}"),
+            ("niah_accuracy", "{:.2f}"))]
+        run = runs.get(pt["label"])
+        out.append(f"| {short_label(run) if run else pt['label']} | " + " | ".join(cells) + " |")
+    return "\n".join(out) + "\n"
+
+
+def spearman(path, closed=None):
+    f, o = _offline_online(path)
     table = o.get("table") or []
     opens = list(dict.fromkeys(t["open"] for t in table))
     closes = closed or list(dict.fromkeys(t["closed"] for t in table))
@@ -162,6 +196,9 @@ def main(argv=None):
     c = sub.add_parser("costs")
     c.add_argument("results")
     c.add_argument("kind", nargs="?", default="niah")
+    e = sub.add_parser("points")
+    e.add_argument("results")
+    e.add_argument("budget", nargs="?", type=float, default=0.05)
     b = sub.add_parser("spearman")
     b.add_argument("results")
     b.add_argument("closed", nargs="*")
@@ -171,6 +208,8 @@ def main(argv=None):
             text = fidelity(args.results, args.case)
         elif args.view == "costs":
             text = costs(args.results, args.kind)
+        elif args.view == "points":
+            text = points(args.results, args.budget)
         else:
             text = spearman(args.results, args.closed or None)
     except ClaimsError as e:
