@@ -31,7 +31,8 @@ def main(path):
     ref = recs[0]
     rf, rt = ref.get("fidelity") or {}, ref.get("task") or {}
     print(f"Reference (full attention): perplexity {_f(rf.get('ppl'), '{:.2f}')} over {rf.get('tokens')} tokens; "
-          f"NIAH accuracy {_f(rt.get('accuracy'), '{:.2f}')} ({rt.get('niah_cases')} cases); "
+          + (f"NIAH accuracy {_f(rt.get('accuracy'), '{:.2f}')} ({rt.get('niah_cases')} cases); " if rt.get("niah_cases")
+             else "no NIAH cases; ") +
           f"{_f(ref.get('step_ms_median'), '{:.0f}')} ms per decode step (median)\n")
     print("| run | exact_frac | est_frac | KL mean | KL p90 | top-1 | ppl | NIAH acc | acc on full-correct | agreement | ms/step | build s |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
