@@ -26,10 +26,13 @@ std::string exe_dir() {
 }
 
 std::string python_package_dir() {
-    const auto is_package = [](const fs::path& d) { return is_file((d / "__init__.py").string()) && is_file((d / "_launch.py").string()); };
+    const auto is_package = [](const fs::path& d) {
+        return is_file((d / "__init__.py").string()) && is_file((d / "_launch.py").string());
+    };
     if (const char* e = std::getenv("RETRO_PYTHON_PACKAGE"); e && *e) {
         if (!is_package(e))
-            throw Error(std::string("RETRO_PYTHON_PACKAGE=") + e + ": not the retro_bench package (no __init__.py and _launch.py there)");
+            throw Error(std::string("RETRO_PYTHON_PACKAGE=") + e +
+                        ": not the retro_bench package (no __init__.py and _launch.py there)");
         return e;
     }
     std::vector<fs::path> tried;
@@ -43,7 +46,8 @@ std::string python_package_dir() {
         if (is_package(p)) return p.string();
         list += (list.empty() ? "" : ", ") + p.string();
     }
-    throw Error("cannot find the retro_bench Python package (looked at " + list + "); set RETRO_PYTHON_PACKAGE to its directory");
+    throw Error("cannot find the retro_bench Python package (looked at " + list +
+                "); set RETRO_PYTHON_PACKAGE to its directory");
 }
 
 std::vector<std::string> python_module_command(const std::string& python, const std::string& module) {
