@@ -36,7 +36,7 @@
 #include <string>
 #include <vector>
 
-#include "checks.hpp"
+#include "common/registry.hpp"
 #include "core/check.hpp"
 #include "cuda_api.hpp"
 #include "run/cuda_backend.hpp"

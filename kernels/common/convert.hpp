@@ -1,6 +1,6 @@
 #pragma once
 // Element-wise conversions on the device for the kernels that take fp16 where the harness keeps f32
-// (kernels/attention.cu; used by cudnn_decode.cpp). n elements, on `stream`.
+// (common/convert.cu; used by library/cudnn_decode.cpp). n elements, on `stream`.
 #include <cstddef>
 #include <cstdint>
 

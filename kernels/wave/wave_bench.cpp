@@ -1,16 +1,19 @@
-// Microbenchmarks of the CUDA kernels (checks.hpp: run_benches, measure_ceilings). Inputs are filled
-// with constant fp16 patterns (memset) where values do not change the work done: attention, copies and
-// sorting cost the same whatever the numbers, and a 34 GB random fill would dominate the run.
+// Microbenchmarks of the wave step's kernels (registry.hpp), groups gather and wave_step: the pinned
+// gather (zero-copy and cudaMemcpyAsync), then per context cluster_select's histogram variants, the
+// estimation's block widths and the step's four kernels back to back. Inputs are filled with constant
+// fp16 patterns (memset) where values do not change the work done: attention, copies and sorting cost
+// the same whatever the numbers.
 #include <algorithm>
-#include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <numeric>
 #include <random>
 #include <string>
 #include <vector>
 
-#include "checks.hpp"
+#include "common/bench_util.hpp"
+#include "common/registry.hpp"
 #include "core/half.hpp"
 #include "cuda_api.hpp"
 
@@ -18,48 +21,8 @@ namespace retro::cuda {
 
 namespace {
 
-template <class F>
-double median_us(F&& f, int reps) {
-    f();  // warm-up (first launch, page mapping of pinned memory)
-    f();
-    synchronize();
-    std::vector<double> t;
-    EventTimer ev;
-    LaunchGate gate;  // each call's launches queued before it runs: its GPU time, not the host's calls
-    for (int i = 0; i < reps; ++i) {
-        gate.hold(nullptr);
-        ev.start();
-        f();
-        ev.stop();
-        gate.release();
-        t.push_back(ev.elapsed_ms() * 1e3);
-    }
-    std::sort(t.begin(), t.end());
-    return t[t.size() / 2];
-}
+using namespace bench_util;
 
-std::string shape(const char* f, long a = 0, long b = 0, long c = 0, long d = 0, long e = 0) {
-    char buf[200];
-    std::snprintf(buf, sizeof buf, f, a, b, c, d, e);
-    return buf;
-}
-
-BenchRow bw_row(std::string name, std::string params, double us, double bytes, double ceiling, std::string cname) {
-    BenchRow r;
-    r.name = std::move(name), r.params = std::move(params), r.time_us = us, r.bytes = bytes;
-    r.rate = bytes / (us * 1e-6), r.unit = "B/s", r.ceiling = ceiling, r.ceiling_name = std::move(cname);
-    r.fraction = ceiling > 0 ? r.rate / ceiling : 0;
-    return r;
-}
-
-template <class T>
-DeviceBuffer<T> upload(const std::vector<T>& v) {
-    DeviceBuffer<T> b(v.size());
-    if (!v.empty()) copy_h2d(b.get(), v.data(), b.bytes());
-    return b;
-}
-
-constexpr int kHq = 32, kHkv = 8, kG = kHq / kHkv, kD = 128;  // the issue's model shape
 constexpr int kTokensPerCluster = 16, kSteady = 4 + 64;          // wave defaults: sink 4, window 64
 constexpr double kRetrieval = 0.018, kEstimation = 0.232;        // wave defaults (fractions of clusters)
 // The share of the retrieval zone's clusters the gather copies from the GPU block cache rather than over
@@ -67,67 +30,24 @@ constexpr double kRetrieval = 0.018, kEstimation = 0.232;        // wave default
 // docs/performance.md "Cache locality"), not a basis for any speed-up — the run path measures those.
 constexpr double kHitRatio = 0.8;
 
-}  // namespace
-
-DeviceCeilings measure_ceilings(bool quick) {
-    DeviceCeilings c;
-    const size_t n = quick ? (256u << 20) : (1u << 30);
-    {
-        DeviceBuffer<char> a(n), b(n);
-        dev_memset(a.get(), 1, n);
-        const double us = median_us([&] { copy_d2d(b.get(), a.get(), n); }, quick ? 5 : 10);
-        c.d2d_bytes_per_s = 2.0 * n / (us * 1e-6);  // read + write
-    }
-    {
-        const size_t m = quick ? (128u << 20) : (512u << 20);
-        DeviceBuffer<char> d(m);
-        void* h = pinned_alloc(m);
-        std::fill_n(static_cast<char*>(h), m, 1);
-        const double us = median_us([&] { copy_h2d_async(d.get(), h, m); }, quick ? 5 : 10);
-        c.h2d_pinned_bytes_per_s = m / (us * 1e-6);
-        const double us_back = median_us([&] { copy_d2h_async(h, d.get(), m); }, quick ? 5 : 10);
-        c.d2h_pinned_bytes_per_s = m / (us_back * 1e-6);
-        pinned_free(h);
-    }
-    {  // the fixed cost of one small transfer as the host sees it: issue, then wait for completion
-        DeviceBuffer<int32_t> d(1);
-        PinnedBuffer<int32_t> h(1);
-        h[0] = 1;
-        std::vector<double> t;
-        for (int i = 0; i < 51; ++i) {
-            const auto t0 = std::chrono::steady_clock::now();
-            copy_h2d_async(d.get(), h.get(), sizeof(int32_t));
-            synchronize();
-            t.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
-        }
-        std::sort(t.begin(), t.end());
-        c.transfer_latency_us = t[t.size() / 2];
-    }
-    c.fp32_flop_per_s = device_fp32_peak();
-    c.memory_bytes = (double)device_total_bytes();
-    return c;
-}
-
-std::vector<BenchRow> run_benches(const BenchOptions& o, const DeviceCeilings& c) {
+std::vector<BenchRow> wave_benches(const BenchContext& ctx) {
+    const bool want_gather = ctx.want("gather"), want_step = ctx.want("wave_step");
+    if (!want_gather && !want_step) return {};
+    const DeviceCeilings& c = ctx.ceilings;
+    const std::vector<int>& Bs = ctx.batches;
+    const int reps = ctx.reps, Bmax = Bs.back();
     std::vector<BenchRow> rows;
-    const int reps = o.quick ? 5 : o.reps;
-    std::vector<int> Ns = o.quick ? std::vector<int>{32768} : std::vector<int>{32768, 131072};
-    std::vector<int> Bs = o.quick ? std::vector<int>{1, 8} : std::vector<int>{1, 8, 16, 32, 64};
-    if (!o.contexts.empty()) Ns = o.contexts;
-    if (!o.batches.empty()) Bs = o.batches, std::sort(Bs.begin(), Bs.end());
-    const auto want = [&](const char* group) { return o.only.empty() || std::string(group).find(o.only) != std::string::npos; };
-    const int Bmax = Bs.back();
     std::mt19937 rng(5);
 
     // Pinned CPU store shared by the gather benchmarks and the wave step: 1M tokens of K and of V.
-    const int64_t cpu_tokens = o.quick ? (1 << 18) : (1 << 20);
+    const int64_t cpu_tokens = ctx.options.quick ? (1 << 18) : (1 << 20);
     uint16_t* h_k = static_cast<uint16_t*>(pinned_alloc((size_t)cpu_tokens * kD * 2));
     uint16_t* h_v = static_cast<uint16_t*>(pinned_alloc((size_t)cpu_tokens * kD * 2));
     std::fill_n(h_k, (size_t)cpu_tokens * kD, (uint16_t)0x3C00);
     std::fill_n(h_v, (size_t)cpu_tokens * kD, (uint16_t)0x3800);
 
     // ---- pinned gather: 16-token clusters from random places of the CPU store ----
-    if (want("gather")) {
+    if (want_gather) {
         const int64_t segs_n = cpu_tokens / kTokensPerCluster / 2;
         DeviceBuffer<uint16_t> ek((size_t)segs_n * kTokensPerCluster * kD), ev(ek.size());
         std::vector<CopySegment> segs;
@@ -145,63 +65,11 @@ std::vector<BenchRow> run_benches(const BenchOptions& o, const DeviceCeilings& c
         rows.push_back(bw_row("gather_memcpy_async", p, us, bytes, c.h2d_pinned_bytes_per_s, "pinned H2D"));
     }
 
-    for (const int N : Ns) {
-        if (!want("full_decode") && !want("wave_step")) break;
-        // ---- full-attention decode over all KV in GPU memory ----
-        DecodeShape fs;
-        fs.kv_heads = kHkv, fs.group = kG, fs.d = kD, fs.capacity = N, fs.split = 512;
-        fs.batch = Bmax;
-        const size_t kv_elems = (size_t)Bmax * kHkv * N * kD;
-        DeviceBuffer<uint16_t> K(kv_elems), V(kv_elems);
-        dev_memset(K.get(), 0x3C, K.bytes());
-        dev_memset(V.get(), 0x38, V.bytes());
-        std::normal_distribution<float> nd;
-        std::vector<float> q((size_t)Bmax * kHq * kD);
-        for (auto& x : q) x = nd(rng);
-        auto dq = upload(q);
-        DeviceBuffer<float> out((size_t)Bmax * kHq * kD), lse((size_t)Bmax * kHq), work(decode_workspace_floats(fs));
-        for (const int B : Bs) {
-            fs.batch = B;
-            const double us = median_us(
-                [&] { decode_attention(fs, dq.get(), K.get(), V.get(), nullptr, nullptr, nullptr, out.get(), lse.get(),
-                                       work.get()); },
-                reps);
-            rows.push_back(bw_row("full_decode", shape("B=%ld N=%ld Hq=%ld Hkv=%ld d=%ld", B, N, kHq, kHkv, kD), us,
-                                  2.0 * B * kHkv * (double)N * kD * 2, c.d2d_bytes_per_s, "D2D copy"));
-        }
-        // the library baseline on the same KV (FlashInfer's batch decode, planned outside the timing)
-        if (want("full_decode") && library_decode_unsupported(kD, kG).empty())
-            for (const int B : Bs) {
-                fs.batch = B;
-                LibraryDecode lib(fs, 16);
-                const std::vector<int32_t> lens((size_t)B * kHkv, N);
-                lib.plan(lens.data());
-                const double us = median_us([&] { lib.run(dq.get(), K.get(), V.get(), out.get(), lse.get()); }, reps);
-                rows.push_back(bw_row("full_decode_library",
-                                      shape("B=%ld N=%ld Hq=%ld Hkv=%ld d=%ld", B, N, kHq, kHkv, kD), us,
-                                      2.0 * B * kHkv * (double)N * kD * 2, c.d2d_bytes_per_s, "D2D copy"));
-            }
-
-        // cuDNN's fused attention on the same KV: the harness's graph (stats, lengths as a padding mask)
-        // and PyTorch's at inference (no stats, the exact length, no mask), each plan built outside the timing
-        if (want("full_decode") && cudnn_decode_unsupported(kD, kG).empty())
-            for (const int B : Bs) {
-                fs.batch = B;
-                auto lens = upload(std::vector<int32_t>((size_t)B, N));
-                for (const bool stats : {true, false})
-                    for (const bool exact : {false, true}) {
-                        CudnnDecodeOptions co;
-                        co.stats = stats, co.exact_len = exact ? N : 0;
-                        CudnnDecode dnn(fs, co);
-                        const double us =
-                            median_us([&] { dnn.run(dq.get(), K.get(), V.get(), lens.get(), out.get(), lse.get()); }, reps);
-                        rows.push_back(bw_row(std::string("full_decode_cudnn") + (stats ? "" : "_nostats") +
-                                                  (exact ? "_exact" : "_padded"),
-                                              shape("B=%ld N=%ld Hq=%ld Hkv=%ld d=%ld", B, N, kHq, kHkv, kD), us,
-                                              2.0 * B * kHkv * (double)N * kD * 2, c.d2d_bytes_per_s, "D2D copy"));
-                    }
-            }
-        if (!want("wave_step")) continue;
+    for (const int N : ctx.contexts) {
+        if (!want_step) break;
+        // the step's queries and outputs, as full decode's at this context
+        DecodeBenchInputs in = decode_bench_inputs(N, Bmax, rng, false);
+        auto &dq = in.q, &out = in.out, &lse = in.lse;
 
         // ---- wave decode step per layer (RetroInfer §4): rank, estimate, assemble, attend + merge ----
         const int M = N / kTokensPerCluster;
@@ -338,39 +206,11 @@ std::vector<BenchRow> run_benches(const BenchOptions& o, const DeviceCeilings& c
         }
     }
     pinned_free(h_k), pinned_free(h_v);
-
-    // ---- k-means (one KV head's 32K prompt keys, the wave index build) ----
-    if (want("kmeans")) {
-        const int n = o.quick ? 8192 : 32768, d = kD;
-        std::normal_distribution<float> nd;
-        std::vector<float> x((size_t)n * d);
-        for (auto& v : x) v = nd(rng);
-        KMeansParams kp;  // defaults: 16 tokens per cluster, segments of 8192 rows, 10 passes
-        const KMeansPlan plan = kmeans_plan(n, kp);
-        const int S = plan.segments(), ks = plan.k / S;
-        auto dx = upload(x);
-        auto dc = upload(std::vector<float>(x.begin(), x.begin() + (size_t)plan.k * d));
-        auto drb = upload(plan.row_begin), dcb = upload(plan.cluster_begin);
-        DeviceBuffer<int32_t> da((size_t)n);
-        const double us = median_us(
-            [&] { kmeans_assign(dx.get(), n, d, dc.get(), plan.k, drb.get(), dcb.get(), S, 0, da.get()); }, reps);
-        BenchRow a;
-        a.name = "kmeans_assign", a.params = shape("n=%ld d=%ld k=%ld segments=%ld", n, d, plan.k, S);
-        a.time_us = us, a.flops = 2.0 * n * d * ks, a.rate = a.flops / (us * 1e-6), a.unit = "FLOP/s";
-        a.ceiling = c.fp32_flop_per_s, a.ceiling_name = "FP32 FMA peak";
-        a.fraction = a.ceiling > 0 ? a.rate / a.ceiling : 0;
-        rows.push_back(a);
-        const auto t0 = std::chrono::steady_clock::now();
-        segmented_kmeans_gpu(x.data(), n, d, kp);
-        const double wall = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
-        BenchRow f;
-        f.name = "kmeans_segmented_gpu", f.params = a.params + " iters=10 (host wall time incl. copies)";
-        f.time_us = wall, f.flops = 2.0 * n * d * ks * (kp.iters - 1) + 2.0 * n * d * plan.k;
-        f.rate = f.flops / (wall * 1e-6), f.unit = "FLOP/s", f.ceiling = c.fp32_flop_per_s;
-        f.ceiling_name = "FP32 FMA peak", f.fraction = f.ceiling > 0 ? f.rate / f.ceiling : 0;
-        rows.push_back(f);
-    }
     return rows;
 }
+
+}  // namespace
+
+RETRO_KERNEL_BENCHES(wave, 10, {{"gather, wave_step", wave_benches}});
 
 }  // namespace retro::cuda

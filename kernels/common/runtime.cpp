@@ -1,4 +1,4 @@
-// CUDA runtime wrappers of cuda_api.hpp (host code; compiled by the host compiler).
+// CUDA runtime wrappers of runtime_api.hpp (host code; compiled by the host compiler).
 #include <cuda_runtime.h>
 
 #include <string>
@@ -151,14 +151,6 @@ float EventTimer::elapsed_ms() {
     float ms = 0;
     check(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(a_), static_cast<cudaEvent_t>(b_)), "elapsed");
     return ms;
-}
-
-void copy_segments_memcpy(const CopySegment* segs, int n, int d, void* stream) {
-    for (int i = 0; i < n; ++i) {
-        const size_t b = (size_t)segs[i].tokens * d * 2;
-        check(cudaMemcpyAsync(segs[i].dst_k, segs[i].src_k, b, cudaMemcpyDefault, st(stream)), "segment k");
-        check(cudaMemcpyAsync(segs[i].dst_v, segs[i].src_v, b, cudaMemcpyDefault, st(stream)), "segment v");
-    }
 }
 
 }  // namespace retro::cuda

@@ -23,7 +23,7 @@
 
 #include <cudnn_frontend.h>
 
-#include "convert.hpp"
+#include "common/convert.hpp"
 #include "core/error.hpp"
 #include "cuda_api.hpp"
 

@@ -1,0 +1,102 @@
+// Part of the CPU emulation of cuda_api.hpp (docs/cuda.md, "CPU emulation"): float32 like the kernels
+// but written independently of them and of the lib/ references; "device" memory is host memory,
+// launches run at once. Linked with the check bodies into retro_check_emulation (and with the run path
+// into retro_backend_emulation), it tests the checks themselves (input layouts, references, tolerances,
+// poisoning) on machines without a GPU. It says nothing about the CUDA kernels.
+// This file: the library baselines (library_api.hpp), over the emulated decode_attention.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/registry.hpp"
+#include "core/error.hpp"
+#include "core/half.hpp"
+#include "cuda_api.hpp"
+
+namespace retro::cuda {
+
+// LibraryDecode: FlashInfer's shape rules, the attention by the emulated decode_attention (fp16 output
+// rounding as the library's fp16 output).
+std::string library_decode_unsupported(int d, int g) {
+    if (d != 64 && d != 128) return "FlashInfer decode is built here for head_dim 64 and 128, not " + std::to_string(d);
+    if (g != 1 && g != 2 && g != 3 && g != 4 && g != 6 && g != 8)
+        return "FlashInfer decode supports GQA group sizes 1, 2, 3, 4, 6, 8, not " + std::to_string(g);
+    return "";
+}
+struct LibraryDecode::Impl {
+    DecodeShape s;
+    std::vector<int32_t> lens;
+};
+LibraryDecode::LibraryDecode(const DecodeShape& s, int page) : impl_(nullptr) {
+    const std::string why = library_decode_unsupported(s.d, s.group);
+    if (!why.empty()) throw ParamError("library decode: " + why);
+    if (page < 1 || s.capacity < 1 || s.capacity % page) throw ParamError("library decode: capacity not a multiple of the page");
+    impl_ = new Impl{s, {}};
+}
+LibraryDecode::~LibraryDecode() { delete impl_; }
+void LibraryDecode::plan(const int32_t* lens, void*) {
+    const int n = impl_->s.batch * impl_->s.kv_heads;
+    for (int i = 0; i < n; ++i)
+        if (lens[i] < 1 || lens[i] > impl_->s.capacity) throw ParamError("library decode: length out of range");
+    impl_->lens.assign(lens, lens + n);
+}
+void LibraryDecode::plan_device(const int32_t* lens, void* st, int) { plan(lens, st); }  // "device" memory is host memory
+void LibraryDecode::run(const float* q, const uint16_t* K, const uint16_t* V, float* out, float* lse, void* st,
+                        const float* xo, const float* xl) {
+    if (impl_->lens.empty()) throw Error("library decode: run() before plan()");
+    const DecodeShape& s = impl_->s;
+    const size_t rows = (size_t)s.batch * s.kv_heads * s.group, d = (size_t)s.d;
+    std::vector<float> l(rows);
+    decode_attention(s, q, K, V, impl_->lens.data(), nullptr, nullptr, out, l.data(), nullptr, st);
+    for (size_t i = 0; i < rows * d; ++i) out[i] = half_to_float(float_to_half(out[i]));  // the fp16 output
+    for (size_t r = 0; r < rows; ++r) {  // the merge with a second state, in float (finish_kernel)
+        if (xo && xl[r] != -INFINITY) {
+            const float m = std::max(l[r], xl[r]), a = std::exp(l[r] - m), b = std::exp(xl[r] - m);
+            for (size_t e = 0; e < d; ++e) out[r * d + e] = (out[r * d + e] * a + xo[r * d + e] * b) / (a + b);
+            l[r] = m + std::log(a + b);
+        }
+        if (lse) lse[r] = l[r];
+    }
+}
+// CudnnDecode: cuDNN's shape rules (cudnn_decode.cpp), the attention by the emulated decode_attention
+// over fp16-rounded queries and with the fp16 output rounding, each item's length for all its heads.
+std::string cudnn_decode_unsupported(int d, int) {
+    if (d % 8 != 0 || d > 256) return "cuDNN's fused attention takes head_dim a multiple of 8 up to 256, not " + std::to_string(d);
+    return "";
+}
+struct CudnnDecode::Impl {
+    DecodeShape s;
+    CudnnDecodeOptions o;
+};
+CudnnDecode::CudnnDecode(const DecodeShape& s, const CudnnDecodeOptions& o) : impl_(nullptr) {
+    const std::string why = cudnn_decode_unsupported(s.d, s.group);
+    if (!why.empty()) throw ParamError("cudnn decode: " + why);
+    if (o.exact_len < 0 || o.exact_len > s.capacity)
+        throw ParamError("cudnn decode: exact_len " + std::to_string(o.exact_len) + " outside 0.." +
+                         std::to_string(s.capacity) + " (the capacity)");
+    impl_ = new Impl{s, o};
+}
+CudnnDecode::~CudnnDecode() { delete impl_; }
+void CudnnDecode::run(const float* q, const uint16_t* K, const uint16_t* V, const int32_t* lens, float* out, float* lse,
+                      void* st) {
+    const DecodeShape& s = impl_->s;
+    const CudnnDecodeOptions& o = impl_->o;
+    const size_t rows = (size_t)s.batch * s.kv_heads * s.group, d = (size_t)s.d;
+    std::vector<int32_t> per((size_t)s.batch * s.kv_heads);
+    for (size_t i = 0; i < per.size(); ++i) {
+        per[i] = o.exact_len > 0 ? o.exact_len : lens[i / (size_t)s.kv_heads];
+        if (per[i] < 1 || per[i] > s.capacity) throw ParamError("cudnn decode: length out of range");
+    }
+    std::vector<float> no_stats(o.stats ? 0 : rows);  // without stats the caller's lse is left as it was
+    if (!o.stats) lse = no_stats.data();
+    std::vector<float> q16(q, q + rows * d);
+    for (float& x : q16) x = half_to_float(float_to_half(x));
+    decode_attention(s, q16.data(), K, V, per.data(), nullptr, nullptr, out, lse, nullptr, st);
+    for (size_t i = 0; i < rows * d; ++i) out[i] = half_to_float(float_to_half(out[i]));
+}
+
+RETRO_KERNEL_EMULATION(library);
+
+}  // namespace retro::cuda

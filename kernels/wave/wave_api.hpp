@@ -1,0 +1,178 @@
+#pragma once
+// Host API of the wave decode step's kernels (kernels/cuda_api.hpp, docs/cuda.md): cluster ranking and
+// the zones' selection (wave/cluster_rank.cu), the estimation zone (wave/estimate.cu) and the execution
+// buffers' assembly (wave/gather.cu). CPU emulation: wave/wave_emulation.cpp; checks:
+// wave/wave_checks.cpp; microbenchmarks: wave/wave_bench.cpp.
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+
+#include "core/error.hpp"
+
+namespace retro::cuda {
+
+// ---- cluster scoring (wave/cluster_rank.cu; CPU reference: lib/attention/cluster_rank) ----
+
+struct ClusterScoreShape {
+    int batch = 1;     ///< B
+    int kv_heads = 1;  ///< Hkv
+    int group = 1;     ///< g query heads per KV head (<= 8)
+    int clusters = 0;  ///< M clusters per (batch, KV head)
+    int d = 128;       ///< head dim, multiple of 32, <= 256
+    float scale = 0;   ///< score scale (1/sqrt(d) when 0)
+};
+
+/// Bytes of device scratch cluster_rank needs (scores and the segmented sort's temporaries).
+size_t cluster_rank_workspace(const ClusterScoreShape& s);
+
+/// Ranks the clusters of every (b, kv head): agg[j] = sum over the group's g heads of
+/// softmax_j(scale * q_h . c_j) over the valid clusters; ranked = cluster ids by agg descending, ties by
+/// lower id (invalid clusters last). The caller takes the first r (retrieval) and next e (estimation).
+/// d_q: [B, Hkv*g, d] f32; d_centroids: [B*Hkv, M, d] fp16; d_valid: [B*Hkv, M] uint8 (nullptr = all);
+/// d_agg: [B*Hkv, M] f32 out (invalid = -inf); d_ranked: [B*Hkv, M] int32 out;
+/// d_work: cluster_rank_workspace(s) bytes.
+void cluster_rank(const ClusterScoreShape& s, const float* d_q, const uint16_t* d_centroids,
+                  const uint8_t* d_valid, float* d_agg, int32_t* d_ranked, void* d_work, size_t work_bytes,
+                  void* stream = nullptr);
+
+/// cluster_select's radix-select histograms (every variant selects the same zones; they differ in how the
+/// block counts digits): plain (the default): shared atomics per item over 8-bit digits from bit 31;
+/// combined: the two selections share one histogram while their prefixes agree and each thread adds a run
+/// of equal digits once; adaptive: one block reduction of the valid keys' range first, the passes start at
+/// its highest differing bit (the aggregates' keys share their top bits: from bit 31 the first pass fills
+/// a handful of bins and the atomics serialize on them); adaptive_combined: both. The process default
+/// comes from RETRO_SELECT_HIST=plain|combined|adaptive|adaptive_combined on first use (any other value:
+/// ParamError); the check ClusterSelect runs every variant, the wave_step microbenchmark times each.
+enum class SelectHist { plain, combined, adaptive, adaptive_combined };
+inline constexpr SelectHist kSelectHists[] = {SelectHist::plain, SelectHist::combined, SelectHist::adaptive,
+                                              SelectHist::adaptive_combined};
+inline const char* select_hist_name(SelectHist h) {
+    switch (h) {
+        case SelectHist::combined: return "combined";
+        case SelectHist::adaptive: return "adaptive";
+        case SelectHist::adaptive_combined: return "adaptive_combined";
+        default: return "plain";
+    }
+}
+/// RETRO_SELECT_HIST's variant (unset or empty: plain; an unknown name: ParamError naming the four).
+inline SelectHist select_histograms_from_env() {
+    const char* v = std::getenv("RETRO_SELECT_HIST");
+    if (v == nullptr || *v == '\0') return SelectHist::plain;
+    for (const SelectHist h : kSelectHists)
+        if (std::string(v) == select_hist_name(h)) return h;
+    throw ParamError(std::string("RETRO_SELECT_HIST=") + v + ": expected plain, combined, adaptive or adaptive_combined");
+}
+/// The process's variant: host state shared by the CUDA build and the CPU emulation (which only remembers
+/// it); -1 until set or first read from the environment.
+inline std::atomic<int> g_select_hist{-1};
+inline void set_select_histograms(SelectHist h) { g_select_hist = (int)h; }
+inline SelectHist select_histograms() {
+    if (g_select_hist < 0) g_select_hist = (int)select_histograms_from_env();
+    return (SelectHist)g_select_hist.load();
+}
+
+/// The zones only, without ranking every cluster: for each (b, kv head) ranked[0, r) = the top r clusters
+/// in cluster_rank's order and ranked[r, r + e) = the next e as a set (ascending id); the rest of the row
+/// is not written. agg as cluster_rank. One block per (b, kv head) by radix select where M <= 8192 and
+/// r <= 1024, else cluster_rank itself. Same workspace as cluster_rank; r + e <= M (ParamError).
+void cluster_select(const ClusterScoreShape& s, int r, int e, const float* d_q, const uint16_t* d_centroids,
+                    const uint8_t* d_valid, float* d_agg, int32_t* d_ranked, void* d_work, size_t work_bytes,
+                    void* stream = nullptr);
+
+// ---- estimation zone (wave/estimate.cu; CPU reference: lib/attention add_estimated_cluster) ----
+
+/// estimate_attention's block width. four: 4 warps of 16 clusters each per 64-cluster chunk; wide: 16
+/// warps of 4 clusters (8 or 4 where their states would pass 32 KB of shared memory: g = 8 with d = 128,
+/// d = 256): the same chunks and output, 4x the warps per SM to hide each warp's serial online-softmax
+/// chain; automatic (the default): wide where the launch has at most two blocks per SM (batch 1's few
+/// (b, kv head)s), else four. Why: on the H200 the wide blocks were faster at batch 1 (estimation 20.5 ->
+/// 14.8 us at 32K, 29.0 -> 23.4 at 128K: 64 and 240 blocks on 132 SMs) and slower at batch 8 (32K 20.3 ->
+/// 22.9, 128K 71.4 -> 79.2: 512 and 1,920 blocks), side by side in one run (docs/performance.md, "Fifth
+/// lease"). The process default comes from RETRO_EST_WARPS=4|wide|auto on first use (any other value:
+/// ParamError); the check EstimateAttention runs both widths.
+enum class EstimateWidth { four, wide, automatic };
+inline EstimateWidth estimate_width_from_env() {
+    const char* v = std::getenv("RETRO_EST_WARPS");
+    if (v == nullptr || *v == '\0' || std::string(v) == "auto") return EstimateWidth::automatic;
+    if (std::string(v) == "4") return EstimateWidth::four;
+    if (std::string(v) == "wide") return EstimateWidth::wide;
+    throw ParamError(std::string("RETRO_EST_WARPS=") + v + ": expected 4, wide or auto");
+}
+/// The process's width, as select_histograms' variant.
+inline std::atomic<int> g_estimate_width{-1};
+inline void set_estimate_width(EstimateWidth w) { g_estimate_width = static_cast<int>(w); }
+inline EstimateWidth estimate_width() {
+    if (g_estimate_width < 0) g_estimate_width = static_cast<int>(estimate_width_from_env());
+    return static_cast<EstimateWidth>(g_estimate_width.load());
+}
+/// Whether a launch of `blocks` blocks on `sms` SMs takes the wide blocks under width w.
+inline bool estimate_wide_for(EstimateWidth w, long long blocks, int sms) {
+    return w == EstimateWidth::wide || (w == EstimateWidth::automatic && blocks <= 2LL * sms);
+}
+inline const char* estimate_width_name(EstimateWidth w) {
+    return w == EstimateWidth::four ? "4warps" : w == EstimateWidth::wide ? "wide" : "auto";
+}
+
+/// Floats of workspace estimate_attention needs for E clusters: B * Hkv*g * ceil(E / 64) * (d + 2).
+size_t estimate_workspace_floats(const ClusterScoreShape& s, int E);
+
+/// Estimated attention over E clusters per (b, kv head) (RetroInfer Eq. 2-4): each cluster counts
+/// size_j times with score scale * q.c_j and value vsum_j / size_j. Writes out = acc / l and
+/// lse = m + log l per query head (out 0 and lse -inf when E = 0 or all sizes are 0). Parallel over
+/// chunks of 64 clusters and (b, kv head)s; the chunks' states are merged by LSE.
+/// d_ids: [B*Hkv, E] int32 cluster ids (< M); d_centroids, d_vsums: [B*Hkv, M, d] fp16;
+/// d_sizes: [B*Hkv, M] int32; d_q: [B, Hkv*g, d] f32; d_out: [B, Hkv*g, d] f32; d_lse: [B, Hkv*g] f32;
+/// d_work: estimate_workspace_floats(s, E) floats.
+void estimate_attention(const ClusterScoreShape& s, int E, const int32_t* d_ids, const float* d_q,
+                        const uint16_t* d_centroids, const uint16_t* d_vsums, const int32_t* d_sizes,
+                        float* d_out, float* d_lse, float* d_work, void* stream = nullptr);
+
+// ---- execution-buffer assembly (wave/gather.cu; CPU reference: host copies in wave/wave_checks.cpp) ----
+
+/// One contiguous run of tokens copied from (src_k, src_v) to (dst_k, dst_v); each token is d fp16.
+/// Sources may be device memory or pinned host memory (zero-copy reads through UVA); destinations are
+/// device memory. Pointers must be 16-byte aligned and d a multiple of 8.
+struct CopySegment {
+    const uint16_t* src_k = nullptr;
+    const uint16_t* src_v = nullptr;
+    uint16_t* dst_k = nullptr;
+    uint16_t* dst_v = nullptr;
+    int64_t tokens = 0;
+};
+
+/// Copies every segment with one kernel (one block per 64 tokens of a segment).
+/// d_segs: [n] in device memory; max_tokens >= the longest segment's tokens (sizes the grid).
+/// Used for the execution buffer (steady zone + GPU block-cache blocks + zero-copy CPU blocks) and for
+/// the cache admission scatter (execution buffer -> cache slots).
+void copy_segments(const CopySegment* d_segs, int n, int d, int64_t max_tokens, void* stream = nullptr);
+
+/// The comparison variant: one cudaMemcpyAsync per segment and tensor. h_segs: [n] in host memory.
+void copy_segments_memcpy(const CopySegment* h_segs, int n, int d, void* stream = nullptr);
+
+/// The execution buffers' retrieval rows assembled on the device alone (wave with its KV in device
+/// memory: nothing for the host to look up, so no ranked ids go to the host and no copy list comes
+/// back). CPU reference: gather_clusters_ref in wave/wave_checks.cpp.
+struct GatherShape {
+    int bh = 1;        ///< (batch item, KV head) pairs
+    int clusters = 0;  ///< M: the row stride of ranked, sizes and offsets
+    int r = 0;         ///< retrieval clusters per pair (<= M, <= kMaxGatherClusters)
+    int tokens = 0;    ///< N: store rows per pair (the store's row stride)
+    int capacity = 0;  ///< X: execution-buffer rows per pair
+    int d = 128;       ///< head dim, a multiple of 8
+};
+constexpr int kMaxGatherClusters = 8192;
+
+/// For every pair p: its first r ranked clusters, in rank order, copied from the store into its execution
+/// buffer after its `steady` rows (cluster c = store rows [offsets[c], offsets[c] + sizes[c]); empty
+/// clusters add nothing), and lens[p] = steady + their tokens. The caller sizes X for the r largest
+/// clusters (rows past X are not written; lens then says X at most).
+/// d_ranked: [bh, M] int32 (cluster_select's order; the first r are read); d_sizes, d_offsets: [bh, M]
+/// int32; d_store_k, d_store_v: [bh, N, d] fp16 device memory; d_xk, d_xv: [bh, X, d] fp16;
+/// d_lens: [bh] int32 out. ParamError on a shape out of range.
+void gather_clusters(const GatherShape& s, int steady, const int32_t* d_ranked, const int32_t* d_sizes,
+                     const int32_t* d_offsets, const uint16_t* d_store_k, const uint16_t* d_store_v, uint16_t* d_xk,
+                     uint16_t* d_xv, int32_t* d_lens, void* stream = nullptr);
+
+}  // namespace retro::cuda

@@ -1,0 +1,117 @@
+// Part of the CPU emulation of cuda_api.hpp (docs/cuda.md, "CPU emulation"): float32 like the kernels
+// but written independently of them and of the lib/ references; "device" memory is host memory,
+// launches run at once. Linked with the check bodies into retro_check_emulation (and with the run path
+// into retro_backend_emulation), it tests the checks themselves (input layouts, references, tolerances,
+// poisoning) on machines without a GPU. It says nothing about the CUDA kernels.
+// This file: the wave step's kernels (wave_api.hpp).
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <numeric>
+#include <vector>
+
+#include "common/registry.hpp"
+#include "core/error.hpp"
+#include "core/half.hpp"
+#include "cuda_api.hpp"
+
+namespace retro::cuda {
+
+// The emulated cluster_select and estimation have one histogram and one width: their variants
+// (cuda_api.hpp's select_histograms, estimate_width) are only remembered.
+size_t cluster_rank_workspace(const ClusterScoreShape&) { return 16; }
+size_t estimate_workspace_floats(const ClusterScoreShape&, int) { return 4; }
+static float h(uint16_t b) { return half_to_float(b); }
+void cluster_rank(const ClusterScoreShape& s, const float* q, const uint16_t* c, const uint8_t* valid, float* agg,
+                  int32_t* ranked, void*, size_t, void*) {
+    const float sc = s.scale ? s.scale : 1 / std::sqrt((float)s.d);
+    const int M = s.clusters, g = s.group, d = s.d;
+    for (int bk = 0; bk < s.batch * s.kv_heads; ++bk) {
+        int b = bk / s.kv_heads, kvh = bk % s.kv_heads;
+        float* a = agg + (size_t)bk * M;
+        for (int j = 0; j < M; ++j) a[j] = 0;
+        std::vector<float> S(M);
+        for (int hh = 0; hh < g; ++hh) {
+            const float* qh = q + ((size_t)b * s.kv_heads * g + kvh * g + hh) * d;
+            float mx = -INFINITY;
+            for (int j = 0; j < M; ++j) {
+                float acc = 0;
+                for (int e = 0; e < d; ++e) acc += qh[e] * h(c[((size_t)bk * M + j) * d + e]);
+                S[j] = (valid && !valid[(size_t)bk * M + j]) ? -INFINITY : sc * acc;
+                mx = std::max(mx, S[j]);
+            }
+            float sum = 0;
+            for (int j = 0; j < M; ++j) sum += std::exp(S[j] - mx);
+            for (int j = 0; j < M; ++j) if (S[j] != -INFINITY) a[j] += std::exp(S[j] - mx) / sum;
+        }
+        for (int j = 0; j < M; ++j) if (valid && !valid[(size_t)bk * M + j]) a[j] = -INFINITY;
+        int32_t* r = ranked + (size_t)bk * M;
+        std::iota(r, r + M, 0);
+        std::stable_sort(r, r + M, [&](int x, int y) { return a[x] > a[y]; });
+    }
+}
+// the zones' contract is met by the whole ranking (the GPU's estimation zone comes in id order instead)
+void cluster_select(const ClusterScoreShape& s, int r, int e, const float* q, const uint16_t* c, const uint8_t* valid,
+                    float* agg, int32_t* ranked, void* w, size_t wb, void* st) {
+    if (r < 0 || e < 0 || r + e > s.clusters) throw ParamError("cuda cluster_select: zones larger than the clusters");
+    cluster_rank(s, q, c, valid, agg, ranked, w, wb, st);
+}
+void estimate_attention(const ClusterScoreShape& s, int E, const int32_t* ids, const float* q, const uint16_t* c,
+                        const uint16_t* vs, const int32_t* sizes, float* out, float* lse, float*, void*) {
+    const float sc = s.scale ? s.scale : 1 / std::sqrt((float)s.d);
+    const int M = s.clusters, g = s.group, d = s.d;
+    for (int bk = 0; bk < s.batch * s.kv_heads; ++bk) {
+        int b = bk / s.kv_heads, kvh = bk % s.kv_heads;
+        for (int hh = 0; hh < g; ++hh) {
+            size_t qh = (size_t)b * s.kv_heads * g + kvh * g + hh;
+            float m = -INFINITY, l = 0;
+            std::vector<float> acc(d, 0);
+            for (int t = 0; t < E; ++t) {
+                int cl = ids[(size_t)bk * E + t];
+                float n = sizes[(size_t)bk * M + cl];
+                if (n <= 0) continue;
+                float dot = 0;
+                for (int e = 0; e < d; ++e) dot += q[qh * d + e] * h(c[((size_t)bk * M + cl) * d + e]);
+                float x = sc * dot, mn = std::max(m, x), corr = std::exp(m - mn), p = std::exp(x - mn);
+                l = l * corr + n * p;
+                for (int e = 0; e < d; ++e) acc[e] = acc[e] * corr + p * h(vs[((size_t)bk * M + cl) * d + e]);
+                m = mn;
+            }
+            for (int e = 0; e < d; ++e) out[qh * d + e] = l > 0 ? acc[e] / l : 0;
+            lse[qh] = l > 0 ? m + std::log(l) : -INFINITY;
+        }
+    }
+}
+void copy_segments(const CopySegment* segs, int n, int d, int64_t, void*) {
+    for (int i = 0; i < n; ++i) {
+        std::memcpy(segs[i].dst_k, segs[i].src_k, segs[i].tokens * d * 2);
+        std::memcpy(segs[i].dst_v, segs[i].src_v, segs[i].tokens * d * 2);
+    }
+}
+void copy_segments_memcpy(const CopySegment* segs, int n, int d, void* st) { copy_segments(segs, n, d, 0, st); }
+void gather_clusters(const GatherShape& s, int steady, const int32_t* ranked, const int32_t* sizes,
+                     const int32_t* offsets, const uint16_t* sk, const uint16_t* sv, uint16_t* xk, uint16_t* xv,
+                     int32_t* lens, void*) {
+    if (s.d % 8 || s.r < 0 || s.r > s.clusters || s.r > kMaxGatherClusters || steady < 0 || steady > s.capacity)
+        throw ParamError("cuda gather_clusters: bad shape");
+    for (int p = 0; p < s.bh; ++p) {
+        int64_t row = steady;
+        for (int i = 0; i < s.r; ++i) {
+            const size_t at = (size_t)p * s.clusters;
+            const int c = ranked[at + i];
+            const int64_t n = std::min<int64_t>(sizes[at + c], s.capacity - row);
+            if (n > 0) {
+                const size_t src = ((size_t)p * s.tokens + offsets[at + c]) * s.d, dst = ((size_t)p * s.capacity + row) * s.d;
+                std::memcpy(xk + dst, sk + src, n * s.d * 2);
+                std::memcpy(xv + dst, sv + src, n * s.d * 2);
+            }
+            row += sizes[at + c];
+        }
+        lens[p] = (int32_t)std::min<int64_t>(row, s.capacity);
+    }
+}
+
+RETRO_KERNEL_EMULATION(wave);
+
+}  // namespace retro::cuda
