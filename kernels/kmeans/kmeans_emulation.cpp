@@ -62,7 +62,7 @@ KMeansResult segmented_kmeans_gpu(const float* x, int n, int d, const KMeansPara
         }
     }
     if (p.final_assign == FinalAssign::probe && S > 1) {
-        // as kernels/kmeans.cu: the probed final pass (an IVF over the centroids) runs on the host
+        // as kmeans/kmeans.cu: the probed final pass (an IVF over the centroids) runs on the host
         kmeans_probe_assign(xc, d, cent.data(), res.plan, p, compute_threads(), res.assign.data());
     } else {
         kmeans_assign(xc, n, d, cent.data(), K, res.plan.row_begin.data(), res.plan.cluster_begin.data(), S,

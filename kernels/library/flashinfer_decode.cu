@@ -3,7 +3,7 @@
 // layout, with FlashInfer's own planner (DecodePlan: how many KV chunks each request is split into so the
 // grid fills the GPU) and its merge of the chunks' states. Header-only templates from the
 // flashinfer-python wheel (scripts/flashinfer-headers.sh pins and unpacks them); built only when they are
-// present (kernels/CMakeLists.txt), else library_decode_absent.cpp says why not.
+// present (kernels/CMakeLists.txt), else flashinfer_decode_absent.cpp says why not.
 //
 // Layout: every (batch item b, KV head h) is one FlashInfer request of one KV head and g query heads.
 // K, V: [B*Hkv, capacity, d] fp16 are read in place as pages of P tokens: request r's page p is page

@@ -1,4 +1,4 @@
-// CUDA kernel checks under GTest (docs/cuda.md). The check bodies live in kernels/checks.cpp and are
+// CUDA kernel checks under GTest (docs/cuda.md). The check bodies live in kernels/<family>/*_checks.cpp and are
 // shared with the stand-alone driver retro_gpu_check; here each becomes one test that reports SKIPPED
 // when the build has no CUDA or the machine no GPU. The harness itself (comparison, poison, JSON) is
 // host code and is tested everywhere.
