@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Idempotent: unpacks FlashInfer's header-only CUDA kernels (the library full-attention baseline of the
-# cuda backend, kernels/flashinfer_decode.cu) and the newer CCCL headers they need from two PyPI wheels,
+# cuda backend, kernels/library/flashinfer_decode.cu) and the newer CCCL headers they need from two PyPI wheels,
 # pinned by version and SHA-256, into the project's cache. Only headers are taken out; no code of the
 # packages is run or imported. Prints the folder; prints nothing else when it is already there.
 #   RETRO_FLASHINFER_DIR   where (default ${XDG_CACHE_HOME:-~/.cache}/retro-bench/flashinfer-0.7.2.post1);

@@ -1,7 +1,7 @@
 #pragma once
 // The CUDA backend of `retro-bench run` (docs/cuda.md): GpuBackend (lib/gpu/backend.hpp) over the
 // kernel host API. Linked with kernels/ (retro_cuda) it runs on the GPU; linked with
-// kernels/cpu_emulation.cpp it runs the same orchestration on the CPU (the unit tests).
+// the family folders' CPU emulation (kernels/*/*_emulation.cpp) it runs the same orchestration on the CPU (the unit tests).
 #include <memory>
 
 #include "gpu/backend.hpp"

@@ -1,7 +1,7 @@
 #pragma once
 // The two layer runs of the CUDA backend (docs/cuda.md): full attention over all KV (GPU memory, or
 // pinned host memory read over PCIe when offloaded) and the wave decode path. Both call only
-// cuda_api.hpp, so they run against the CUDA kernels or against the CPU emulation (kernels/cpu_emulation.cpp).
+// cuda_api.hpp, so they run against the CUDA kernels or against the CPU emulation (kernels/*/*_emulation.cpp).
 #include <functional>
 #include <string>
 

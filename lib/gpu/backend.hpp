@@ -19,7 +19,7 @@
 namespace retro {
 
 /// The kernel that computes full attention (method "full"): the field's library (FlashInfer's batch
-/// decode, kernels/flashinfer_decode.cu: the baseline), cuDNN's fused attention (kernels/cudnn_decode.cpp:
+/// decode, kernels/library/flashinfer_decode.cu: the baseline), cuDNN's fused attention (kernels/library/cudnn_decode.cpp:
 /// what PyTorch's SDPA runs on Hopper, the fastest decode on the H200) or the project's own
 /// flash-decoding kernel (decode_attention: the readable reference, reported beside them).
 enum class FullKernel { library, own, cudnn };

@@ -1,6 +1,6 @@
 #pragma once
 // "hardware": "measured" (docs/system-model.md, docs/cuda.md): the cost model calibrated by the machine a
-// cuda run runs on. The device's ceilings, measured at the start of the run (kernels/bench.cpp
+// cuda run runs on. The device's ceilings, measured at the start of the run (kernels/common/ceilings.cpp
 // measure_ceilings: a 1 GiB-class D2D copy, pinned H2D and D2H copies, a 4-byte transfer's latency),
 // replace the matching fields of the profile the device's name suggests; the rest (tensor FLOP/s, CPU)
 // stay the profile's. JSON-free: the RETRO_GPU_ONLY driver uses it too.
