@@ -82,7 +82,8 @@ int run_closed_loop_config(const json& j, const std::string& origin, const Close
     }
     const std::string py = closed_loop_python(opt.device);
     // the package beside this binary (build/python/retro_bench: the compiled core the closed loop needs)
-    std::vector<std::string> args = python_module_command(py, "retro_bench.closedloop.closed_loop");
+    const std::string module = "retro_bench.closedloop.closed_loop";
+    std::vector<std::string> args = python_module_command(py, module);
     const std::string command = !opt.command_line.empty() ? opt.command_line : "retro-bench run " + origin;
     args.insert(args.end(), {origin, "--runs-json", runs.dump(), "--results", opt.results_root, "--command", command,
                              "--retro-bin", (fs::path(exe_dir()) / "retro-bench").string()});
@@ -119,7 +120,7 @@ int run_closed_loop_config(const json& j, const std::string& origin, const Close
                        .hint = "the closed loop runs in the trace dumper's venv: bash scripts/dump/setup_venv.sh, "
                                "or set RETRO_CLOSED_LOOP_PYTHON",
                        .inherit_fds = lock.fds(),
-                       .on_started = [&](long pid) { lock.add_writer(pid, "closed loop: " + py + " -m " + args[3]); }};
+                       .on_started = [&](long pid) { lock.add_writer(pid, "closed loop: " + py + " -m " + module); }};
     const int rc = run_child(args, child);
     if (!existed && lock.exclusive() && holds_only_lock_files(dir))
         fs::remove_all(dir, ec);  // refused before anything was written (bad input): no empty directory left

@@ -62,7 +62,10 @@ def _is_submodule(name):
 
 
 def __dir__():
-    names = set(globals()) | {"closedloop", "plotting", "dump", "atomic"}
+    import os
+    here = os.path.dirname(__file__)
+    subs = {os.path.splitext(e)[0] for e in os.listdir(here) if not e.startswith("_")}
+    names = set(globals()) | {n for n in subs if _is_submodule(n)}
     try:
         names |= {n for n in dir(core()) if not n.startswith("_")}
     except ImportError:

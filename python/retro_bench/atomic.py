@@ -9,6 +9,8 @@ import itertools
 import os
 import socket
 
+from . import lifeline
+
 _counter = itertools.count()
 
 
@@ -16,6 +18,17 @@ def temp_name(path):
     """A fresh temporary name beside `path` (same directory: the final rename is atomic), unique per host,
     process and call."""
     return f"{path}.tmp-{socket.gethostname()}-{os.getpid()}-{next(_counter)}"
+
+
+def temp_writer_gone(name):
+    """Whether the writer of a temporary file name (temp_name's "NAME.tmp-HOST-PID-N", or the older
+    "NAME.tmp-PID") is certainly gone: it ran on this host and its process is dead (a zombie counts as
+    gone). A live writer's file (another shard's) is kept; other hosts' are not judged."""
+    tail = name.split(".tmp-", 1)[1].split(".")[0].split("-")
+    if len(tail) >= 3 and tail[-2].isdigit():  # HOST-PID-N
+        host, pid = "-".join(tail[:-2]), int(tail[-2])
+        return host == socket.gethostname() and not lifeline.alive(pid)
+    return tail[0].isdigit() and not lifeline.alive(int(tail[0]))
 
 
 @contextlib.contextmanager

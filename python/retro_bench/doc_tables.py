@@ -25,6 +25,7 @@ import shlex
 import subprocess
 import sys
 
+from ._launch import launch_command
 from .atomic import write_text
 
 BEGIN = re.compile(r"^<!-- generated: (.+?) -->\n", re.M)
@@ -54,9 +55,8 @@ def command_argv(command, root=ROOT):
     args = shlex.split(command)
     if not args:
         raise DocTablesError("an empty command")
-    launcher = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_launch.py")
     if args[0].startswith("retro_bench."):
-        return [sys.executable, "-B", launcher, *args]
+        return [*launch_command(args[0]), *args[1:]]
     if args[0].startswith("scripts/") and args[0].endswith(".py") and os.path.isfile(os.path.join(root, args[0])):
         return [sys.executable, "-B", os.path.join(root, args[0]), *args[1:]]
     raise DocTablesError(f"'{command}': a command is a module retro_bench.X or a script scripts/X.py of the repository")

@@ -19,10 +19,13 @@ namespace {
 using namespace retro::test;
 
 /// The Python example methods, when this retro-bench loads Python methods (list-methods --py succeeds).
-std::vector<std::string> python_examples() {
-    const std::string ex = std::string(retro::source_dir()) + "/examples/methods/";
-    if (sh(bin() + " list-methods --py " + ex + "streaming.py").code != 0) return {};
-    return {"py:" + ex + "streaming.py:StreamingLLM", "py:" + ex + "quest.py:QuestPages"};
+const std::vector<std::string>& python_examples() {
+    static const std::vector<std::string> names = [] {  // asked once: it starts retro-bench's interpreter
+        const std::string ex = std::string(retro::source_dir()) + "/examples/methods/";
+        if (sh(bin() + " list-methods --py " + ex + "streaming.py").code != 0) return std::vector<std::string>{};
+        return std::vector<std::string>{"py:" + ex + "streaming.py:StreamingLLM", "py:" + ex + "quest.py:QuestPages"};
+    }();
+    return names;
 }
 
 json every_method_config(const std::string& name) {

@@ -58,12 +58,12 @@ def fidelity(path, case_id):
     ref = _part(path, REFERENCE, case_id)
     if ref is None:
         raise ClaimsError(f"{path}: no reference part for case {case_id}")
-    rows, order, have = {}, [], 0
+    rows, order, first, have = {}, [], None, 0
     for run in d["runs"]:
         p = _part(path, run["id"], case_id)
         if p is None or "kl" not in p:
             continue
-        have += 1
+        first, have = first or p, have + 1
         key = (run["method"], _setting(run["method"], run["params"]))
         if key not in rows:
             rows[key] = []
@@ -72,8 +72,6 @@ def fidelity(path, case_id):
                           float(np.mean(p["kl"])), float(np.mean(p["top1"])), _ppl(p["nll"])))
     if not have:
         raise ClaimsError(f"{path}: no run has a fidelity part for case {case_id}")
-    first = _part(path, d["runs"][0]["id"], case_id) or next(
-        _part(path, r["id"], case_id) for r in d["runs"] if _part(path, r["id"], case_id))
     out = [f"Case `{case_id}` ({first.get('desc', '')}): {len(first['kl'])} teacher-forced positions; "
            f"full attention's perplexity {_ppl(first['nll_full']):.2f}; {have} of {len(d['runs'])} runs.", "",
            "| run | exact % | KL mean | top-1 | ppl |", "|---|---|---|---|---|"]

