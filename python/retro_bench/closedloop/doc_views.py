@@ -11,6 +11,9 @@
     python -m retro_bench.closedloop.doc_views points RESULTS_DIR [BUDGET]
         offline-online.json's points nearest an exact-token share (default 0.05), one per method setting:
         the open-loop means beside the closed-loop outcomes
+    python -m retro_bench.closedloop.doc_views steps RESULTS_DIR
+        runs.jsonl's median wall ms per decode step of every run beside the reference's (full attention,
+        measured in the same processes), and their ratio
     python -m retro_bench.closedloop.doc_views spearman RESULTS_DIR [CLOSED ...]
         offline-online.json's Spearman table: open-loop metric x closed-loop measure (default: every
         closed-loop measure the file has)
@@ -19,6 +22,7 @@ Numbers are means of the part files' per-position values (as claims and the runs
 a run without a part for the case is left out, and the line above the table says how many runs it has."""
 
 import argparse
+import json
 import math
 import os
 import sys
@@ -185,6 +189,22 @@ def costs(path, kind="niah"):
     return "\n".join(out) + "\n"
 
 
+def steps(path):
+    with open(os.path.join(path, "runs.jsonl"), encoding="utf-8") as f:
+        recs = [json.loads(line) for line in f if line.strip()]
+    ref = recs[0].get("step_ms_median")
+    if not ref:
+        raise ClaimsError(f"{path}: its first record (the reference) has no step_ms_median")
+    out = [f"Median wall ms per decode step (`{os.path.join(path, 'runs.jsonl')}`):", "",
+           "| run | exact_frac | ms/step (median) | vs reference |", "|---|---|---|---|",
+           f"| full attention (the model's own) | 1.000 | {ref:.0f} | 1.00 |"]
+    for r in recs[1:]:
+        ms = r.get("step_ms_median")
+        out.append(f"| {short_label(r)} | {_fmt(r.get('exact_frac'), '{:.3f}')} | {_fmt(ms)} | "
+                   f"{_fmt(ms / ref if ms else None, '{:.2f}')} |")
+    return "\n".join(out) + "\n"
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m retro_bench.closedloop.doc_views", description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="view", required=True)
@@ -197,6 +217,8 @@ def main(argv=None):
     e = sub.add_parser("points")
     e.add_argument("results")
     e.add_argument("budget", nargs="?", type=float, default=0.05)
+    t = sub.add_parser("steps")
+    t.add_argument("results")
     b = sub.add_parser("spearman")
     b.add_argument("results")
     b.add_argument("closed", nargs="*")
@@ -206,6 +228,8 @@ def main(argv=None):
             text = fidelity(args.results, args.case)
         elif args.view == "costs":
             text = costs(args.results, args.kind)
+        elif args.view == "steps":
+            text = steps(args.results)
         elif args.view == "points":
             text = points(args.results, args.budget)
         else:
