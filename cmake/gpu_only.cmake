@@ -28,6 +28,7 @@ add_library(retro_ref STATIC
   ${CMAKE_SOURCE_DIR}/lib/cluster/kmeans.cpp
   ${CMAKE_SOURCE_DIR}/lib/cluster/wave_index.cpp
   ${CMAKE_SOURCE_DIR}/lib/methods/wave_head.cpp
+  ${CMAKE_SOURCE_DIR}/lib/methods/quest_pages.cpp
   ${CMAKE_SOURCE_DIR}/lib/metrics/evaluator.cpp
   ${CMAKE_SOURCE_DIR}/lib/system/block_cache.cpp
   ${CMAKE_SOURCE_DIR}/lib/system/hardware_spec.cpp

@@ -17,4 +17,5 @@
 #include "decode/decode_api.hpp"
 #include "kmeans/kmeans_api.hpp"
 #include "library/library_api.hpp"
+#include "quest/quest_api.hpp"
 #include "wave/wave_api.hpp"

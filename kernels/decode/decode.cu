@@ -23,13 +23,23 @@ namespace {
 
 constexpr int kDecodeThreads = 128;
 
+/// Where sequence bk's token t lives in K and V: row bk * capacity + t (decode_attention), or through a
+/// page table (decode_attention_pages: row pages[bk * stride + t / page] * page + t % page of the pool).
+struct RowMap {
+    const int32_t* pages = nullptr;
+    int page = 1, stride = 0;
+    __device__ size_t row(int bk, size_t row0, int t) const {
+        return pages ? (size_t)pages[(size_t)bk * stride + t / page] * page + t % page : row0 + t;
+    }
+};
+
 // grid (splits, B*Hkv), block 128. A token is handled by TPT = d/8 consecutive lanes, each holding 8
 // dims (one 16-byte load of keys and of values); the block walks its split NS = 128/TPT tokens at a
 // time. Each lane group keeps an online-softmax state per query head of the group, so K/V are read
 // once for all g heads. The block then merges its lane groups and writes one partial (m, l, acc[d]) per
 // query head and split: work[b, qh, split, 0] = m, [1] = l, [2 + e] = acc[e].
 template <int G>  // G >= group: register arrays sized for the group (occupancy), 1/2/4/8
-__global__ void decode_split_kernel(DecodeShape s, float scale, const float* q, const uint16_t* K,
+__global__ void decode_split_kernel(DecodeShape s, RowMap map, float scale, const float* q, const uint16_t* K,
                                     const uint16_t* V, const int32_t* lens, float* work) {
     extern __shared__ float sh[];
     const int split = blockIdx.x, bk = blockIdx.y;
@@ -60,8 +70,9 @@ __global__ void decode_split_kernel(DecodeShape s, float scale, const float* q, 
             const int t = base + u * NS + slot;
             ok[u] = t < t_end;
             if (ok[u]) {
-                const uint4 kk = *reinterpret_cast<const uint4*>(K + (row0 + t) * d + part * 8);
-                const uint4 vv = *reinterpret_cast<const uint4*>(V + (row0 + t) * d + part * 8);
+                const size_t row = map.row(bk, row0, t);
+                const uint4 kk = *reinterpret_cast<const uint4*>(K + row * d + part * 8);
+                const uint4 vv = *reinterpret_cast<const uint4*>(V + row * d + part * 8);
                 const __half2* k2 = reinterpret_cast<const __half2*>(&kk);
                 const __half2* v2 = reinterpret_cast<const __half2*>(&vv);
 #pragma unroll
@@ -182,9 +193,11 @@ size_t decode_workspace_floats(const DecodeShape& s) {
     return (size_t)s.batch * s.kv_heads * s.group * std::max(1, s.splits()) * (s.d + 2);
 }
 
-void decode_attention(const DecodeShape& s, const float* q, const uint16_t* K, const uint16_t* V,
-                      const int32_t* lens, const float* extra_out, const float* extra_lse, float* out, float* lse,
-                      float* work, void* stream) {
+namespace {
+
+void launch_decode(const DecodeShape& s, RowMap map, const float* q, const uint16_t* K, const uint16_t* V,
+                   const int32_t* lens, const float* extra_out, const float* extra_lse, float* out, float* lse,
+                   float* work, void* stream) {
     check_decode_shape(s);
     const int splits = (s.capacity + s.split - 1) / s.split;  // DecodeShape::splits() is host code
     const float scale = default_scale(s.scale, s.d);
@@ -192,13 +205,31 @@ void decode_attention(const DecodeShape& s, const float* q, const uint16_t* K, c
         const int NS = kDecodeThreads / (s.d / 8);
         const size_t shmem = (size_t)NS * s.group * (s.d + 2) * sizeof(float);
         const dim3 grid(splits, s.batch * s.kv_heads);
-        if (s.group == 1) decode_split_kernel<1><<<grid, kDecodeThreads, shmem, st(stream)>>>(s, scale, q, K, V, lens, work);
-        else if (s.group == 2) decode_split_kernel<2><<<grid, kDecodeThreads, shmem, st(stream)>>>(s, scale, q, K, V, lens, work);
-        else if (s.group <= 4) decode_split_kernel<4><<<grid, kDecodeThreads, shmem, st(stream)>>>(s, scale, q, K, V, lens, work);
-        else decode_split_kernel<8><<<grid, kDecodeThreads, shmem, st(stream)>>>(s, scale, q, K, V, lens, work);
+        const auto a = [&](auto kernel) { kernel<<<grid, kDecodeThreads, shmem, st(stream)>>>(s, map, scale, q, K, V, lens, work); };
+        if (s.group == 1) a(decode_split_kernel<1>);
+        else if (s.group == 2) a(decode_split_kernel<2>);
+        else if (s.group <= 4) a(decode_split_kernel<4>);
+        else a(decode_split_kernel<8>);
         check_launch("decode_split");
     }
     launch_decode_combine(s, work, extra_out, extra_lse, out, lse, st(stream), "decode_combine");
+}
+
+}  // namespace
+
+void decode_attention(const DecodeShape& s, const float* q, const uint16_t* K, const uint16_t* V,
+                      const int32_t* lens, const float* extra_out, const float* extra_lse, float* out, float* lse,
+                      float* work, void* stream) {
+    launch_decode(s, RowMap{}, q, K, V, lens, extra_out, extra_lse, out, lse, work, stream);
+}
+
+void decode_attention_pages(const DecodeShape& s, const float* q, const uint16_t* K, const uint16_t* V,
+                            const int32_t* pages, int page, int page_stride, const int32_t* lens, float* out,
+                            float* lse, float* work, void* stream) {
+    if (!pages || !lens || page < 1 || page_stride < 1 || s.capacity > (long)page * page_stride)
+        throw ParamError("cuda decode_attention_pages: a page table and lengths are needed, page >= 1 and "
+                         "capacity <= page * page_stride");
+    launch_decode(s, RowMap{pages, page, page_stride}, q, K, V, lens, nullptr, nullptr, out, lse, work, stream);
 }
 
 }  // namespace retro::cuda

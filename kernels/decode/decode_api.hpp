@@ -32,4 +32,12 @@ void decode_attention(const DecodeShape& s, const float* d_q, const uint16_t* d_
                       const int32_t* d_lens, const float* d_extra_out, const float* d_extra_lse,
                       float* d_out, float* d_lse, float* d_work, void* stream = nullptr);
 
+/// decode_attention over page lists (Quest's attention over its chosen pages): sequence bk's token t is
+/// row d_pages[bk * page_stride + t / page] * page + t % page of d_k, d_v viewed as one pool of rows
+/// [*, d] fp16; its length d_lens[bk] (<= s.capacity <= page_stride * page). d_pages: [B*Hkv,
+/// page_stride] int32; the rest as decode_attention's, without the extra partial.
+void decode_attention_pages(const DecodeShape& s, const float* d_q, const uint16_t* d_k, const uint16_t* d_v,
+                            const int32_t* d_pages, int page, int page_stride, const int32_t* d_lens, float* d_out,
+                            float* d_lse, float* d_work, void* stream = nullptr);
+
 }  // namespace retro::cuda

@@ -1,5 +1,6 @@
 // Check of flash-decoding (registry.hpp): decode_attention against partial_attention_ids + merge. Its
 // reference and inputs (decode_reference.hpp) serve the library baselines' checks too. Host code only.
+#include <algorithm>
 #include <cmath>
 #include <numeric>
 #include <random>
@@ -110,8 +111,50 @@ void check_decode(Checker& c) {
     }
 }
 
+// decode_attention_pages: each sequence's tokens through a random page table over a pool of pages (pages
+// shared by sequences, out of order, the last page partial) against the reference over the gathered rows.
+void check_decode_pages(Checker& c) {
+    struct Case { int B, Hkv, g, page, pool_pages, stride, d; };
+    const Case cases[] = {{1, 1, 1, 16, 8, 3, 128}, {2, 3, 4, 16, 40, 9, 64}, {1, 2, 8, 32, 20, 12, 256}, {3, 1, 2, 5, 30, 7, 128}};
+    std::mt19937 rng(7);
+    for (const Case& k : cases) {
+        const int nbk = k.B * k.Hkv, cap = k.page * k.stride;
+        DecodeInputs x = decode_inputs(k.B, k.Hkv, k.g, k.page * k.pool_pages, k.d, 1.5f, rng);
+        DecodeShape s = x.s;  // q: [B, Hkv*g, d]; K, V: the pool, pool_pages * page rows
+        s.capacity = cap, s.split = 3 * k.page;
+        std::uniform_int_distribution<int> pd(0, k.pool_pages - 1), ld(1, cap);
+        std::vector<int32_t> table((size_t)nbk * k.stride), lens((size_t)nbk);
+        for (auto& p : table) p = pd(rng);
+        for (auto& l : lens) l = ld(rng);
+        lens[0] = cap;  // a full table
+        // the reference: every sequence's rows gathered in table order, [nbk, cap, d]
+        Half gk, gv;
+        gk.f.assign((size_t)nbk * cap * k.d, 0.0f), gv.f.assign(gk.f.size(), 0.0f);
+        for (int bk = 0; bk < nbk; ++bk)
+            for (int t = 0; t < cap; ++t) {
+                const size_t row = (size_t)table[(size_t)bk * k.stride + t / k.page] * k.page + t % k.page;
+                std::copy_n(x.K.f.begin() + (long)(row * k.d), k.d, gk.f.begin() + ((long)bk * cap + t) * k.d);
+                std::copy_n(x.V.f.begin() + (long)(row * k.d), k.d, gv.f.begin() + ((long)bk * cap + t) * k.d);
+            }
+        auto dq = upload(x.q);
+        auto dk = upload(x.K.bits), dv = upload(x.V.bits);
+        auto dt = upload(table), dl = upload(lens);
+        DeviceBuffer<float> dout((size_t)k.B * x.Hq * k.d), dlse((size_t)k.B * x.Hq), dw(decode_workspace_floats(s));
+        poison(dout), poison(dlse), poison(dw);
+        decode_attention_pages(s, dq.get(), dk.get(), dv.get(), dt.get(), k.page, k.stride, dl.get(), dout.get(),
+                               dlse.get(), dw.get());
+        synchronize();
+        const auto out = download(dout), lse = download(dlse);
+        std::vector<float> rout, rlse;
+        reference_decode(x.q, gk, gv, lens, k.B, k.Hkv, k.g, cap, k.d, nullptr, nullptr, rout, rlse);
+        const std::string tag = x.tag + fmt(" page=%g stride=%g", k.page, k.stride);
+        c.expect_close(tag + " out", out.data(), rout.data(), out.size(), kTolAttention);
+        c.expect_close(tag + " lse", lse.data(), rlse.data(), lse.size(), kTolLse);
+    }
+}
+
 }  // namespace
 
-RETRO_KERNEL_CHECKS(decode, 20, {{"DecodeAttention", check_decode}});
+RETRO_KERNEL_CHECKS(decode, 20, {{"DecodeAttention", check_decode}, {"DecodeAttentionPages", check_decode_pages}});
 
 }  // namespace retro::cuda

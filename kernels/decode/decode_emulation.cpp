@@ -17,8 +17,13 @@ namespace retro::cuda {
 
 static float h(uint16_t b) { return half_to_float(b); }
 size_t decode_workspace_floats(const DecodeShape&) { return 4; }
-void decode_attention(const DecodeShape& s, const float* q, const uint16_t* K, const uint16_t* V, const int32_t* lens,
-                      const float* xo, const float* xl, float* out, float* lse, float*, void*) {
+
+namespace {
+
+/// row(bk, t): the row of sequence bk's token t in K, V.
+template <class Row>
+void emulate_decode(const DecodeShape& s, const Row& row_of, const float* q, const uint16_t* K, const uint16_t* V,
+                    const int32_t* lens, const float* xo, const float* xl, float* out, float* lse) {
     const float sc = s.scale ? s.scale : 1 / std::sqrt((float)s.d);
     const int g = s.group, d = s.d;
     for (int bk = 0; bk < s.batch * s.kv_heads; ++bk) {
@@ -37,7 +42,7 @@ void decode_attention(const DecodeShape& s, const float* q, const uint16_t* K, c
             std::vector<float> v(d);
             for (int t = 0; t < len; ++t) {
                 float dot = 0;
-                size_t row = ((size_t)bk * s.capacity + t) * d;
+                const size_t row = row_of(bk, t) * d;
                 for (int e = 0; e < d; ++e) dot += q[qh * d + e] * h(K[row + e]), v[e] = h(V[row + e]);
                 add(sc * dot, 1, v.data());
             }
@@ -46,6 +51,21 @@ void decode_attention(const DecodeShape& s, const float* q, const uint16_t* K, c
             if (lse) lse[qh] = l > 0 ? m + std::log(l) : -INFINITY;
         }
     }
+}
+
+}  // namespace
+
+void decode_attention(const DecodeShape& s, const float* q, const uint16_t* K, const uint16_t* V, const int32_t* lens,
+                      const float* xo, const float* xl, float* out, float* lse, float*, void*) {
+    const auto row = [&](int bk, int t) { return (size_t)bk * s.capacity + t; };
+    emulate_decode(s, row, q, K, V, lens, xo, xl, out, lse);
+}
+
+void decode_attention_pages(const DecodeShape& s, const float* q, const uint16_t* K, const uint16_t* V,
+                            const int32_t* pages, int page, int stride, const int32_t* lens, float* out, float* lse,
+                            float*, void*) {
+    const auto row = [&](int bk, int t) { return (size_t)pages[(size_t)bk * stride + t / page] * page + t % page; };
+    emulate_decode(s, row, q, K, V, lens, nullptr, nullptr, out, lse);
 }
 
 RETRO_KERNEL_EMULATION(decode);

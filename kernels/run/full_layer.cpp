@@ -41,47 +41,9 @@ void run_full_layer(const GpuLayerJob& job, const StepFn& on_step) {
                              std::to_string(need >> 20) + " MiB of GPU memory; " +
                              std::to_string(cuda::device_free_bytes() >> 20) + " MiB free");
 
-    // KV of every (replica, head): one fp16 copy per head converted once, replicated B times.
-    cuda::DeviceBuffer<uint16_t> dk, dv;
-    cuda::PinnedBuffer<uint16_t> pk, pv;  // offloaded: the KV itself; else the staging of one head
-    try {
-        if (job.offloaded) {
-            pk = cuda::PinnedBuffer<uint16_t>((size_t)s.bh() * per_bh);
-            pv = cuda::PinnedBuffer<uint16_t>(pk.size());
-        } else {
-            dk = cuda::DeviceBuffer<uint16_t>((size_t)s.bh() * per_bh);
-            dv = cuda::DeviceBuffer<uint16_t>(dk.size());
-            pk = cuda::PinnedBuffer<uint16_t>(per_bh);
-            pv = cuda::PinnedBuffer<uint16_t>(per_bh);
-        }
-    } catch (const GpuMemoryError&) {
-        throw;
-    } catch (const Error& e) {
-        throw GpuMemoryError("full attention at batch " + std::to_string(s.B) + ": " + e.what());
-    }
-    for (int h = 0; h < s.H; ++h) {
-        const HeadSlice& hs = *job.heads[(size_t)h];
-        // the padding rows past the last token are zeros: a kernel may load a whole page and mask it
-        const size_t rows = (size_t)s.tokens * d;
-        uint16_t* k0 = pk.get() + (job.offloaded ? (size_t)h * per_bh : 0);
-        uint16_t* v0 = pv.get() + (job.offloaded ? (size_t)h * per_bh : 0);
-        to_half(hs.keys.data(), rows, k0);
-        to_half(hs.values.data(), rows, v0);
-        std::fill(k0 + rows, k0 + per_bh, uint16_t{0});
-        std::fill(v0 + rows, v0 + per_bh, uint16_t{0});
-        if (job.offloaded) continue;
-        for (int b = 0; b < s.B; ++b) {
-            cuda::copy_h2d(dk.get() + ((size_t)b * s.H + h) * per_bh, pk.get(), per_bh * sizeof(uint16_t));
-            cuda::copy_h2d(dv.get() + ((size_t)b * s.H + h) * per_bh, pv.get(), per_bh * sizeof(uint16_t));
-        }
-    }
-    if (job.offloaded)
-        for (int b = 1; b < s.B; ++b) {
-            std::copy(pk.get(), pk.get() + (size_t)s.H * per_bh, pk.get() + (size_t)b * s.H * per_bh);
-            std::copy(pv.get(), pv.get() + (size_t)s.H * per_bh, pv.get() + (size_t)b * s.H * per_bh);
-        }
-    const uint16_t* K = job.offloaded ? pk.get() : dk.get();
-    const uint16_t* V = job.offloaded ? pv.get() : dv.get();
+    const LayerKv kv = upload_layer_kv(job, s, N, job.offloaded, "full attention");
+    const uint16_t* K = kv.K;
+    const uint16_t* V = kv.V;
 
     cuda::Stream stream;
     void* st = stream.get();

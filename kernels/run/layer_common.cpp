@@ -49,6 +49,49 @@ void rows_to_half(const HeadSlice& h, const int32_t* ids, size_t count, uint16_t
     }
 }
 
+LayerKv upload_layer_kv(const GpuLayerJob& job, const LayerShape& s, size_t rows, bool pinned, const std::string& what) {
+    const size_t d = (size_t)s.d, per_bh = rows * d;
+    LayerKv kv;
+    try {
+        if (pinned) {
+            kv.pk = cuda::PinnedBuffer<uint16_t>((size_t)s.bh() * per_bh);
+            kv.pv = cuda::PinnedBuffer<uint16_t>(kv.pk.size());
+        } else {
+            kv.dk = cuda::DeviceBuffer<uint16_t>((size_t)s.bh() * per_bh);
+            kv.dv = cuda::DeviceBuffer<uint16_t>(kv.dk.size());
+            kv.pk = cuda::PinnedBuffer<uint16_t>(per_bh);
+            kv.pv = cuda::PinnedBuffer<uint16_t>(per_bh);
+        }
+    } catch (const GpuMemoryError&) {
+        throw;
+    } catch (const Error& e) {
+        throw GpuMemoryError(what + " at batch " + std::to_string(s.B) + ": " + e.what());
+    }
+    for (int h = 0; h < s.H; ++h) {
+        const HeadSlice& hs = *job.heads[(size_t)h];
+        const size_t used = (size_t)s.tokens * d;
+        uint16_t* k0 = kv.pk.get() + (pinned ? (size_t)h * per_bh : 0);
+        uint16_t* v0 = kv.pv.get() + (pinned ? (size_t)h * per_bh : 0);
+        to_half(hs.keys.data(), used, k0);
+        to_half(hs.values.data(), used, v0);
+        std::fill(k0 + used, k0 + per_bh, uint16_t{0});
+        std::fill(v0 + used, v0 + per_bh, uint16_t{0});
+        if (pinned) continue;
+        for (int b = 0; b < s.B; ++b) {
+            cuda::copy_h2d(kv.dk.get() + ((size_t)b * s.H + h) * per_bh, kv.pk.get(), per_bh * sizeof(uint16_t));
+            cuda::copy_h2d(kv.dv.get() + ((size_t)b * s.H + h) * per_bh, kv.pv.get(), per_bh * sizeof(uint16_t));
+        }
+    }
+    if (pinned)
+        for (int b = 1; b < s.B; ++b) {
+            std::copy(kv.pk.get(), kv.pk.get() + (size_t)s.H * per_bh, kv.pk.get() + (size_t)b * s.H * per_bh);
+            std::copy(kv.pv.get(), kv.pv.get() + (size_t)s.H * per_bh, kv.pv.get() + (size_t)b * s.H * per_bh);
+        }
+    kv.K = pinned ? kv.pk.get() : kv.dk.get();
+    kv.V = pinned ? kv.pv.get() : kv.dv.get();
+    return kv;
+}
+
 QueryStage::QueryStage(const GpuLayerJob& job, const LayerShape& s)
     : job_(job), s_(s), h_((size_t)s.B * s.hq() * s.d), d_(h_.size()) {}
 

@@ -39,6 +39,18 @@ void to_half(const float* x, size_t n, uint16_t* out);
 /// Rows `ids` of a head's keys and values ([*, d] float) as fp16 into k_out, v_out: [ids.size(), d].
 void rows_to_half(const HeadSlice& h, const int32_t* ids, size_t count, uint16_t* k_out, uint16_t* v_out);
 
+/// Every (replica, KV head)'s keys and values as fp16 rows [B*H, rows, d] (rows >= s.tokens; the rows past
+/// the last token zeros, as a kernel may load a whole page): in device memory, or in pinned host memory
+/// when `pinned` (read over PCIe). One copy per head converted once and replicated B times. A failed
+/// allocation is a GpuMemoryError naming `what` and the batch.
+struct LayerKv {
+    cuda::DeviceBuffer<uint16_t> dk, dv;
+    cuda::PinnedBuffer<uint16_t> pk, pv;  // pinned: the KV itself; else the staging of one head
+    const uint16_t* K = nullptr;
+    const uint16_t* V = nullptr;
+};
+LayerKv upload_layer_kv(const GpuLayerJob& job, const LayerShape& s, size_t rows, bool pinned, const std::string& what);
+
 /// The queries of one step for every (replica, query head): d_q [B, H*g, d] (replicas alike).
 class QueryStage {
   public:

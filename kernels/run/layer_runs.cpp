@@ -6,7 +6,7 @@
 namespace retro::gpu_run {
 
 LayerRun find_layer_run(const std::string& method) {
-    static const std::map<std::string, LayerRun> runs = {{"full", run_full_layer}, {"wave", run_wave_layer}};
+    static const std::map<std::string, LayerRun> runs = {{"full", run_full_layer}, {"wave", run_wave_layer}, {"quest", run_quest_layer}};
     const auto it = runs.find(method);
     return it == runs.end() ? nullptr : it->second;
 }

@@ -41,6 +41,10 @@ struct WaveRunOptions {
     /// assembled on the device: GpuLayerJob::wave_device_gather) and "wave-hbm-host", the same through the
     /// host's lookups and FlashInfer's planner (the comparison)
     bool wave_host = true, wave_hbm = true, wave_hbm_host = false;
+    /// a "quest" row: Quest on the GPU (the KV in device memory, its batch capped like full's) at `quest`'s
+    /// parameters: Quest's headline budget of 2048 tokens in 16-token pages, a page list per query head
+    bool quest = true;
+    QuestGpuParams quest_params;
     int host_threads = 0;  ///< wave's host lookup workers (GpuLayerJob::host_threads)
     bool launch_gate = true;  ///< every row's steps timed behind a launch gate (GpuLayerJob::launch_gate)
     double hbm_bytes_per_s = 0;  ///< the measured device-memory ceiling (D2D read+write); 0 = no fractions
@@ -48,7 +52,7 @@ struct WaveRunOptions {
 
 /// One (method, context, batch): means over the decode steps.
 struct WaveRunRow {
-    std::string method;  ///< "full" (FlashInfer) | "full-cudnn" | "full-own" (the own kernel) | "wave" | "wave-hbm" | "wave-hbm-host"
+    std::string method;  ///< "full" (FlashInfer) | "full-cudnn" | "full-own" (the own kernel) | "wave" | "wave-hbm" | "wave-hbm-host" | "quest"
     int context = 0, batch = 0, steps = 0;
     std::string status = "ok";  ///< or "does not fit: ..." (larger batches of the method are skipped)
     GpuStepTimes measured;

@@ -18,6 +18,13 @@ const std::map<std::string, Binding>& bindings() {
     static const std::map<std::string, Binding> b = {
         {"full", [](const nlohmann::json& p, GpuLayerJob& job) { job.offloaded = p.value("offloaded", false); }},
         {"wave", [](const nlohmann::json& p, GpuLayerJob& job) { job.wave = wave_params_from_json(p); }},
+        {"quest",
+         [](const nlohmann::json& p, GpuLayerJob& job) {
+             job.quest.k = p.at("k").get<double>();
+             job.quest.page_size = p.at("page_size").get<int>();
+             job.quest.per_head = p.at("gqa").get<std::string>() != "max";
+             job.quest.dense_layers = p.at("dense_layers").get<int>();
+         }},
     };
     return b;
 }
@@ -45,8 +52,15 @@ GpuLayerJob gpu_job_for(const MethodRun& r, const CudaOptions& o, const std::str
     job.wave_kv_on_gpu = r.kv == "gpu";
     job.wave_device_gather = o.device_gather;
     job.host_threads = o.host_threads;
-    b->second(r.params, job);
+    for (const auto& [name, value] : m->required_params) {
+        const auto it = r.params.find(name);
+        const std::string got = it != r.params.end() && it->is_string() ? it->get<std::string>() : "";
+        if (got != value)
+            throw ConfigError(w + ": " + r.method + " parameter '" + name + "' = \"" + got + "\": the GPU path takes \"" +
+                              value + "\" only (" + m->summary + "); set \"" + name + "\": \"" + value + "\"");
+    }
     try {
+        b->second(r.params, job);
         m->check(job);
     } catch (const ParamError& e) {
         throw ConfigError(w + ": " + e.what());

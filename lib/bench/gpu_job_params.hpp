@@ -1,6 +1,7 @@
 #pragma once
 // A run's resolved parameters as the fields of a GPU layer job (gpu/gpu_methods.hpp, issue 41 #2): one
-// binding per GPU method, by name (full: offloaded; wave: the index and zone parameters). What the
+// binding per GPU method, by name (full: offloaded; wave: the index and zone parameters; quest: budget,
+// page size, GQA, dense layers). What the
 // runner and the config checks use to build the job; the GPU twin then checks it.
 #include "bench/config.hpp"
 #include "gpu/backend.hpp"
@@ -9,8 +10,9 @@ namespace retro {
 
 /// The job of `r` on the cuda backend without its heads, steps and batch: the method's name and fields,
 /// the config's cuda options (k-means on the GPU, warm-up, launch gate, full's kernel). Throws
-/// ConfigError naming `where` when the method has no GPU twin, or the job asks what the GPU path does
-/// not do (the twin's check).
+/// ConfigError naming `where` when the method has no GPU twin, a parameter is not at the value the GPU
+/// path requires (GpuMethodInfo::required_params), or the job asks what the GPU path does not do (the
+/// twin's check).
 GpuLayerJob gpu_job_for(const MethodRun& r, const CudaOptions& o, const std::string& where);
 
 }  // namespace retro

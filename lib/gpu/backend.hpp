@@ -31,9 +31,17 @@ struct BuiltWaveHeads {
     double build_ms = 0;  ///< wall time of building them (reported as each run's index_build_ms)
 };
 
+/// Quest's parameters on the GPU (the method `quest`, lib/methods/quest.cpp; docs/methods/quest.md).
+struct QuestGpuParams {
+    double k = 2048;        ///< token budget: >= 1 tokens, in (0, 1) a fraction of the visible tokens
+    int page_size = 16;     ///< tokens per page
+    bool per_head = true;   ///< gqa "per_head": a page list per query head; false ("max"): one per KV head
+    int dense_layers = 0;   ///< layers below it attend every page
+};
+
 /// One layer of one trace on the GPU.
 struct GpuLayerJob {
-    /// The method, by its registry name: a GPU twin of gpu/gpu_methods.hpp ("full", "wave").
+    /// The method, by its registry name: a GPU twin of gpu/gpu_methods.hpp ("full", "wave", "quest").
     std::string method = "full";
     std::vector<const HeadSlice*> heads;  ///< [H] KV heads of one layer: same head_dim, group, lengths
     std::vector<int> steps;               ///< decode steps evaluated, ascending (the others only append)
@@ -49,6 +57,7 @@ struct GpuLayerJob {
     int host_threads = 0;  ///< wave: host lookup workers (0: min(8, cores - 1); 1: the caller alone)
     FullKernel full_kernel = FullKernel::library;  ///< full: the library baseline or the own kernel
     WaveParams wave;                      ///< wave: index and zones (gqa must be sum)
+    QuestGpuParams quest;                 ///< quest: budget, page size, GQA; the KV in device memory
     bool kmeans_on_gpu = false;           ///< wave: index blocks clustered by segmented_kmeans_gpu
     CacheParams cache;                    ///< wave: GPU block cache per (sequence, KV head); 0 slots = none
     int block_tokens = 8;                 ///< wave: cache block in tokens (cache_block_tokens)
@@ -100,10 +109,10 @@ struct GpuStepWork {
 struct GpuStep {
     int step = 0;  ///< decode step t
     int n = 0;     ///< visible tokens
-    /// wave: replica 0's selection per KV head [H] (pointers into the index, valid during the callback);
-    /// full: empty (the selection is every visible token: the method's own).
+    /// wave, quest: replica 0's selection per KV head [H] (valid during the callback); full: empty (the
+    /// selection is every visible token: the method's own).
     std::vector<Selection> selections;
-    std::vector<Footprint> footprints;  ///< wave: [H] the index's memory per KV head (full: empty)
+    std::vector<Footprint> footprints;  ///< wave, quest: [H] the method's memory per KV head (full: empty)
     const float* out = nullptr;  ///< [B, H*g, d] attention outputs
     const float* lse = nullptr;  ///< [B, H*g] their log-sum-exp (-inf = empty)
     GpuStepTimes times;

@@ -41,10 +41,26 @@ GpuMethodInfo wave_gpu_method() {
     return m;
 }
 
+// quest (Quest): page metadata, page bounds, top pages and the attention over the chosen pages on the
+// GPU, the KV in device memory as in Quest's code (docs/methods/quest.md, "On the GPU").
+GpuMethodInfo quest_gpu_method() {
+    GpuMethodInfo m;
+    m.name = "quest";
+    m.summary = "Quest: page min/max metadata, page bounds, top pages and paged attention on the GPU; KV in HBM";
+    m.gpu_selects = true;
+    m.required_params = {{"placement", "gpu"}};
+    m.overlap = [](const GpuLayerJob&) { return Overlap::serial; };
+    m.check = [](const GpuLayerJob& job) {
+        if (job.quest.page_size < 1 || !(job.quest.k > 0))
+            throw ParamError("quest on the GPU: page_size >= 1 and a budget k > 0 are needed");
+    };
+    return m;
+}
+
 }  // namespace
 
 const std::vector<GpuMethodInfo>& gpu_method_registry() {
-    static const std::vector<GpuMethodInfo> r = {full_gpu_method(), wave_gpu_method()};
+    static const std::vector<GpuMethodInfo> r = {full_gpu_method(), wave_gpu_method(), quest_gpu_method()};
     return r;
 }
 

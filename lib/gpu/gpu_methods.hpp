@@ -9,6 +9,7 @@
 // RETRO_GPU_ONLY driver uses it too.
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gpu/backend.hpp"
@@ -29,6 +30,10 @@ struct GpuMethodInfo {
     bool kernel_axis = false;
     /// Its KV placement is a sweep axis (cuda.wave_kv: pinned host memory or device memory).
     bool kv_axis = false;
+    /// String parameters of the CPU twin the GPU path takes only at one value, (name, value): quest's
+    /// placement "gpu" (the KV in device memory, as Quest's code keeps it). gpu_job_for refuses another
+    /// value by name before any work.
+    std::vector<std::pair<std::string, std::string>> required_params;
     /// How the cost model overlaps the job's phases (system/layer_time.hpp).
     std::function<Overlap(const GpuLayerJob& job)> overlap;
     /// Throws ParamError when the job asks what the GPU path does not do (beyond the CPU twin's checks).

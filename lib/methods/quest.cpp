@@ -13,12 +13,6 @@
 
 namespace retro {
 
-float quest_page_bound(const float* q, const float* mn, const float* mx, int d) {
-    float s = 0.0f;
-    for (int e = 0; e < d; ++e) s += std::max(q[e] * mx[e], q[e] * mn[e]);
-    return s;
-}
-
 namespace {
 
 enum class QuestGqa { per_head, max };
@@ -57,10 +51,7 @@ class Quest final : public Method {
         n_ = n;
         const int pages = (n + P - 1) / P;
         const int last = pages - 1;  // the last (possibly partial) page, holding the current token
-        // Quest's page_budget = token_budget // page_size, the budget not clamped to n (so a budget of at
-        // least n tokens, rounded up to whole pages, is dense as in Quest).
-        const double tokens = p_.k >= 1 ? std::round(p_.k) : std::max(1.0, std::round(p_.k * n));
-        const int budget_pages = (int)std::clamp(std::floor(tokens / P), 1.0, 1e9);
+        const int budget_pages = quest_budget_pages(p_.k, n, P);  // Quest's token_budget // page_size
         out.scan_ops = 0;
         out.d2h_bytes = 0;
         if (ctx_.layer < p_.dense_layers || pages <= budget_pages) {
@@ -149,17 +140,9 @@ class Quest final : public Method {
         }
     }
 
-    // sel_ <- the r pages with the largest scores among [0, m) (ties to the lower page), sorted ascending;
-    // marks them in chosen_.
+    // sel_ <- the r pages with the largest scores among [0, m) (quest_top_pages); marks them in chosen_.
     void top_pages(const float* s, int m, int r) {
-        sel_.resize((size_t)m);
-        std::iota(sel_.begin(), sel_.end(), 0);
-        r = std::min(r, m);
-        if (r < m)
-            std::nth_element(sel_.begin(), sel_.begin() + r, sel_.end(),
-                             [&](int a, int b) { return s[a] > s[b] || (s[a] == s[b] && a < b); });
-        sel_.resize((size_t)r);
-        std::sort(sel_.begin(), sel_.end());
+        quest_top_pages(s, m, r, sel_);
         for (int j : sel_) chosen_[(size_t)j] = 1;
     }
 

@@ -4,11 +4,4 @@
 // bound sum_e max(q_e * max_e, q_e * min_e) of q.k over its tokens; the top pages under a token budget
 // are attended, the last (partial) page always. docs/methods/quest.md.
 #include "methods/params.hpp"
-
-namespace retro {
-
-/// Quest's page score: sum over channels e of max(q[e] * mx[e], q[e] * mn[e]); q, mn, mx: [d].
-/// An upper bound of q.k for every key k with mn <= k <= mx channel-wise.
-float quest_page_bound(const float* q, const float* mn, const float* mx, int d);
-
-}  // namespace retro
+#include "methods/quest_pages.hpp"  // quest_page_bound, quest_budget_pages, quest_top_pages

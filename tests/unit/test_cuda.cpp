@@ -78,8 +78,9 @@ TEST_P(GpuKernel, MatchesCpuReference) {
 // The checks the families of kernels/ register (a test's own family, such as test_adding_a_kernel.cpp's,
 // is not one of them).
 const std::vector<std::string> kKernelChecks = {
-    "ClusterRank", "ClusterSelect", "EstimateAttention", "CopySegments", "GatherClusters", "DecodeAttention",
-    "LibraryDecode", "CudnnDecode", "KMeansAssign", "KMeansSegmented", "LaunchGate"};
+    "ClusterRank",   "ClusterSelect", "EstimateAttention", "CopySegments",  "GatherClusters",
+    "DecodeAttention", "DecodeAttentionPages", "QuestPageMeta", "QuestSelect", "LibraryDecode",
+    "CudnnDecode",   "KMeansAssign",  "KMeansSegmented",   "LaunchGate"};
 
 INSTANTIATE_TEST_SUITE_P(Cuda, GpuKernel, testing::ValuesIn(kKernelChecks),
                          [](const testing::TestParamInfo<std::string>& i) { return i.param; });

@@ -26,6 +26,7 @@
 #include "bench/runner.hpp"
 #include "bench/summary.hpp"
 #include "core/fs.hpp"
+#include "core/half.hpp"
 #include "core/host.hpp"
 #include "cuda_api.hpp"
 #include "method_harness.hpp"
@@ -111,6 +112,25 @@ double cpu_output(const HeadSlice& h, int j, int t, const Selection& s, float* o
     return p.lse();
 }
 
+/// KV head h's outputs of step st (all B replicas of H heads) against the CPU's attention over the GPU's
+/// selection `got`: raises worst_out (relative L2) and worst_lse; fails when a replica differs from replica 0.
+void compare_head_outputs(const GpuStep& st, const HeadSlice& hs, int h, int H, int B, const Selection& got,
+                          double& worst_out, double& worst_lse) {
+    float approx[kD];
+    for (int j = 0; j < kG; ++j) {
+        const double lse = cpu_output(hs, j, st.step, got, approx);
+        const size_t qh = (size_t)h * kG + j;
+        worst_out = std::max(worst_out, rel_l2(st.out + qh * kD, approx, kD));
+        worst_lse = std::max(worst_lse, std::abs(st.lse[qh] - lse));
+        for (int b = 1; b < B; ++b)
+            for (int e = 0; e < kD; ++e)
+                if (st.out[((size_t)b * H * kG + qh) * kD + e] != st.out[qh * kD + e]) {
+                    ADD_FAILURE() << "replica " << b << " differs from replica 0, query head " << qh;
+                    return;
+                }
+    }
+}
+
 /// The CPU ranking aggregate of every cluster of `w` for group queries q: [g, d] (sum of softmax).
 std::vector<float> cpu_aggregates(const WaveHead& w, const float* q, int g, int d) {
     const WaveIndex& ix = w.index();
@@ -190,7 +210,6 @@ BACKEND_TEST(WaveMatchesTheCpuWaveMethod) {
     double worst_out = 0, worst_lse = 0, worst_gap = 0;
     std::vector<std::vector<double>> measured((size_t)H);  // per head: PCIe KV bytes per step
     std::vector<double> scan_ops;
-    float approx[kD];
     const auto backend = gpu_run::make_cuda_backend();
     backend->run_layer(job, [&](const GpuStep& st) {
         ++reported;
@@ -234,15 +253,7 @@ BACKEND_TEST(WaveMatchesTheCpuWaveMethod) {
                 worst_gap = std::max(worst_gap, (double)agg[(size_t)got.fetch_units[i]] -
                                                     agg[(size_t)got.fetch_units[i - 1]]);
             if (h == 0) scan_ops.push_back(got.scan_ops);
-            for (int j = 0; j < kG; ++j) {
-                const double lse = cpu_output(hs, j, st.step, got, approx);  // the GPU's own selection
-                const size_t qh = (size_t)h * kG + j;
-                worst_out = std::max(worst_out, rel_l2(st.out + qh * kD, approx, kD));
-                worst_lse = std::max(worst_lse, std::abs(st.lse[qh] - lse));
-                for (int b = 1; b < B; ++b)
-                    for (int e = 0; e < kD; ++e)
-                        ASSERT_EQ(st.out[((size_t)b * H * kG + qh) * kD + e], st.out[qh * kD + e]) << "replica " << b;
-            }
+            compare_head_outputs(st, hs, h, H, B, got, worst_out, worst_lse);  // the GPU's own selection
             sys[(size_t)h]->record(got, st.n, st.footprints[(size_t)h]);
             measured[(size_t)h].push_back(st.head_h2d_bytes[(size_t)h]);
             if (st.head_h2d_bytes[(size_t)h] < got.h2d_bytes) ++steps_with_hits;
@@ -271,6 +282,72 @@ BACKEND_TEST(WaveMatchesTheCpuWaveMethod) {
                 "tie swap (largest aggregate gap %.1e); worst output rel L2 %.2e, LSE %.2e; %d head-steps with "
                 "cache hits\n",
                 same, reported * H, order_ties, ties, worst_gap, worst_out, worst_lse, steps_with_hits);
+}
+
+// Quest on the GPU (issue 41 #3) against the CPU method `quest` on the same fp16 keys: the same pages for
+// every query head (or KV head, gqa "max") at every selected step — the bounds agree bit for bit, so
+// the lists are equal, not merely close —, through page boundaries, steps skipped between selected
+// ones (the metadata catches up), a budget under and one over the visible pages (dense); outputs of the
+// GPU's attention over its pages within fp16 tolerance of the CPU's over the same ids; replicas alike.
+BACKEND_TEST(QuestMatchesTheCpuQuestMethod) {
+    REQUIRE_DEVICE();
+    const int H = 2, prompt = 1000, steps = 40, B = 2;
+    auto heads = layer_heads(H, prompt, steps);
+    for (HeadSlice& h : heads)  // the cuda backend runs fp16 KV (check_cuda_trace): the CPU twin sees the same values
+        for (std::vector<float>* x : {&h.keys, &h.values})
+            for (float& v : *x) v = half_to_float(float_to_half(v));
+    struct Case { std::string gqa; double k; };
+    for (const Case& c : {Case{"per_head", 160}, Case{"max", 200}, Case{"per_head", 0.05}, Case{"max", 4096}}) {
+        SCOPED_TRACE(c.gqa + " k=" + std::to_string(c.k));
+        const json params = resolve_params(find_method("quest"), {{"k", c.k}, {"gqa", c.gqa}, {"placement", "gpu"}});
+        MethodRun mr;
+        mr.method = "quest", mr.params = params, mr.batch = B;
+        GpuLayerJob job = gpu_job_for(mr, CudaOptions{}, "test");
+        for (const HeadSlice& h : heads) job.heads.push_back(&h);
+        job.steps = {0, 5, 7, 23, 24, 39};  // n = 1001 .. 1040: pages completed at 1008, 1024, 1040
+        std::vector<std::unique_ptr<Method>> cpu;
+        for (const HeadSlice& h : heads) {
+            cpu.push_back(make_method("quest", params));
+            cpu.back()->build(context_of(h), KVView{h.keys.data(), h.values.data(), prompt, kD});
+        }
+        int last = -1, reported = 0, same = 0;
+        double worst_out = 0, worst_lse = 0;
+        gpu_run::make_cuda_backend()->run_layer(job, [&](const GpuStep& st) {
+            ++reported;
+            ASSERT_EQ(st.selections.size(), (size_t)H);
+            ASSERT_EQ(st.footprints.size(), (size_t)H);
+            for (int t = last + 1; t <= st.step; ++t)
+                for (int h = 0; h < H; ++h)
+                    cpu[(size_t)h]->append(KVView{heads[(size_t)h].keys.data(), heads[(size_t)h].values.data(), prompt + t + 1, kD},
+                                           prompt + t);
+            last = st.step;
+            for (int h = 0; h < H; ++h) {
+                const HeadSlice& hs = heads[(size_t)h];
+                std::vector<float> q((size_t)kG * kD);
+                for (int j = 0; j < kG; ++j) std::copy(hs.query(j, st.step), hs.query(j, st.step) + kD, q.begin() + j * kD);
+                Selection want;
+                cpu[(size_t)h]->select(q.data(), st.step, KVView{hs.keys.data(), hs.values.data(), st.n, kD}, want);
+                const Selection& got = st.selections[(size_t)h];
+                EXPECT_EQ(got.exact, want.exact) << "step " << st.step << " head " << h;
+                same += got.exact == want.exact;
+                EXPECT_EQ(got.scan_ops, want.scan_ops);
+                EXPECT_EQ(got.h2d_bytes, 0.0);  // the KV in HBM (placement gpu): nothing over PCIe
+                EXPECT_EQ(want.h2d_bytes, 0.0);
+                compare_head_outputs(st, hs, h, H, B, got, worst_out, worst_lse);
+            }
+            EXPECT_EQ(st.batch_h2d_bytes, 0.0);
+            EXPECT_GT(st.work.attend_bytes, 0);
+            const bool dense = c.k >= 4096;
+            EXPECT_EQ(st.work.index_bytes > 0, !dense) << "the bounds are read only when the pages exceed the budget";
+            if (dense) {
+                EXPECT_EQ(st.selections[0].exact_for(0).size(), (size_t)st.n);
+            }
+        });
+        EXPECT_EQ(reported, (int)job.steps.size());
+        EXPECT_EQ(same, reported * H) << "the GPU's pages differ from the CPU method's";
+        EXPECT_LT(worst_out, 5e-3) << "fp16 KV vs float32";
+        EXPECT_LT(worst_lse, 5e-3);
+    }
 }
 
 // Indexes built once for the layer (build_wave_heads, as the driver shares them across batch points) give
@@ -416,7 +493,8 @@ BACKEND_TEST(RunMatchesTheCpuBackend) {
     const std::string trace = dir.path + "/t.h5";
     synthesize(sp, trace);
     json j = json::parse(R"({"name": "cpu", "kv_heads": [0, 1], "hardware": "h100-sxm-pcie5",
-        "system": {"cache": 0.05}, "methods": [{"name": "full"}, {"name": "wave"}]})");
+        "system": {"cache": 0.05}, "methods": [{"name": "full"}, {"name": "wave"},
+        {"name": "quest", "params": {"k": 256, "placement": "gpu"}}]})");
     j["traces"] = {trace};
     RunnerOptions opt;
     opt.results_root = dir.path + "/results";
@@ -427,11 +505,14 @@ BACKEND_TEST(RunMatchesTheCpuBackend) {
     const auto backend = gpu_run::make_cuda_backend();
     opt.gpu = backend.get();
     const auto gpu = run_config(parse_config(j, "gpu.json"), opt);
-    ASSERT_EQ(cpu.records.size(), 2u);
-    ASSERT_EQ(gpu.records.size(), 4u);
+    ASSERT_EQ(cpu.records.size(), 3u);
+    ASSERT_EQ(gpu.records.size(), 6u);
     const auto mean = [](const json& rec, const char* m) { return rec["metrics"][m]["mean"].get<double>(); };
     for (const json& g : gpu.records) {
-        const json& c = cpu.records[g["method"] == "full" ? 0 : 1];
+        const auto cpu_twin = std::find_if(cpu.records.begin(), cpu.records.end(),
+                                           [&](const json& c) { return c["method"] == g["method"]; });
+        ASSERT_NE(cpu_twin, cpu.records.end());
+        const json& c = *cpu_twin;
         SCOPED_TRACE(g["label"].get<std::string>());
         EXPECT_EQ(g["backend"], "cuda");
         for (const char* m : {"recall@10", "recall@100", "recall@1000", "mass", "exact_frac", "est_frac"})
@@ -719,7 +800,9 @@ TEST(GpuMethods, EveryTwinHasItsCpuMethodALayerRunAndItsParameters) {
         EXPECT_EQ(find_gpu_method(m.name), &m);
         MethodRun r;
         r.method = m.name;
-        r.params = resolve_params(find_method(m.name), json::object());
+        json given = json::object();
+        for (const auto& [name, value] : m.required_params) given[name] = value;
+        r.params = resolve_params(find_method(m.name), given);
         r.batch = 2;
         const GpuLayerJob job = gpu_job_for(r, CudaOptions{}, "test");
         EXPECT_EQ(job.method, m.name);
@@ -727,22 +810,33 @@ TEST(GpuMethods, EveryTwinHasItsCpuMethodALayerRunAndItsParameters) {
         EXPECT_NO_THROW(m.check(job));
         EXPECT_TRUE(m.overlap);
     }
-    EXPECT_EQ(find_gpu_method("quest"), nullptr);
-    EXPECT_EQ(gpu_run::find_layer_run("quest"), nullptr);
+    EXPECT_EQ(find_gpu_method("pq"), nullptr);
+    EXPECT_EQ(gpu_run::find_layer_run("pq"), nullptr);
     MethodRun q;
-    q.method = "quest";
-    q.params = resolve_params(find_method("quest"), json::object());
+    q.method = "pq";
+    q.params = resolve_params(find_method("pq"), json::object());
     try {
-        gpu_job_for(q, CudaOptions{}, "run quest");
-        FAIL() << "quest has no GPU twin yet";
+        gpu_job_for(q, CudaOptions{}, "run pq");
+        FAIL() << "pq has no GPU twin yet";
     } catch (const ConfigError& e) {
-        EXPECT_NE(std::string(e.what()).find("run quest: backend 'cuda' runs the methods with a GPU twin only (" +
-                                             gpu_method_names() + "), not 'quest'"),
+        EXPECT_NE(std::string(e.what()).find("run pq: backend 'cuda' runs the methods with a GPU twin only (" +
+                                             gpu_method_names() + "), not 'pq'"),
                   std::string::npos)
             << e.what();
     }
+    // a twin's required parameter at another value is refused by name (quest keeps the KV in HBM)
+    MethodRun qo;
+    qo.method = "quest";
+    qo.params = resolve_params(find_method("quest"), {{"placement", "offload"}});
+    try {
+        gpu_job_for(qo, CudaOptions{}, "run quest");
+        FAIL() << "quest with placement offload was accepted on the GPU";
+    } catch (const ConfigError& e) {
+        EXPECT_NE(std::string(e.what()).find("quest parameter 'placement' = \"offload\""), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("set \"placement\": \"gpu\""), std::string::npos) << e.what();
+    }
     GpuLayerJob job;
-    job.method = "quest";
+    job.method = "pq";
     EXPECT_THROW(gpu_run::make_cuda_backend()->run_layer(job, [](const GpuStep&) {}), ParamError);
 }
 
