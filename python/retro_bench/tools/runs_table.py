@@ -27,7 +27,7 @@ MANIFEST = ("wall_s", "peak_rss_bytes")
 
 class Results:
     def __init__(self, roots):
-        self.roots, self.cache, self.used = roots, {}, set()
+        self.roots, self.cache, self.used, self.median = roots, {}, set(), False
 
     def _records(self, path):
         if path not in self.cache:
@@ -61,13 +61,15 @@ class Results:
     def value(self, field, name):
         name, _, n = name.partition("@")
         roots = [self.roots[int(n) - 1]] if n else self.roots
+        self.median |= not n and len(roots) > 1
         vals = [v for v in (self._one(r, field, name) for r in roots) if v is not None]
         self.used.update(roots)
         return statistics.median(vals) if vals else None
 
     def footer(self):
         roots = [r for r in self.roots if r in self.used]
-        what = f"medians over {len(roots)} repetitions" if len(roots) > 1 else "one run"
+        what = (f"medians over {len(roots)} repetitions" if self.median
+                else f"{len(roots)} repetitions" if len(roots) > 1 else "one run")
         return f"({what}: {', '.join(roots)})"
 
 
