@@ -130,19 +130,24 @@ def table(runs, header, rows, cols):
     return "\n".join(lines) + "\n"
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(prog="python -m retro_bench.tools.gbench_table", description=__doc__.split("\n\n")[0])
-    ap.add_argument("files", nargs="+", help="Google Benchmark JSON outputs")
+def cli(argv, name, doc, source, inputs_help, placeholder):
+    """The command line both table tools share: inputs, --header, --row, --col; source(inputs) reads them."""
+    ap = argparse.ArgumentParser(prog=f"python -m retro_bench.tools.{name}", description=doc.split("\n\n")[0])
+    ap.add_argument("inputs", nargs="+", help=inputs_help)
     ap.add_argument("--header", required=True, help="column headers separated by '|'")
     ap.add_argument("--row", action="append", default=[], help="KEYS=LABELS (keys fill $1, $2, ...)")
-    ap.add_argument("--col", action="append", default=[], help="a cell template with [FIELD NAME:FORMAT] placeholders")
+    ap.add_argument("--col", action="append", default=[], help=f"a cell template with {placeholder} placeholders")
     a = ap.parse_args(argv)
     try:
-        sys.stdout.write(table(Runs(a.files), a.header, a.row, a.col))
-    except (TableError, OSError, KeyError, ValueError) as e:
-        print(f"gbench_table: error: {e!r}", file=sys.stderr)
+        sys.stdout.write(table(source(a.inputs), a.header, a.row, a.col))
+    except (TableError, OSError, KeyError, ValueError, IndexError) as e:
+        print(f"{name}: error: {e!r}", file=sys.stderr)
         return 2
     return 0
+
+
+def main(argv=None):
+    return cli(argv, "gbench_table", __doc__, Runs, "Google Benchmark JSON outputs", "[FIELD NAME:FORMAT]")
 
 
 if __name__ == "__main__":

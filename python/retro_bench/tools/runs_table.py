@@ -13,14 +13,13 @@ method and those of its params; values compared as printed in JSON). FIELD is `m
 matches. `DIR@N` takes ROOT number N (from 1) alone instead of the median. [A / B:FORMAT] is a ratio;
 FORMAT is Python's (`.2f`). A cell whose record or directory is missing is '—'. Standard library only."""
 
-import argparse
 import fnmatch
 import json
 import os
 import statistics
 import sys
 
-from .gbench_table import TableError, table
+from .gbench_table import TableError, cli
 
 MANIFEST = ("wall_s", "peak_rss_bytes")
 
@@ -78,18 +77,8 @@ def _show(v):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(prog="python -m retro_bench.tools.runs_table", description=__doc__.split("\n\n")[0])
-    ap.add_argument("roots", nargs="+", help="results roots (repetitions of the same runs)")
-    ap.add_argument("--header", required=True, help="column headers separated by '|'")
-    ap.add_argument("--row", action="append", default=[], help="KEYS=LABELS (keys fill $1, $2, ...)")
-    ap.add_argument("--col", action="append", default=[], help="a cell template with [FIELD DIR/SELECTOR:FORMAT] placeholders")
-    a = ap.parse_args(argv)
-    try:
-        sys.stdout.write(table(Results(a.roots), a.header, a.row, a.col))
-    except (TableError, OSError, KeyError, ValueError, IndexError) as e:
-        print(f"runs_table: error: {e!r}", file=sys.stderr)
-        return 2
-    return 0
+    return cli(argv, "runs_table", __doc__, Results, "results roots (repetitions of the same runs)",
+               "[FIELD DIR/SELECTOR:FORMAT]")
 
 
 if __name__ == "__main__":
