@@ -10,7 +10,8 @@ A row is KEYS=LABELS: its label cells (split at '|') come first, then one cell p
 has $1, $2, ... replaced by the row's comma-separated KEYS. A placeholder [FIELD NAME:FORMAT] is the median
 over the repetitions of the benchmark NAME (a run name, or its prefix up to a '/': `BM_X/4096` names
 `BM_X/4096/min_time:1.000`) of FIELD: s, ms, us (real time), cpu_s, cpu_ms, cpu_us (CPU time), GB/s
-(bytes_per_second / 1e9) or counter.NAME (a user counter); [A / B:FORMAT] is the ratio of two medians.
+(bytes_per_second / 1e9) or counter.NAME (a user counter); [A / B:FORMAT] is the ratio of two medians
+(B may be a number: [cpu_ms X / 1000:.2f]).
 FORMAT (required) is Python's (`.2f`, `,.0f`). A cell with a benchmark or counter no file has is '—'. Medians come from the
 repetitions' own rows (Google Benchmark's 'median' aggregate where only aggregates were written); the
 line under the table gives the repetition counts and the files. Standard library only."""
@@ -81,6 +82,10 @@ def _field(b, field):
 
 
 def _term(runs, text):
+    try:
+        return float(text)  # a constant: [ms X / 1000:.2f]
+    except ValueError:
+        pass
     parts = text.split(None, 1)
     if len(parts) != 2:
         raise TableError(f"'{text}': a term is FIELD NAME")

@@ -10,7 +10,8 @@ one record of ROOT/DIR/runs.jsonl that SELECTOR picks: `method` or `method,param
 method and those of its params; values compared as printed in JSON). FIELD is `metric.stat` (e.g.
 `select_us.p50`, `recall@100.mean`: the record's metrics). [FIELD DIR:FORMAT] with FIELD `wall_s` or
 `peak_rss_bytes` reads ROOT/DIR/manifest.json's last session, summed over the directories a `*` in DIR
-matches. `DIR@N` takes ROOT number N (from 1) alone instead of the median. [A / B:FORMAT] is a ratio;
+matches. `DIR@N` takes ROOT number N (from 1) alone instead of the median. [A / B:FORMAT] is a ratio
+(B may be a number: [build_ms.p50 D/wave / 1000:.1f] for seconds);
 FORMAT is Python's (`.2f`). A cell whose record or directory is missing is '—'. Standard library only."""
 
 import fnmatch
