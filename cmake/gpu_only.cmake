@@ -36,6 +36,7 @@ add_library(retro_ref STATIC
   ${CMAKE_SOURCE_DIR}/lib/gpu/prediction.cpp
   ${CMAKE_SOURCE_DIR}/lib/gpu/gpu_methods.cpp
   ${CMAKE_SOURCE_DIR}/lib/gpu/step_sample.cpp
+  ${CMAKE_SOURCE_DIR}/lib/gpu/point_run.cpp
   ${CMAKE_SOURCE_DIR}/lib/gpu/replicas.cpp
   ${CMAKE_SOURCE_DIR}/lib/gpu/measured.cpp
   ${CMAKE_SOURCE_DIR}/lib/metrics/selection_output.cpp

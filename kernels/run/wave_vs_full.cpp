@@ -11,7 +11,7 @@
 #include "core/check.hpp"
 #include "gpu/gpu_methods.hpp"
 #include "gpu/prediction.hpp"
-#include "gpu/step_sample.hpp"
+#include "gpu/point_run.hpp"
 #include "metrics/evaluator.hpp"
 
 namespace retro::gpu_run {
@@ -95,28 +95,18 @@ WaveRunRow run_point(const GpuBackend& gpu, const WaveRunOptions& o, const Kind&
     long evaluated = 0;
     Selection all;  // full attends every visible token
     std::vector<QueryMetrics> qm;
-    const GpuStepContext ctx{&job, &m, o.hw, o.lookup_ns};
-    GpuStepMeans means;
-    gpu.run_layer(job, [&](const GpuStep& st) {
-        if (st.step < o.warm_steps) return;  // filling the cache: run, not timed (WaveRunOptions::warm_steps)
-        means.add(sample_gpu_step(st, ctx));
+    const GpuPointOptions po{o.warm_steps, o.hw, o.lookup_ns};
+    const GpuStepMeans means = run_gpu_point(gpu, job, m, po, [&](const GpuStep& st, const GpuStepSample* sample) {
+        if (!sample) return;  // a warm-up step
         row.kv_bytes += st.work.attend_bytes * batch;
         row.index_bytes += st.work.index_bytes * batch;
         for (size_t h = 0; h < ev.size(); ++h) {
-            const Selection* sel = &all;
-            if (m.gpu_selects) {
-                sel = &st.selections[h];
-            } else {
-                auto& ids = all.shared();
-                ids.resize((size_t)st.n);
-                std::iota(ids.begin(), ids.end(), 0);
-            }
             ev[h].prepare_step(st.step);
-            ev[h].evaluate_output(*sel, row.method, st.out + h * h0.group * h0.head_dim, st.lse + h * h0.group, qm);
+            ev[h].evaluate_output(gpu_step_selection(st, m, h, all), row.method, st.out + h * h0.group * h0.head_dim,
+                                  st.lse + h * h0.group, qm);
             for (const QueryMetrics& q : qm) err += q.out_err, rec += q.recall[0], ++evaluated;
         }
     });
-    means.finish();
     row.steps = means.steps;
     row.measured = means.times;
     row.gate_timeouts = means.gate_timeouts;

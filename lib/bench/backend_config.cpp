@@ -49,9 +49,10 @@ bool boolean(const json& j, const char* key, const std::string& where) {
 
 CudaOptions CudaOptions::from_json(const json& j, const std::string& where) {
     if (!j.is_object())
-        throw ConfigError(where + ": expected an object {batch, kmeans, warmup, full_kernel, launch_gate, wave_kv, "
-                                  "device_gather, host_threads}");
-    check_keys(j, {"batch", "kmeans", "warmup", "full_kernel", "launch_gate", "wave_kv", "device_gather", "host_threads"},
+        throw ConfigError(where + ": expected an object {batch, kmeans, warmup, warm_steps, full_kernel, launch_gate, "
+                                  "wave_kv, device_gather, host_threads}");
+    check_keys(j, {"batch", "kmeans", "warmup", "warm_steps", "full_kernel", "launch_gate", "wave_kv", "device_gather",
+                   "host_threads"},
                where);
     CudaOptions o;
     if (j.contains("batch")) {
@@ -79,6 +80,12 @@ CudaOptions CudaOptions::from_json(const json& j, const std::string& where) {
             throw ConfigError(where + ".warmup = " + w.dump() + ": expected an integer in [0, 100]");
         o.warmup = w.get<int>();
     }
+    if (j.contains("warm_steps")) {
+        const json& w = j["warm_steps"];
+        if (!w.is_number_integer() || w.get<long long>() < 0 || w.get<long long>() > 100000)
+            throw ConfigError(where + ".warm_steps = " + w.dump() + ": expected an integer in [0, 100000]");
+        o.warm_steps = w.get<int>();
+    }
     if (j.contains("full_kernel")) o.full_kernel = choice_list(j, "full_kernel", {"flashinfer", "cudnn", "own"}, where);
     if (j.contains("launch_gate")) o.launch_gate = boolean(j, "launch_gate", where);
     if (j.contains("wave_kv")) o.wave_kv = choice_list(j, "wave_kv", {"host", "gpu"}, where);
@@ -99,6 +106,7 @@ json CudaOptions::to_json() const {
     if (wave_kv != std::vector<std::string>{"host"}) j["wave_kv"] = wave_kv;
     if (!device_gather) j["device_gather"] = false;
     if (host_threads != 0) j["host_threads"] = host_threads;
+    if (warm_steps != 0) j["warm_steps"] = warm_steps;
     return j;
 }
 

@@ -15,6 +15,9 @@ struct CudaOptions {
     std::vector<int> batch = {1};  ///< replicas of the trace's request, a sweep axis (1..4096)
     std::string kmeans = "cpu";    ///< wave index k-means: cpu (lib/cluster, as the CPU method) | gpu
     int warmup = 1;                ///< untimed runs of the first selected step's kernels (0..100)
+    /// the first warm_steps selected steps per layer and batch run in full (they fill the block cache)
+    /// but are left out of the GPU times (gpu/point_run.hpp: the one timing rule); their accuracy counts
+    int warm_steps = 0;
     /// full attention's kernels, a sweep axis of the method full: "flashinfer" (the field's library, the
     /// baseline) | "cudnn" (cuDNN's fused attention, PyTorch's SDPA on Hopper) | "own" (the project's
     /// flash-decoding kernel, the readable reference)

@@ -7,7 +7,7 @@
 #include "bench/gpu_job_params.hpp"
 #include "bench/head_run.hpp"
 #include "gpu/gpu_methods.hpp"
-#include "gpu/step_sample.hpp"
+#include "gpu/point_run.hpp"
 #include "methods/params.hpp"
 #include "metrics/evaluator.hpp"
 #include "system/head_system.hpp"
@@ -43,6 +43,10 @@ void check_cuda_trace(const PreparedTrace& t, const RunConfig& cfg, const GpuBac
         if (!why.empty())
             throw ConfigError(t.spec.path + ": backend 'cuda' full attention with cuda.full_kernel \"cudnn\": " + why);
     }
+    if (cfg.cuda.warm_steps >= (int)t.steps.size())
+        throw ConfigError(t.spec.path + ": cuda.warm_steps = " + std::to_string(cfg.cuda.warm_steps) +
+                          " leaves no timed step: the trace has " + std::to_string(t.steps.size()) +
+                          " selected decode steps (warm_steps must be fewer)");
     if (cfg.kv_dtype == "trace" && t.info.dtype != DType::f16)
         throw ConfigError(t.spec.path + ": backend 'cuda' stores the KV as float16 but the trace is " +
                           dtype_name(t.info.dtype) + ": set \"kv_dtype\": \"float16\"");
@@ -108,12 +112,13 @@ void run_cuda_layer(const RunConfig& cfg, const PreparedTrace& tr, const TraceRe
             if (it == built.end()) it = built.emplace(key, gpu.build_wave(gj)).first;
             gj.wave_heads = &it->second;
         }
-        const GpuStepContext ctx{&gj, &gm, &hw, sp.lookup_ns};
+        // the one timing rule (gpu/point_run): warm-up steps are evaluated and replayed by the system model
+        // like every step, their GPU times left out
+        const GpuPointOptions po{cfg.cuda.warm_steps, &hw, sp.lookup_ns};
         double build_ms = 0;
         std::vector<float> qbuf((size_t)g * d);
         std::vector<QueryMetrics> qm;
-        const auto on_step = [&](const GpuStep& st) {
-            const GpuStepSample sample = sample_gpu_step(st, ctx);
+        const auto on_step = [&](const GpuStep& st, const GpuStepSample* sample) {
             build_ms = st.index_build_ms / H;
             for (int h = 0; h < H; ++h) {
                 HeadState& X = heads[(size_t)h];
@@ -139,7 +144,8 @@ void run_cuda_layer(const RunConfig& cfg, const PreparedTrace& tr, const TraceRe
                 auto& kv = X.part.kv_metrics;
                 kv["scan_ops"].push_back(sel->scan_ops / st.n);
                 X.sys->record(*sel, st.n, fp);
-                const GpuStepTimes& t = sample.times;
+                if (!sample) continue;  // a warm-up step: not timed
+                const GpuStepTimes& t = sample->times;
                 kv["gpu_select_us"].push_back(t.select_us);
                 kv["gpu_estimate_us"].push_back(t.estimate_us);
                 kv["gpu_gather_us"].push_back(t.gather_us);
@@ -149,18 +155,18 @@ void run_cuda_layer(const RunConfig& cfg, const PreparedTrace& tr, const TraceRe
                 kv["gpu_admit_us"].push_back(t.admit_us);
                 kv["gpu_total_us"].push_back(t.total_us());
                 kv["gpu_gate_timed_out"].push_back(t.gate_timed_out ? 1.0 : 0.0);
-                kv["gpu_h2d_bytes"].push_back(sample.batch_h2d_bytes);
-                kv["gpu_d2h_bytes"].push_back(sample.batch_d2h_bytes);
+                kv["gpu_h2d_bytes"].push_back(sample->batch_h2d_bytes);
+                kv["gpu_d2h_bytes"].push_back(sample->batch_d2h_bytes);
                 kv["gpu_head_h2d_bytes"].push_back(st.head_h2d_bytes[(size_t)h]);
-                kv["gpu_replica_diff"].push_back(sample.replica_diff);
-                kv["model_select_us"].push_back(sample.model.select_us);
-                kv["model_h2d_us"].push_back(sample.model.h2d_us);
-                kv["model_attend_us"].push_back(sample.model.attend_us);
-                kv["model_step_us"].push_back(sample.model.attention_us);
+                kv["gpu_replica_diff"].push_back(sample->replica_diff);
+                kv["model_select_us"].push_back(sample->model.select_us);
+                kv["model_h2d_us"].push_back(sample->model.h2d_us);
+                kv["model_attend_us"].push_back(sample->model.attend_us);
+                kv["model_step_us"].push_back(sample->model.attention_us);
             }
         };
         try {
-            gpu.run_layer(gj, on_step);
+            run_gpu_point(gpu, gj, gm, po, on_step);
         } catch (const GpuMemoryError& e) {
             skipped[r] = mr.label() + ": " + e.what();
             continue;

@@ -10,6 +10,7 @@
 #include <tuple>
 
 #include "bench/config.hpp"
+#include "gpu/gpu_methods.hpp"
 #include "bench/gpu_job_params.hpp"
 #include "bench/measured_hardware.hpp"
 #include "bench/runner.hpp"
@@ -182,7 +183,10 @@ TEST(BackendConfig, WaveKvPlacementIsASweepAxisAndKnobsReachTheJob) {
     j["cuda"]["wave_kv"] = {"host", "gpu"};
     j["cuda"]["device_gather"] = false;
     j["cuda"]["host_threads"] = 3;
+    j["cuda"]["warm_steps"] = 2;
     const RunConfig c = parse_config(j, "");
+    EXPECT_EQ(c.cuda.warm_steps, 2);
+    EXPECT_EQ(c.resolved()["cuda"]["warm_steps"], 2);
     ASSERT_EQ(c.runs.size(), 9u);  // full's 3 batches + wave's 3 batches x 2 placements
     EXPECT_EQ(c.runs[3].label(), base.runs[3].label());  // host: as before
     EXPECT_EQ(c.runs[4].label(), base.runs[3].label().substr(0, base.runs[3].label().size() - 1) + ",kv=gpu)");
@@ -202,7 +206,8 @@ TEST(BackendConfig, WaveKvPlacementIsASweepAxisAndKnobsReachTheJob) {
          {std::tuple<const char*, json, const char*>{"wave_kv", "hbm", "cuda.wave_kv = \"hbm\": expected \"host\" or \"gpu\""},
           {"wave_kv", json::array({"gpu", "gpu"}), "duplicate entries"},
           {"device_gather", 1, "cuda.device_gather = 1: expected true or false"},
-          {"host_threads", -1, "cuda.host_threads = -1: expected an integer in [0, 256]"}}) {
+          {"host_threads", -1, "cuda.host_threads = -1: expected an integer in [0, 256]"},
+          {"warm_steps", 1.5, "cuda.warm_steps = 1.5: expected an integer in [0, 100000]"}}) {
         json bad = cuda_config();
         bad["cuda"][key] = value;
         EXPECT_TRUE(has(error_of(bad), want)) << key << ": " << error_of(bad);
@@ -327,8 +332,14 @@ TEST(BackendConfig, ErrorsNameTheKeyAndTheChoices) {
     EXPECT_EQ(CudaOptions::from_json(j["cuda"], "cuda").to_json()["launch_gate"], false);
 
     j = cuda_config();
-    j["methods"] = json::parse(R"([{"name": "quest"}])");
-    EXPECT_TRUE(has(error_of(j), "backend 'cuda' runs the methods with a GPU twin only (full, wave), not 'quest'")) << error_of(j);
+    j["methods"] = json::parse(R"([{"name": "ctkvr"}])");
+    EXPECT_TRUE(has(error_of(j), "backend 'cuda' runs the methods with a GPU twin only (" + gpu_method_names() +
+                                     "), not 'ctkvr'"))
+        << error_of(j);
+    j["methods"] = json::parse(R"([{"name": "quest"}])");  // a twin's required parameter value, named
+    EXPECT_TRUE(has(error_of(j), "quest parameter 'placement' = \"offload\": the GPU path takes \"gpu\" only")) << error_of(j);
+    j["methods"] = json::parse(R"([{"name": "quest", "params": {"placement": "gpu"}}])");
+    EXPECT_EQ(error_of(j), "");
     j["methods"] = json::parse(R"([{"name": "wave", "params": {"gqa": "max"}}])");
     EXPECT_TRUE(has(error_of(j), "'gqa' = \"max\"")) << error_of(j);
     j["methods"] = json::parse(R"([{"name": "wave", "params": {"seed": 3}}])");

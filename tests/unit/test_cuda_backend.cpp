@@ -610,6 +610,40 @@ BACKEND_TEST(RunPlacesWavesKvWhereTheConfigSays) {
     }
 }
 
+// The one timing rule through `retro-bench run` (cuda.warm_steps, gpu/point_run): the first warm_steps
+// selected steps run and count for accuracy but not for the GPU times (one step of three timed per
+// KV head here), and a warm-up that leaves no timed step is refused before any work, naming the key.
+BACKEND_TEST(WarmStepsRunButAreNotTimed) {
+    REQUIRE_DEVICE();
+    ScratchDir dir;
+    json j = json::parse(R"({"name": "warm", "kv_heads": [0, 1], "hardware": "h100-sxm-pcie5", "backend": "cuda",
+        "methods": [{"name": "wave"}, {"name": "quest", "params": {"placement": "gpu", "k": 256}}],
+        "cuda": {"batch": [1], "warm_steps": 2}})");
+    j["traces"] = llama_layer_traces(dir.path, 2048, 3);
+    const auto backend = gpu_run::make_cuda_backend();
+    const RunnerOptions opt = cuda_run_options(dir.path, *backend);
+    const auto run = run_config(parse_config(j, "warm.json"), opt);
+    ASSERT_EQ(run.records.size(), 2u);
+    for (const json& rec : run.records) {
+        SCOPED_TRACE(rec["label"].get<std::string>());
+        EXPECT_EQ(rec["metrics"]["gpu_step_us"]["count"], 2) << "one timed step per KV head";
+        EXPECT_EQ(rec["metrics"]["model_step_us"]["count"], 2);
+        EXPECT_EQ(rec["metrics"]["scan_ops"]["count"], 6) << "every step evaluated";
+        EXPECT_EQ(rec["metrics"]["h2d_bytes"]["count"], 6) << "every step replayed by the system model";
+    }
+    j["name"] = "warm-all";
+    j["cuda"]["warm_steps"] = 3;
+    try {
+        run_config(parse_config(j, "warm-all.json"), opt);
+        FAIL() << "a warm-up of every step was accepted";
+    } catch (const ConfigError& e) {
+        EXPECT_NE(std::string(e.what()).find("cuda.warm_steps = 3 leaves no timed step: the trace has 3 selected decode steps"),
+                  std::string::npos)
+            << e.what();
+    }
+    EXPECT_FALSE(std::filesystem::exists(dir.path + "/results/warm-all"));
+}
+
 // With no "hardware" key a cuda run measures its device and models it ("measured"): the manifest holds
 // the measured profile, and full attention's modeled attend time scales with its HBM rate exactly as
 // against a named profile.
