@@ -4,7 +4,11 @@ wave's phases and measured / model (the roofline; with the calibrated phase mode
 report has it, * marking the points it was fitted to). wave is the clustered KV in pinned host memory (misses over PCIe, the
 paper's setting); wave-hbm, where the report has it, the same in device memory (within GPU memory). A
 speed-up is over the report's baseline, the fastest full row at its point; the cell names it when that is
-not FlashInfer (reports before cuDNN's row always used FlashInfer).
+not FlashInfer (reports before cuDNN's row always used FlashInfer). The seed baselines on the GPU (quest, and
+pq / magicpig where a report has them: issue 41 #3) get a column each with their speed-up over full, and the
+last column is wave (offloaded; else wave in HBM) against the fastest of them at the same point, the
+comparison of RetroInfer's Figure 12 (its paper: 3.3-22.8x the sparse systems' throughput) — a point a
+baseline cannot hold in memory shows its "does not fit" as "-".
 
     PYTHONPATH=python python3 -m retro_bench.gpu.summary_table GPU_REPORT.json [GPU_REPORT.json ...] [--sdpa SDPA.json]
                                          [--peak-GBps 3350]
@@ -47,6 +51,15 @@ def frac(bytes_, us, peak_Bps, fallback):
     return f"{100 * fallback:.0f}% of D2D" if fallback else "-"
 
 
+# the seed baselines' rows of retro_gpu_check's wave-vs-full run, in column order
+SPARSE = {"quest": "Quest", "pq": "PQCache", "magicpig": "MagicPIG"}
+
+
+def step_us(r):
+    """A row's step under the one timing rule: with its admission (total_us) where the report has it."""
+    return r.get("total_us") or r["step_us"]
+
+
 def ctx_name(n):
     return f"{n // 1024}K" if n % 1024 == 0 else str(n)
 
@@ -72,8 +85,13 @@ def main(argv=None):
     names = {"wave": "wave", "wave-hbm": "wave, KV in HBM", "wave-hbm-host": "wave, KV in HBM, host lookups"}
     for m in waves:
         head += [names[m], f"{names[m]} vs full"]
+    sparse = [m for m in SPARSE if any(k[0] == m for k in by)]
+    for m in sparse:
+        head += [SPARSE[m], f"{SPARSE[m]} vs full"]
     for m in waves:
         head += [f"{names[m]}: rank / estimate / gather / attend / host (us)", f"{names[m]}: measured / model"]
+    if sparse:
+        head.append("wave vs the fastest sparse baseline")
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))
     for n, b in points:
@@ -93,6 +111,10 @@ def main(argv=None):
                          if w else "-")
             over = f" (over {w['baseline']})" if w and w.get("baseline", "full") != "full" else ""
             cells.append(f"{w['speedup_vs_full']:.2f}x{over}" if w and w.get("speedup_vs_full") else "-")
+        for m in sparse:
+            r = by.get((m, n, b))
+            cells.append(f"{step_us(r):.1f} us" if r else "-")
+            cells.append(f"{r['speedup_vs_full']:.2f}x" if r and r.get("speedup_vs_full") else "-")
         for m in waves:
             w = by.get((m, n, b))
             cells.append(" / ".join(f"{w[k]:.0f}" for k in ("select_us", "estimate_us", "gather_us", "attend_us",
@@ -101,6 +123,10 @@ def main(argv=None):
             if w and w.get("measured_over_cal_model"):  # the calibrated phase model, * = a calibration point
                 cell += f" (calibrated {w['measured_over_cal_model']:.2f}{'*' if w.get('calibration_point') else ''})"
             cells.append(cell)
+        if sparse:
+            w = next((by[(m, n, b)] for m in waves if (m, n, b) in by), None)
+            best = min((by[(m, n, b)] for m in sparse if (m, n, b) in by), key=step_us, default=None)
+            cells.append(f"{step_us(best) / step_us(w):.2f}x (over {best['method']})" if w and best else "-")
         print("| " + " | ".join(cells) + " |")
     return 0
 
