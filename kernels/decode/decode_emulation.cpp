@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/registry.hpp"
+#include "core/error.hpp"
 #include "core/half.hpp"
 #include "cuda_api.hpp"
 
@@ -64,6 +65,9 @@ void decode_attention(const DecodeShape& s, const float* q, const uint16_t* K, c
 void decode_attention_pages(const DecodeShape& s, const float* q, const uint16_t* K, const uint16_t* V,
                             const int32_t* pages, int page, int stride, const int32_t* lens, float* out, float* lse,
                             float*, void*) {
+    if (!pages || !lens || page < 1 || stride < 1 || s.capacity > (long)page * stride)  // as the kernel's launcher
+        throw ParamError("cuda decode_attention_pages: a page table and lengths are needed, page >= 1 and "
+                         "capacity <= page * page_stride");
     const auto row = [&](int bk, int t) { return (size_t)pages[(size_t)bk * stride + t / page] * page + t % page; };
     emulate_decode(s, row, q, K, V, lens, nullptr, nullptr, out, lse);
 }

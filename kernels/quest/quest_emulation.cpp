@@ -8,12 +8,26 @@
 #include <vector>
 
 #include "common/registry.hpp"
+#include "core/error.hpp"
 #include "core/half.hpp"
 #include "cuda_api.hpp"
 
 namespace retro::cuda {
 
+namespace {
+
+// the launchers' argument checks (quest.cu), so that a run path the emulation passes does not throw on a GPU
+void check_args(const QuestShape& s) {
+    if (s.seqs < 1 || s.group < 1 || s.group > 8 || !(s.d == 64 || s.d == 128 || s.d == 256) || s.page < 1 ||
+        s.capacity < 0 || s.capacity % s.page != 0)
+        throw ParamError("cuda quest: bad shape (group 1-8, d 64/128/256, page >= 1, capacity a multiple of page)");
+}
+
+}  // namespace
+
 void quest_page_meta(const QuestShape& s, const uint16_t* K, int first, int end, uint16_t* meta, void*) {
+    check_args(s);
+    if (first < 0 || end < first || end > s.max_pages()) throw ParamError("cuda quest_page_meta: pages out of range");
     const size_t d = (size_t)s.d, mp = (size_t)s.max_pages();
     for (int seq = 0; seq < s.seqs; ++seq)
         for (int j = first; j < end; ++j)
@@ -32,6 +46,8 @@ size_t quest_select_scratch_bytes(const QuestShape&) { return 8; }
 
 void quest_select(const QuestShape& s, const float* q, const uint16_t* meta, int n, int budget, int32_t* table,
                   int32_t* lens, void*, void*) {
+    check_args(s);
+    if (n < 1 || n > s.capacity || budget < 1) throw ParamError("cuda quest_select: n or budget out of range");
     const int d = s.d, mp = s.max_pages(), per = s.per_head ? s.group : 1;
     const int pages = (n + s.page - 1) / s.page, last = pages - 1;
     for (int list = 0; list < s.lists(); ++list) {

@@ -85,9 +85,11 @@ void run_quest_layer(const GpuLayerJob& job, const StepFn& on_step) {
             cuda::quest_page_meta(qs, kv.K, meta_done, std::max(meta_done, last), meta.get(), st);
             cuda::quest_select(qs, q.device(), meta.get(), n, budget, table.get(), lens.get(), scratch.get(), st);
         };
+        cuda::DecodeShape step_ds = ds;  // this step's lists hold at most `budget` pages (the workspace: width's)
+        step_ds.capacity = budget * P;
         const auto attend = [&] {
-            cuda::decode_attention_pages(ds, q.device(), kv.K, kv.V, table.get(), P, budget, lens.get(), o.out.get(),
-                                         o.lse.get(), work.get(), st);
+            cuda::decode_attention_pages(step_ds, q.device(), kv.K, kv.V, table.get(), P, budget, lens.get(),
+                                         o.out.get(), o.lse.get(), work.get(), st);
         };
         if (i == 0)
             for (int w = 0; w < job.warmup; ++w) select(), attend();
