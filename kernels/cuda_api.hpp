@@ -17,5 +17,6 @@
 #include "decode/decode_api.hpp"
 #include "kmeans/kmeans_api.hpp"
 #include "library/library_api.hpp"
+#include "pq/pq_api.hpp"
 #include "quest/quest_api.hpp"
 #include "wave/wave_api.hpp"

@@ -1,6 +1,8 @@
 #include "cluster/pq.hpp"
 
+#ifndef RETRO_NO_BLAS
 #include <cblas.h>
+#endif
 
 #include <algorithm>
 #include <limits>
@@ -29,8 +31,21 @@ void nearest_centroids_l2(const float* x, int n, int ldx, const float* c, int k,
     for (int r0 = 0; r0 < n; r0 += kRowBlock) {
         const int rb = std::min(kRowBlock, n - r0);
         // g[rb, k] = X_block · Cᵀ
+#ifndef RETRO_NO_BLAS
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rb, k, dsub, 1.0f, x + (size_t)r0 * ldx, ldx, c,
                     dsub, 0.0f, g.data(), k);
+#else
+        // The GPU-only build (docs/cuda.md) has no BLAS: the same products as plain loops (the PQ GPU
+        // twin's codebooks there; summation order, so a near-tie's code, may differ from BLAS's)
+        for (int i = 0; i < rb; ++i)
+            for (int j = 0; j < k; ++j) {
+                const float* xi = x + (size_t)(r0 + i) * ldx;
+                const float* cj = c + (size_t)j * dsub;
+                float acc = 0;
+                for (int e = 0; e < dsub; ++e) acc += xi[e] * cj[e];
+                g[(size_t)i * k + j] = acc;
+            }
+#endif
         for (int i = 0; i < rb; ++i) {
             // argmin_j ||c_j||² − 2 x·c_j (||x||² is common to every j)
             const float* gi = g.data() + (size_t)i * k;

@@ -79,8 +79,8 @@ TEST_P(GpuKernel, MatchesCpuReference) {
 // is not one of them).
 const std::vector<std::string> kKernelChecks = {
     "ClusterRank",   "ClusterSelect", "EstimateAttention", "CopySegments",  "GatherClusters",
-    "DecodeAttention", "DecodeAttentionPages", "QuestPageMeta", "QuestSelect", "LibraryDecode",
-    "CudnnDecode",   "KMeansAssign",  "KMeansSegmented",   "LaunchGate"};
+    "DecodeAttention", "DecodeAttentionPages", "QuestPageMeta", "QuestSelect", "PqScores", "PqSelect",
+    "LibraryDecode", "CudnnDecode",   "KMeansAssign",  "KMeansSegmented",   "LaunchGate"};
 
 INSTANTIATE_TEST_SUITE_P(Cuda, GpuKernel, testing::ValuesIn(kKernelChecks),
                          [](const testing::TestParamInfo<std::string>& i) { return i.param; });
