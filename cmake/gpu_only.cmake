@@ -26,9 +26,14 @@ add_library(retro_ref STATIC
   ${CMAKE_SOURCE_DIR}/lib/attention/group_flash_avx2.cpp
   ${CMAKE_SOURCE_DIR}/lib/attention/cluster_rank.cpp
   ${CMAKE_SOURCE_DIR}/lib/cluster/kmeans.cpp
+  ${CMAKE_SOURCE_DIR}/lib/cluster/pq.cpp
   ${CMAKE_SOURCE_DIR}/lib/cluster/wave_index.cpp
   ${CMAKE_SOURCE_DIR}/lib/methods/wave_head.cpp
   ${CMAKE_SOURCE_DIR}/lib/methods/quest_pages.cpp
+  ${CMAKE_SOURCE_DIR}/lib/methods/pq_head.cpp
+  ${CMAKE_SOURCE_DIR}/lib/methods/budget.cpp
+  ${CMAKE_SOURCE_DIR}/lib/core/top_k.cpp
+  ${CMAKE_SOURCE_DIR}/lib/trace/trace.cpp
   ${CMAKE_SOURCE_DIR}/lib/metrics/evaluator.cpp
   ${CMAKE_SOURCE_DIR}/lib/system/block_cache.cpp
   ${CMAKE_SOURCE_DIR}/lib/system/hardware_spec.cpp

@@ -114,6 +114,34 @@ void LayerOutputs::read_back(void* stream) {
     cuda::copy_d2h_async(h_lse.get(), lse.get(), lse.bytes(), stream);
 }
 
+GpuStep SelectAttendStep::run(const GpuLayerJob& job, int t, int n, bool first, const std::function<void()>& select,
+                              const std::function<void()>& attend, const int32_t* d_table, int32_t* h_table,
+                              size_t table_ints, const int32_t* d_lens, int32_t* h_lens, size_t lists, LayerOutputs& o,
+                              cuda::Stream& stream) {
+    void* st = stream.get();
+    if (first)
+        for (int w = 0; w < job.warmup; ++w) select(), attend();
+    if (job.launch_gate) gate_.hold(st);
+    e0_.record(st);
+    select();
+    e1_.record(st);
+    attend();
+    e2_.record(st);
+    gate_.release();
+    cuda::copy_d2h_async(h_table, d_table, table_ints * sizeof(int32_t), st);
+    cuda::copy_d2h_async(h_lens, d_lens, lists * sizeof(int32_t), st);
+    o.read_back(st);
+    stream.synchronize();
+    GpuStep r;
+    r.step = t, r.n = n;
+    r.out = o.h_out.get(), r.lse = o.h_lse.get();
+    r.times.select_us = us_between(e0_, e1_);
+    r.times.attend_us = us_between(e1_, e2_);
+    r.times.step_us = us_between(e0_, e2_);
+    r.times.gate_timed_out = gate_.timed_out();
+    return r;
+}
+
 int decode_split(int capacity, int bh) {
     const long target = (long)capacity * std::max(1, bh) / 528;
     return (int)std::max(64L, std::min(512L, target / 64 * 64));

@@ -2,6 +2,7 @@
 // Pieces shared by the GPU layer runs (full_layer.cpp, wave_layer.cpp): the job's shape and its checks,
 // fp16 conversion of KV rows, per-step query staging and output readback. Calls only cuda_api.hpp.
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "cuda_api.hpp"
@@ -73,6 +74,21 @@ struct LayerOutputs {
     void read_back(void* stream);
     cuda::DeviceBuffer<float> out, lse;
     cuda::PinnedBuffer<float> h_out, h_lse;
+};
+
+/// A selecting method's timed step (quest, pq): on the first step job.warmup untimed select + attend, then
+/// select and attend between CUDA events behind the launch gate (job.launch_gate), replica 0's lists
+/// (`table_ints` of d_table into h_table, `lists` lengths of d_lens into h_lens) and the outputs read back,
+/// synchronized. Returns step t's GpuStep with n, the outputs and the times (select_us, attend_us, step_us).
+class SelectAttendStep {
+  public:
+    GpuStep run(const GpuLayerJob& job, int t, int n, bool first, const std::function<void()>& select,
+                const std::function<void()>& attend, const int32_t* d_table, int32_t* h_table, size_t table_ints,
+                const int32_t* d_lens, int32_t* h_lens, size_t lists, LayerOutputs& o, cuda::Stream& stream);
+
+  private:
+    cuda::Event e0_, e1_, e2_;
+    cuda::LaunchGate gate_;
 };
 
 /// Microseconds between two recorded events.

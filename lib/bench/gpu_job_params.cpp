@@ -5,6 +5,8 @@
 #include <map>
 
 #include "gpu/gpu_methods.hpp"
+#include "bench/head_run.hpp"
+#include "methods/pq.hpp"
 #include "methods/wave.hpp"
 
 namespace retro {
@@ -24,6 +26,11 @@ const std::map<std::string, Binding>& bindings() {
              job.quest.page_size = p.at("page_size").get<int>();
              job.quest.per_head = p.at("gqa").get<std::string>() != "max";
              job.quest.dense_layers = p.at("dense_layers").get<int>();
+         }},
+        {"pq",
+         [](const nlohmann::json& p, GpuLayerJob& job) {
+             job.pq.head = pq_params_from_json(p);
+             job.pq.seed = [p](int layer, int kv_head) { return method_seed("pq", p, layer, kv_head); };
          }},
     };
     return b;

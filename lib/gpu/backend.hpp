@@ -12,6 +12,7 @@
 #include "core/error.hpp"
 #include "gpu/measured.hpp"
 #include "methods/method.hpp"
+#include "methods/pq_head.hpp"
 #include "methods/wave_head.hpp"
 #include "system/block_cache.hpp"
 #include "trace/trace.hpp"
@@ -39,9 +40,17 @@ struct QuestGpuParams {
     int dense_layers = 0;   ///< layers below it attend every page
 };
 
+/// PQCache's parameters on the GPU (the method `pq`, lib/methods/pq.cpp; docs/methods/pq.md "On the GPU").
+struct PqGpuParams {
+    PqHeadParams head;  ///< k, m, nbits, iters, sink, window, gqa (max, mean or per_head on the GPU)
+    /// The CPU method's build seed of a (layer, KV head) (the runner's method_seed): the codebooks'
+    /// k-means draws from seed + 1 as the CPU method's do; unset: 0 (a test's MethodContext).
+    std::function<unsigned(int layer, int kv_head)> seed;
+};
+
 /// One layer of one trace on the GPU.
 struct GpuLayerJob {
-    /// The method, by its registry name: a GPU twin of gpu/gpu_methods.hpp ("full", "wave", "quest").
+    /// The method, by its registry name: a GPU twin of gpu/gpu_methods.hpp ("full", "wave", "quest", "pq").
     std::string method = "full";
     std::vector<const HeadSlice*> heads;  ///< [H] KV heads of one layer: same head_dim, group, lengths
     std::vector<int> steps;               ///< decode steps evaluated, ascending (the others only append)
@@ -58,6 +67,7 @@ struct GpuLayerJob {
     FullKernel full_kernel = FullKernel::library;  ///< full: the library baseline or the own kernel
     WaveParams wave;                      ///< wave: index and zones (gqa must be sum)
     QuestGpuParams quest;                 ///< quest: budget, page size, GQA; the KV in device memory
+    PqGpuParams pq;                       ///< pq: quantizer, budget, layout, GQA; the KV in device memory
     bool kmeans_on_gpu = false;           ///< wave: index blocks clustered by segmented_kmeans_gpu
     CacheParams cache;                    ///< wave: GPU block cache per (sequence, KV head); 0 slots = none
     int block_tokens = 8;                 ///< wave: cache block in tokens (cache_block_tokens)

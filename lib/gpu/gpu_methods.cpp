@@ -57,10 +57,34 @@ GpuMethodInfo quest_gpu_method() {
     return m;
 }
 
+// pq (PQCache): lookup tables, asymmetric-distance scores, the group's ranking, the top-k and the attention
+// over the chosen tokens on the GPU; the codebooks and codes built on the CPU by the method's own quantizer;
+// the KV in device memory, where the CPU method models PQCache's offloaded KV (docs/methods/pq.md, "On the
+// GPU"). softmax_sum is refused: its exp would not match the CPU's std::exp bit for bit.
+GpuMethodInfo pq_gpu_method() {
+    GpuMethodInfo m;
+    m.name = "pq";
+    m.summary = "PQCache: lookup tables, PQ scores, top-k and attention over the chosen tokens on the GPU; codes from "
+                "the CPU method's quantizer; KV in HBM";
+    m.gpu_selects = true;
+    m.overlap = [](const GpuLayerJob&) { return Overlap::serial; };
+    m.check = [](const GpuLayerJob& job) {
+        const PqHeadParams& p = job.pq.head;
+        if (p.gqa == PqGqa::softmax_sum)
+            throw ParamError("pq parameter 'gqa' = \"softmax_sum\": the GPU ranks by \"max\", \"mean\" or \"per_head\" "
+                             "only (softmax_sum's exp would not match the CPU method's std::exp bit for bit)");
+        if (p.nbits < 1 || p.nbits > 13 || p.m * (1 << p.nbits) > 12288)
+            throw ParamError("pq on the GPU: m * 2^nbits <= 12288 is needed (a query head's lookup table in shared "
+                             "memory); got m = " + std::to_string(p.m) + ", nbits = " + std::to_string(p.nbits));
+    };
+    return m;
+}
+
 }  // namespace
 
 const std::vector<GpuMethodInfo>& gpu_method_registry() {
-    static const std::vector<GpuMethodInfo> r = {full_gpu_method(), wave_gpu_method(), quest_gpu_method()};
+    static const std::vector<GpuMethodInfo> r = {full_gpu_method(), wave_gpu_method(), quest_gpu_method(),
+                                                 pq_gpu_method()};
     return r;
 }
 

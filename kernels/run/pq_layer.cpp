@@ -1,0 +1,184 @@
+// PQCache on the GPU (Zhang et al., SIGMOD 2025: the method `pq`, docs/methods/pq.md; docs/cuda.md
+// "PQCache on the GPU") for every KV head of a layer and B replicas of the request:
+//   build   on the host, by the CPU method's own head (methods/pq_head: ProductQuantizer's k-means over
+//           the prompt's middle tokens with the method's seed, their codes); the codebooks and codes
+//           uploaded, [B*H, m, 2^b, d/m] f32 and [B*H, tokens, m] uint16
+//   append  each decode token on the host as the CPU method's append: the token leaving the local window
+//           encoded with the same codebooks (bit for bit the CPU's codes), its code row uploaded (untimed)
+//   KV      every (replica, KV head)'s keys and values in device memory, fp16 [B*H, tokens, d]: the
+//           within-GPU-memory setting (the CPU method models PQCache's offloaded KV: its h2d accounting,
+//           reported in the selections, is the model's; nothing of the KV crosses PCIe here)
+//   a step  pq_scores (lookup table per query head, every coded token's score) -> pq_select (the group's
+//           ranking, the top-k, the lists sink + local + top-k) -> decode_attention_pages with page 1
+//           over the lists' token rows. One stream, CUDA events: select_us = tables + scores + top-k.
+// The lists equal the CPU method's id for id (kernels/pq/pq_checks.cpp; the backend test
+// PqMatchesTheCpuPqMethod).
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <string>
+
+#include "methods/pq_head.hpp"
+#include "run/layer_common.hpp"
+#include "run/layer_runs.hpp"
+
+namespace retro::gpu_run {
+
+void run_pq_layer(const GpuLayerJob& job, const StepFn& on_step) {
+    const LayerShape s = check_job(job);
+    const PqGpuParams& p = job.pq;
+    if (p.head.gqa == PqGqa::softmax_sum)
+        throw ParamError("pq on the GPU: gqa softmax_sum is not supported (max, mean, per_head)");
+
+    // the CPU method's heads, built over the prompt as its build() does
+    const auto t0 = std::chrono::steady_clock::now();
+    std::vector<PqHead> heads;
+    for (const HeadSlice* h : job.heads) {
+        MethodContext ctx;
+        ctx.layer = h->layer, ctx.kv_head = h->kv_head, ctx.head_dim = h->head_dim, ctx.group = h->group;
+        ctx.prompt_len = h->prompt_len, ctx.scale = 1.0f / std::sqrt((float)h->head_dim), ctx.storage = DType::f16;
+        ctx.slice = h, ctx.seed = p.seed ? p.seed(h->layer, h->kv_head) : 0u;
+        heads.emplace_back(p.head);
+        heads.back().build(ctx, KVView{h->keys.data(), h->values.data(), s.prompt, s.d});
+    }
+    const double build_ms = 1e-3 * (double)std::chrono::duration_cast<std::chrono::microseconds>(
+                                       std::chrono::steady_clock::now() - t0).count();
+
+    const PqHead& h0 = heads[0];
+    const int s_end = h0.sink_end(), ce0 = h0.coded_end();
+    // the layout at n visible tokens (every head alike: it depends on n only), as the CPU method's
+    const auto coded_end_at = [&](int n) { return std::max(ce0, n - p.head.window); };
+    const auto k_at = [&](int n) { return std::min(resolve_budget(p.head.k, n), coded_end_at(n) - s_end); };
+    int width = 1;  // the widest list over the steps
+    for (int t : job.steps) {
+        const int n = s.prompt + t + 1;
+        width = std::max(width, s_end + (n - coded_end_at(n)) + k_at(n));
+    }
+
+    cuda::PqShape ps;
+    ps.seqs = s.bh(), ps.group = s.g, ps.d = s.d, ps.m = p.head.m, ps.nbits = p.head.nbits;
+    ps.capacity = std::max(1, s.tokens);
+    ps.rank = p.head.gqa == PqGqa::per_head ? cuda::PqRank::per_head
+              : p.head.gqa == PqGqa::mean   ? cuda::PqRank::sum
+                                            : cuda::PqRank::max;
+    const int per = ps.per(), M = ps.m, K = ps.ksub();
+    cuda::DecodeShape ds;  // per_head: every query head its own list
+    ds.batch = s.B, ds.kv_heads = s.H * per, ds.group = s.g / per, ds.d = s.d, ds.capacity = width;
+    ds.split = decode_split(ds.capacity, s.B * ds.kv_heads);
+    const size_t rows = (size_t)s.tokens, book = (size_t)M * K * ps.dsub();
+    const size_t need = 2 * (size_t)s.bh() * rows * s.d * sizeof(uint16_t) + (size_t)s.bh() * book * sizeof(float) +
+                        (size_t)s.bh() * ps.capacity * M * sizeof(uint16_t) +
+                        (size_t)s.B * s.hq() * ((size_t)M * K + ps.capacity) * sizeof(float) +
+                        cuda::pq_select_scratch_bytes(ps) + (size_t)ps.lists() * (width + 1) * sizeof(int32_t) +
+                        cuda::decode_workspace_floats(ds) * sizeof(float) +
+                        (size_t)s.B * s.hq() * (2 * (size_t)s.d + 2) * sizeof(float);
+    if (need > cuda::device_free_bytes())
+        throw GpuMemoryError("pq at batch " + std::to_string(s.B) + " needs " + std::to_string(need >> 20) +
+                             " MiB of GPU memory; " + std::to_string(cuda::device_free_bytes() >> 20) + " MiB free");
+    const LayerKv kv = upload_layer_kv(job, s, rows, false, "pq");
+
+    cuda::Stream stream;
+    void* st = stream.get();
+    QueryStage q(job, s);
+    LayerOutputs o(s);
+    cuda::DeviceBuffer<float> codebooks((size_t)s.bh() * book), lut((size_t)s.B * s.hq() * M * K);
+    cuda::DeviceBuffer<float> scores((size_t)s.B * s.hq() * ps.capacity);
+    cuda::DeviceBuffer<uint16_t> codes((size_t)s.bh() * ps.capacity * M);
+    cuda::DeviceBuffer<uint8_t> scratch(cuda::pq_select_scratch_bytes(ps));
+    cuda::DeviceBuffer<int32_t> table((size_t)ps.lists() * width), lens((size_t)ps.lists());
+    cuda::DeviceBuffer<float> work(cuda::decode_workspace_floats(ds));
+    const size_t lists0 = (size_t)s.H * per;  // replica 0's lists: its selection, read back for the harness
+    cuda::PinnedBuffer<int32_t> h_table(lists0 * width), h_lens(lists0);
+    SelectAttendStep timed;
+
+    // the host's codebooks and codes into every replica's rows: codes [from, to) of each head
+    std::vector<int> books_of((size_t)s.H, 0);  // trainings uploaded per head
+    const auto upload_codes = [&](int from, int to) {
+        double bytes = 0;
+        for (int h = 0; h < s.H; ++h) {
+            const PqHead& ph = heads[(size_t)h];
+            const bool books = ph.trainings() != books_of[(size_t)h];
+            for (int b = 0; b < s.B; ++b) {
+                const size_t seq = (size_t)b * s.H + h;
+                if (books) cuda::copy_h2d(codebooks.get() + seq * book, ph.quantizer().centroids(0), book * sizeof(float));
+                if (to > from)
+                    cuda::copy_h2d(codes.get() + (seq * ps.capacity + from) * M, ph.codes().data() + (size_t)from * M,
+                                   (size_t)(to - from) * M * sizeof(uint16_t));
+            }
+            books_of[(size_t)h] = ph.trainings();
+            bytes += (double)s.B * ((books ? book * sizeof(float) : 0) + (size_t)std::max(0, to - from) * M * sizeof(uint16_t));
+        }
+        return bytes;
+    };
+    int uploaded = h0.coded_end() - s_end;  // codes rows on the device
+    upload_codes(0, uploaded);
+
+    const double token_bytes = s.token_bytes();
+    std::vector<Selection> sels((size_t)s.H);
+    std::vector<Footprint> fps((size_t)s.H);
+    std::vector<std::vector<int32_t>> found((size_t)per);
+    int appended = -1;  // the last decode step appended
+    for (size_t i = 0; i < job.steps.size(); ++i) {
+        const int t = job.steps[i], n = s.prompt + t + 1;
+        for (int u = appended + 1; u <= t; ++u)  // the CPU method's append of every decode token
+            for (int h = 0; h < s.H; ++h) {
+                const HeadSlice& hs = *job.heads[(size_t)h];
+                heads[(size_t)h].append(KVView{hs.keys.data(), hs.values.data(), s.prompt + u + 1, s.d}, s.prompt + u);
+            }
+        appended = t;
+        for (int h = 0; h < s.H; ++h) {  // and what its select does first (a no-op after the appends)
+            const HeadSlice& hs = *job.heads[(size_t)h];
+            heads[(size_t)h].advance(KVView{hs.keys.data(), hs.values.data(), n, s.d});
+            if (heads[(size_t)h].coded_end() != coded_end_at(n))
+                throw Error("pq on the GPU: head " + std::to_string(h) + "'s coded tokens differ from the layout's");
+        }
+        const int coded = coded_end_at(n) - s_end;
+        const double codes_h2d = upload_codes(uploaded, coded);
+        uploaded = coded;
+        cuda::PqLists l;
+        l.n = n, l.sink_end = s_end, l.coded_end = coded_end_at(n), l.k = k_at(n), l.kv_rows = (int)rows, l.width = width;
+        q.stage(t, st);
+        const auto select = [&] {
+            cuda::pq_scores(ps, q.device(), codebooks.get(), codes.get(), coded, lut.get(), scores.get(), st);
+            cuda::pq_select(ps, scores.get(), l, table.get(), lens.get(), scratch.get(), st);
+        };
+        const auto attend = [&] {
+            cuda::decode_attention_pages(ds, q.device(), kv.K, kv.V, table.get(), 1, width, lens.get(), o.out.get(),
+                                         o.lse.get(), work.get(), st);
+        };
+        GpuStep r = timed.run(job, t, n, i == 0, select, attend, table.get(), h_table.get(), lists0 * width, lens.get(),
+                              h_lens.get(), lists0, o, stream);
+        r.index_build_ms = build_ms;
+        const int fixed = s_end + (n - l.coded_end);
+        double attended = 0;
+        for (int h = 0; h < s.H; ++h) {
+            Selection& sel = sels[(size_t)h];
+            sel.clear();
+            std::vector<std::vector<int32_t>> lists((size_t)per);
+            for (int j = 0; j < per; ++j) {  // list (replica 0, head h, member j): its tokens in table order
+                const size_t list = (size_t)h * per + j;
+                const int32_t base = (int32_t)(h * rows);  // sequence h of replica 0
+                std::vector<int32_t>& ids = lists[(size_t)j];
+                ids.resize((size_t)h_lens[list]);
+                for (int k = 0; k < h_lens[list]; ++k) ids[(size_t)k] = h_table[list * width + k] - base;
+                found[(size_t)j].assign(ids.begin() + std::min((int)ids.size(), fixed), ids.end());
+                attended += h_lens[list] * token_bytes;
+            }
+            // the CPU method's accounting of these retrieved tokens (fetch order, scan_ops, h2d/d2h bytes of
+            // its offloaded model), then the GPU's own lists as the exact ones
+            heads[(size_t)h].finish(n, found, sel);
+            sel.exact = std::move(lists);
+            fps[(size_t)h] = heads[(size_t)h].footprint();
+        }
+        r.selections = sels;
+        r.footprints = fps;
+        r.work.attend_bytes = attended;
+        // the codes read by the scoring and the codebooks by the tables, replica 0
+        r.work.index_bytes = (double)s.H * ((double)coded * M * sizeof(uint16_t) + (double)book * sizeof(float));
+        r.batch_h2d_bytes = codes_h2d;  // the newly coded tokens' codes (and codebooks when first fit)
+        r.head_h2d_bytes.assign((size_t)s.H, 0.0);  // no KV over PCIe: the KV is in device memory
+        on_step(r);
+    }
+}
+
+}  // namespace retro::gpu_run
