@@ -114,9 +114,12 @@ void LayerOutputs::read_back(void* stream) {
     cuda::copy_d2h_async(h_lse.get(), lse.get(), lse.bytes(), stream);
 }
 
+SelectAttendStep::SelectAttendStep(size_t lists, int width, size_t lists0, const cuda::DecodeShape& ds)
+    : table_(lists * (size_t)width), lens_(lists), h_table_(lists0 * (size_t)width), h_lens_(lists0),
+      work_(cuda::decode_workspace_floats(ds)) {}
+
 GpuStep SelectAttendStep::run(const GpuLayerJob& job, int t, int n, bool first, const std::function<void()>& select,
-                              const std::function<void()>& attend, const int32_t* d_table, int32_t* h_table,
-                              size_t table_ints, const int32_t* d_lens, int32_t* h_lens, size_t lists, LayerOutputs& o,
+                              const std::function<void()>& attend, size_t table_ints, LayerOutputs& o,
                               cuda::Stream& stream) {
     void* st = stream.get();
     if (first)
@@ -128,8 +131,8 @@ GpuStep SelectAttendStep::run(const GpuLayerJob& job, int t, int n, bool first, 
     attend();
     e2_.record(st);
     gate_.release();
-    cuda::copy_d2h_async(h_table, d_table, table_ints * sizeof(int32_t), st);
-    cuda::copy_d2h_async(h_lens, d_lens, lists * sizeof(int32_t), st);
+    cuda::copy_d2h_async(h_table_.get(), table_.get(), table_ints * sizeof(int32_t), st);
+    cuda::copy_d2h_async(h_lens_.get(), lens_.get(), h_lens_.bytes(), st);
     o.read_back(st);
     stream.synchronize();
     GpuStep r;

@@ -76,17 +76,28 @@ struct LayerOutputs {
     cuda::PinnedBuffer<float> h_out, h_lse;
 };
 
-/// A selecting method's timed step (quest, pq): on the first step job.warmup untimed select + attend, then
-/// select and attend between CUDA events behind the launch gate (job.launch_gate), replica 0's lists
-/// (`table_ints` of d_table into h_table, `lists` lengths of d_lens into h_lens) and the outputs read back,
-/// synchronized. Returns step t's GpuStep with n, the outputs and the times (select_us, attend_us, step_us).
+/// A selecting method's lists and timed step (quest, pq). Holds the page tables d_table [lists, width]
+/// int32 and their lengths d_lens [lists] (what the selection writes and decode_attention_pages reads),
+/// replica 0's host copies (its first lists0 lists) and the attention's workspace for `ds`. run(): on the
+/// first step job.warmup untimed select + attend, then select and attend between CUDA events behind the
+/// launch gate (job.launch_gate), replica 0's lists (`table_ints` of the table, lists0 lengths) and the
+/// outputs read back, synchronized; returns step t's GpuStep with n, the outputs and the times
+/// (select_us, attend_us, step_us).
 class SelectAttendStep {
   public:
+    SelectAttendStep(size_t lists, int width, size_t lists0, const cuda::DecodeShape& ds);
     GpuStep run(const GpuLayerJob& job, int t, int n, bool first, const std::function<void()>& select,
-                const std::function<void()>& attend, const int32_t* d_table, int32_t* h_table, size_t table_ints,
-                const int32_t* d_lens, int32_t* h_lens, size_t lists, LayerOutputs& o, cuda::Stream& stream);
+                const std::function<void()>& attend, size_t table_ints, LayerOutputs& o, cuda::Stream& stream);
+    int32_t* table() const { return table_.get(); }
+    int32_t* lens() const { return lens_.get(); }
+    float* work() const { return work_.get(); }
+    const int32_t* h_table() const { return h_table_.get(); }  ///< replica 0's lists after run()
+    const int32_t* h_lens() const { return h_lens_.get(); }
 
   private:
+    cuda::DeviceBuffer<int32_t> table_, lens_;
+    cuda::PinnedBuffer<int32_t> h_table_, h_lens_;
+    cuda::DeviceBuffer<float> work_;
     cuda::Event e0_, e1_, e2_;
     cuda::LaunchGate gate_;
 };

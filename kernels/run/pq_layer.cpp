@@ -85,11 +85,8 @@ void run_pq_layer(const GpuLayerJob& job, const StepFn& on_step) {
     cuda::DeviceBuffer<float> scores((size_t)s.B * s.hq() * ps.capacity);
     cuda::DeviceBuffer<uint16_t> codes((size_t)s.bh() * ps.capacity * M);
     cuda::DeviceBuffer<uint8_t> scratch(cuda::pq_select_scratch_bytes(ps));
-    cuda::DeviceBuffer<int32_t> table((size_t)ps.lists() * width), lens((size_t)ps.lists());
-    cuda::DeviceBuffer<float> work(cuda::decode_workspace_floats(ds));
     const size_t lists0 = (size_t)s.H * per;  // replica 0's lists: its selection, read back for the harness
-    cuda::PinnedBuffer<int32_t> h_table(lists0 * width), h_lens(lists0);
-    SelectAttendStep timed;
+    SelectAttendStep timed((size_t)ps.lists(), width, lists0, ds);
 
     // the host's codebooks and codes into every replica's rows: codes [from, to) of each head
     std::vector<int> books_of((size_t)s.H, 0);  // trainings uploaded per head
@@ -140,14 +137,13 @@ void run_pq_layer(const GpuLayerJob& job, const StepFn& on_step) {
         q.stage(t, st);
         const auto select = [&] {
             cuda::pq_scores(ps, q.device(), codebooks.get(), codes.get(), coded, lut.get(), scores.get(), st);
-            cuda::pq_select(ps, scores.get(), l, table.get(), lens.get(), scratch.get(), st);
+            cuda::pq_select(ps, scores.get(), l, timed.table(), timed.lens(), scratch.get(), st);
         };
         const auto attend = [&] {
-            cuda::decode_attention_pages(ds, q.device(), kv.K, kv.V, table.get(), 1, width, lens.get(), o.out.get(),
-                                         o.lse.get(), work.get(), st);
+            cuda::decode_attention_pages(ds, q.device(), kv.K, kv.V, timed.table(), 1, width, timed.lens(), o.out.get(),
+                                         o.lse.get(), timed.work(), st);
         };
-        GpuStep r = timed.run(job, t, n, i == 0, select, attend, table.get(), h_table.get(), lists0 * width, lens.get(),
-                              h_lens.get(), lists0, o, stream);
+        GpuStep r = timed.run(job, t, n, i == 0, select, attend, lists0 * width, o, stream);
         r.index_build_ms = build_ms;
         const int fixed = s_end + (n - l.coded_end);
         double attended = 0;
@@ -159,10 +155,10 @@ void run_pq_layer(const GpuLayerJob& job, const StepFn& on_step) {
                 const size_t list = (size_t)h * per + j;
                 const int32_t base = (int32_t)(h * rows);  // sequence h of replica 0
                 std::vector<int32_t>& ids = lists[(size_t)j];
-                ids.resize((size_t)h_lens[list]);
-                for (int k = 0; k < h_lens[list]; ++k) ids[(size_t)k] = h_table[list * width + k] - base;
+                ids.resize((size_t)timed.h_lens()[list]);
+                for (int k = 0; k < timed.h_lens()[list]; ++k) ids[(size_t)k] = timed.h_table()[list * width + k] - base;
                 found[(size_t)j].assign(ids.begin() + std::min((int)ids.size(), fixed), ids.end());
-                attended += h_lens[list] * token_bytes;
+                attended += timed.h_lens()[list] * token_bytes;
             }
             // the CPU method's accounting of these retrieved tokens (fetch order, scan_ops, h2d/d2h bytes of
             // its offloaded model), then the GPU's own lists as the exact ones

@@ -62,12 +62,8 @@ void run_quest_layer(const GpuLayerJob& job, const StepFn& on_step) {
     LayerOutputs o(s);
     cuda::DeviceBuffer<uint16_t> meta(meta_elems);
     cuda::DeviceBuffer<uint8_t> scratch(cuda::quest_select_scratch_bytes(qs));
-    cuda::DeviceBuffer<int32_t> table((size_t)qs.lists() * width), lens((size_t)qs.lists());
-    cuda::DeviceBuffer<float> work(cuda::decode_workspace_floats(ds));
     const size_t lists0 = (size_t)s.H * per;  // replica 0's lists: its selection, read back for the harness
-    cuda::PinnedBuffer<int32_t> h_table(lists0 * width), h_lens(lists0);
-    cuda::Event e0, e1, e2;
-    cuda::LaunchGate gate;
+    SelectAttendStep timed((size_t)qs.lists(), width, lists0, ds);
 
     // the build: the prompt's whole pages (the first step's last page is the one holding token `prompt`)
     int meta_done = s.prompt / P;
@@ -83,36 +79,16 @@ void run_quest_layer(const GpuLayerJob& job, const StepFn& on_step) {
         q.stage(t, st);
         const auto select = [&] {
             cuda::quest_page_meta(qs, kv.K, meta_done, std::max(meta_done, last), meta.get(), st);
-            cuda::quest_select(qs, q.device(), meta.get(), n, budget, table.get(), lens.get(), scratch.get(), st);
+            cuda::quest_select(qs, q.device(), meta.get(), n, budget, timed.table(), timed.lens(), scratch.get(), st);
         };
         cuda::DecodeShape step_ds = ds;  // this step's lists hold at most `budget` pages (the workspace: width's)
         step_ds.capacity = budget * P;
         const auto attend = [&] {
-            cuda::decode_attention_pages(step_ds, q.device(), kv.K, kv.V, table.get(), P, budget, lens.get(),
-                                         o.out.get(), o.lse.get(), work.get(), st);
+            cuda::decode_attention_pages(step_ds, q.device(), kv.K, kv.V, timed.table(), P, budget, timed.lens(),
+                                         o.out.get(), o.lse.get(), timed.work(), st);
         };
-        if (i == 0)
-            for (int w = 0; w < job.warmup; ++w) select(), attend();
-        if (job.launch_gate) gate.hold(st);
-        e0.record(st);
-        select();
-        e1.record(st);
-        attend();
-        e2.record(st);
-        gate.release();
+        GpuStep r = timed.run(job, t, n, i == 0, select, attend, lists0 * budget, o, stream);
         meta_done = std::max(meta_done, last);
-        cuda::copy_d2h_async(h_table.get(), table.get(), lists0 * budget * sizeof(int32_t), st);
-        cuda::copy_d2h_async(h_lens.get(), lens.get(), h_lens.bytes(), st);
-        o.read_back(st);
-        stream.synchronize();
-
-        GpuStep r;
-        r.step = t, r.n = n;
-        r.out = o.h_out.get(), r.lse = o.h_lse.get();
-        r.times.select_us = us_between(e0, e1);
-        r.times.attend_us = us_between(e1, e2);
-        r.times.step_us = us_between(e0, e2);
-        r.times.gate_timed_out = gate.timed_out();
         const bool scored = pages > budget && budget > 1;
         double attended = 0;
         for (int h = 0; h < s.H; ++h) {
@@ -123,10 +99,10 @@ void run_quest_layer(const GpuLayerJob& job, const StepFn& on_step) {
                 const size_t list = (size_t)h * per + j;
                 const int32_t base = (int32_t)(h * mp);  // sequence h of replica 0
                 std::vector<int32_t>& ids = sel.exact[(size_t)j];
-                ids.resize((size_t)h_lens[list]);
-                for (int k = 0; k < h_lens[list]; ++k)
-                    ids[(size_t)k] = (h_table[list * budget + k / P] - base) * P + k % P;
-                attended += h_lens[list] * token_bytes;
+                ids.resize((size_t)timed.h_lens()[list]);
+                for (int k = 0; k < timed.h_lens()[list]; ++k)
+                    ids[(size_t)k] = (timed.h_table()[list * budget + k / P] - base) * P + k % P;
+                attended += timed.h_lens()[list] * token_bytes;
             }
             sel.scan_ops = scored ? 2.0 * last * s.g : 0.0;  // as the CPU method counts a page bound
             fps[(size_t)h] = Footprint{pages * meta_page_bytes + n * token_bytes, 0.0};

@@ -45,6 +45,14 @@ struct WaveRunOptions {
     /// parameters: Quest's headline budget of 2048 tokens in 16-token pages, a page list per query head
     bool quest = true;
     QuestGpuParams quest_params;
+    /// a "pq" row: PQCache on the GPU (KV in device memory) attending 2,048 tokens like Quest's row: 4
+    /// initial + 64 local + k = 1,980 retrieved; m = 2, nbits = 6, gqa max (PQCache's defaults)
+    bool pq = true;
+    PqGpuParams pq_params = [] {
+        PqGpuParams p;
+        p.head.k = 1980;
+        return p;
+    }();
     int host_threads = 0;  ///< wave's host lookup workers (GpuLayerJob::host_threads)
     bool launch_gate = true;  ///< every row's steps timed behind a launch gate (GpuLayerJob::launch_gate)
     double hbm_bytes_per_s = 0;  ///< the measured device-memory ceiling (D2D read+write); 0 = no fractions
@@ -52,7 +60,7 @@ struct WaveRunOptions {
 
 /// One (method, context, batch): means over the decode steps.
 struct WaveRunRow {
-    std::string method;  ///< "full" (FlashInfer) | "full-cudnn" | "full-own" (the own kernel) | "wave" | "wave-hbm" | "wave-hbm-host" | "quest"
+    std::string method;  ///< "full" (FlashInfer) | "full-cudnn" | "full-own" (the own kernel) | "wave" | "wave-hbm" | "wave-hbm-host" | "quest" | "pq"
     int context = 0, batch = 0, steps = 0;
     std::string status = "ok";  ///< or "does not fit: ..." (larger batches of the method are skipped)
     GpuStepTimes measured;
