@@ -15,6 +15,7 @@
 // all, so callers include only "cuda_api.hpp".
 #include "common/runtime_api.hpp"
 #include "decode/decode_api.hpp"
+#include "dense/dense_api.hpp"
 #include "kmeans/kmeans_api.hpp"
 #include "library/library_api.hpp"
 #include "pq/pq_api.hpp"

@@ -240,6 +240,7 @@ int main(int argc, char** argv) {
             if (tiny) {
                 wo.contexts = {2048}, wo.batches = {1, 2}, wo.layer.steps = 3, wo.layer.kv_heads = 2;
                 wo.layer.head_dim = 64, wo.layer.topics = 32;
+                wo.dense = {"tiny", 256, 4, 2, 64, 512}, wo.layers = 2, wo.dense_reps = 2;  // the emulation's speed
             }
             if (steps > 0) wo.layer.steps = steps;
             wo.warm_steps = warm_steps;
@@ -259,6 +260,9 @@ int main(int argc, char** argv) {
             const auto rows = gpu_run::run_wave_vs_full(*backend, wo, [](const std::string& s) {
                 std::fprintf(stderr, "  %s\n", s.c_str());
             });
+            js << "  \"wave_run_model\": {\"dense\": " << json_quote(wo.dense_layer ? wo.dense.name : "")
+               << ", \"layers\": " << wo.layers << ", \"kv_heads\": " << wo.layer.kv_heads << ", \"head_dim\": "
+               << wo.layer.head_dim << ", \"device_memory_bytes\": " << (ceilings ? ceilings->memory_bytes : 0) << "},\n";
             js << "  \"wave_run_hardware\": " << json_quote(wo.hw ? hw.name : "") << ",\n  \"wave_run\": "
                << gpu_run::wave_run_json(rows) << ",\n";
             txt << "\nwave decode step vs full attention per layer (synthetic layer: " << wo.layer.kv_heads * wo.layer.group

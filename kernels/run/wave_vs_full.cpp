@@ -1,5 +1,6 @@
 #include "run/wave_vs_full.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -122,6 +123,30 @@ WaveRunRow run_point(const GpuBackend& gpu, const WaveRunOptions& o, const Kind&
     return row;
 }
 
+/// The median time of one DenseLayer forward at `batch` (each behind a launch gate, as the rows' steps).
+double time_dense(cuda::DenseLayer& layer, int batch, int reps) {
+    const cuda::DenseShape& s = layer.shape();
+    cuda::DeviceBuffer<uint16_t> x((size_t)batch * s.hidden), attn((size_t)batch * s.attn());
+    cuda::dev_memset(x.get(), 0x3C, x.bytes());  // ones: a bounded residual stream
+    cuda::dev_memset(attn.get(), 0x00, attn.bytes());
+    cuda::Stream stream;
+    cuda::Event e0, e1;
+    cuda::LaunchGate gate;
+    layer.forward(batch, x.get(), attn.get(), stream.get());  // warm-up: cuBLAS's heuristics, first launches
+    std::vector<double> t;
+    for (int i = 0; i < std::max(1, reps); ++i) {
+        gate.hold(stream.get());
+        e0.record(stream.get());
+        layer.forward(batch, x.get(), attn.get(), stream.get());
+        e1.record(stream.get());
+        gate.release();
+        stream.synchronize();
+        t.push_back(1e3 * (double)e1.ms_since(e0));
+    }
+    std::sort(t.begin(), t.end());
+    return t[t.size() / 2];
+}
+
 std::string num(double v) {
     if (!std::isfinite(v)) return "null";
     char b[64];
@@ -165,9 +190,9 @@ void calibrate_phases(std::vector<WaveRunRow>& rows) {
 
 std::string row_header() {
     char line[400];
-    std::snprintf(line, sizeof line, "%-8s %7s %5s %10s %10s %6s %10s %9s %9s %9s %9s %9s %11s %8s %9s %8s %9s\n", "",
+    std::snprintf(line, sizeof line, "%-8s %7s %5s %10s %10s %6s %10s %9s %9s %9s %9s %9s %11s %8s %9s %8s %9s %9s %9s\n", "",
                   "N", "B", "step_us", "total_us", "HBM%", "model_us", "rank", "estimate", "gather", "attend", "host",
-                  "PCIe MB", "speedup", "out_err", "recall", "cal_us");
+                  "PCIe MB", "speedup", "out_err", "recall", "cal_us", "dense_us", "tok/s");
     return line;
 }
 
@@ -178,12 +203,14 @@ std::string row_line(const WaveRunRow& r) {
     if (r.hbm_frac > 0) std::snprintf(hbm, sizeof hbm, "%.0f", 100 * r.hbm_frac);
     char cal[24] = "-";
     if (r.cal_step_us > 0) std::snprintf(cal, sizeof cal, "%.1f%s", r.cal_step_us, r.calibration_point ? "*" : "");
-    std::snprintf(line, sizeof line, "%-8s %7d %5d %10.1f %10.1f %6s %10s %9.1f %9.1f %9.1f %9.1f %9.1f %11.2f %8s %9s %8s %9s\n",
+    char dense[24] = "-", tps[24] = "-";
+    if (r.dense_us > 0) std::snprintf(dense, sizeof dense, "%.1f", r.dense_us), std::snprintf(tps, sizeof tps, "%.0f", r.tokens_per_s);
+    std::snprintf(line, sizeof line, "%-8s %7d %5d %10.1f %10.1f %6s %10s %9.1f %9.1f %9.1f %9.1f %9.1f %11.2f %8s %9s %8s %9s %9s %9s\n",
                   r.method.c_str(), r.context, r.batch, r.measured.step_us, r.measured.total_us(), hbm,
                   r.modeled ? num(r.model_step_us).c_str() : "-", r.measured.select_us, r.measured.estimate_us,
                   r.measured.gather_us, r.measured.attend_us, r.measured.host_us, r.h2d_bytes / 1e6,
                   r.speedup > 0 ? num(r.speedup).c_str() : "-", r.out_err >= 0 ? num(r.out_err).c_str() : "-",
-                  r.recall >= 0 ? num(r.recall).c_str() : "-", cal);
+                  r.recall >= 0 ? num(r.recall).c_str() : "-", cal, dense, tps);
     std::string out = line;
     if (r.gate_timeouts > 0)  // those steps' times include the host's launch calls
         out.insert(out.size() - 1, "  (launch gate timed out in " + std::to_string(r.gate_timeouts) + " steps)");
@@ -195,6 +222,13 @@ std::string row_line(const WaveRunRow& r) {
 std::vector<WaveRunRow> run_wave_vs_full(const GpuBackend& gpu, const WaveRunOptions& o,
                                          const std::function<void(const std::string&)>& progress) {
     std::vector<WaveRunRow> rows;
+    std::unique_ptr<cuda::DenseLayer> dense;  // the layer outside attention, for every context's rows
+    std::map<int, double> dense_us;           // its time per batch
+    if (o.dense_layer) {
+        const std::string why = cuda::dense_unsupported();
+        if (why.empty()) dense = std::make_unique<cuda::DenseLayer>(o.dense, *std::max_element(o.batches.begin(), o.batches.end()));
+        else if (progress) progress("no dense layer, no tokens/s: " + why);
+    }
     for (int N : o.contexts) {
         SyntheticLayerParams lp = o.layer;
         lp.prompt = N;
@@ -247,6 +281,18 @@ std::vector<WaveRunRow> run_wave_vs_full(const GpuBackend& gpu, const WaveRunOpt
             }
         }
         set_speedups(rows, first_row);
+        if (dense) {  // the layer outside attention at each batch, in the same run
+            for (size_t i = first_row; i < rows.size(); ++i) {
+                WaveRunRow& r = rows[i];
+                if (r.status != "ok") continue;
+                if (!dense_us.count(r.batch)) {
+                    if (progress) progress("dense layer (" + o.dense.name + ") B=" + std::to_string(r.batch));
+                    dense_us[r.batch] = time_dense(*dense, r.batch, o.dense_reps);
+                }
+                r.dense_us = dense_us[r.batch];
+                r.tokens_per_s = r.batch / (o.layers * (r.measured.total_us() + r.dense_us) * 1e-6);
+            }
+        }
     }
     calibrate_phases(rows);
     return rows;
@@ -272,6 +318,8 @@ std::string wave_run_json(const std::vector<WaveRunRow>& rows) {
            << ", \"recall@100\": " << num(r.recall < 0 ? NAN : r.recall)
            << ", \"launch_gate\": " << (r.launch_gate ? "true" : "false") << ", \"gate_timeouts\": " << r.gate_timeouts
            << ", \"index_bytes\": " << num(r.index_bytes);
+        if (r.dense_us > 0)
+            js << ", \"dense_us\": " << num(r.dense_us) << ", \"tokens_per_s\": " << num(r.tokens_per_s);
         if (r.cal_step_us > 0)
             js << ", \"cal_model_step_us\": " << num(r.cal_step_us) << ", \"cal_model_select_us\": " << num(r.cal_select_us)
                << ", \"cal_model_attend_us\": " << num(r.cal_attend_us) << ", \"calibration_point\": "

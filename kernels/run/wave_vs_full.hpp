@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda_api.hpp"
 #include "gpu/backend.hpp"
 #include "run/synthetic_layer.hpp"
 #include "system/hardware_spec.hpp"
@@ -54,6 +55,15 @@ struct WaveRunOptions {
         return p;
     }();
     int host_threads = 0;  ///< wave's host lookup workers (GpuLayerJob::host_threads)
+    /// Whole-model throughput (issue 40 #5): the layer's work outside attention (cuda::DenseLayer: RMSNorm,
+    /// the projections, the gated MLP; cuBLAS) timed in the same run at each row's batch for `dense`'s
+    /// shape, the same layer as the synthetic one's attention (Llama-3-8B by default), and every row's
+    /// tokens/s per GPU = batch / (layers x (its step with admission + the dense time)). false, or no cuBLAS
+    /// here: no dense time, no tokens/s.
+    bool dense_layer = true;
+    cuda::DenseShape dense = cuda::llama3_8b_dense();
+    int layers = 32;  ///< the model's decoder layers (Llama-3-8B: 32)
+    int dense_reps = 10;  ///< timed forwards per batch (median)
     bool launch_gate = true;  ///< every row's steps timed behind a launch gate (GpuLayerJob::launch_gate)
     double hbm_bytes_per_s = 0;  ///< the measured device-memory ceiling (D2D read+write); 0 = no fractions
 };
@@ -82,6 +92,9 @@ struct WaveRunRow {
     bool calibration_point = false;  ///< one of the rows the method's model was fitted to
     bool launch_gate = true;  ///< the steps timed behind a launch gate (WaveRunOptions::launch_gate)
     int gate_timeouts = 0;    ///< steps whose gate ended by its timeout (their times include launch calls)
+    double dense_us = 0;      ///< one layer's work outside attention at this batch (0: not measured)
+    /// batch / (layers x (total_us + dense_us)): the whole model's decode tokens/s per GPU (0: not measured)
+    double tokens_per_s = 0;
 };
 
 std::vector<WaveRunRow> run_wave_vs_full(const GpuBackend& gpu, const WaveRunOptions& o,

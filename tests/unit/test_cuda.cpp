@@ -80,7 +80,7 @@ TEST_P(GpuKernel, MatchesCpuReference) {
 const std::vector<std::string> kKernelChecks = {
     "ClusterRank",   "ClusterSelect", "EstimateAttention", "CopySegments",  "GatherClusters",
     "DecodeAttention", "DecodeAttentionPages", "QuestPageMeta", "QuestSelect", "PqScores", "PqSelect",
-    "LibraryDecode", "CudnnDecode",   "KMeansAssign",  "KMeansSegmented",   "LaunchGate"};
+    "LibraryDecode", "CudnnDecode",   "DenseLayer",    "KMeansAssign",  "KMeansSegmented",   "LaunchGate"};
 
 INSTANTIATE_TEST_SUITE_P(Cuda, GpuKernel, testing::ValuesIn(kKernelChecks),
                          [](const testing::TestParamInfo<std::string>& i) { return i.param; });
