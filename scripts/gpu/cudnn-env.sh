@@ -1,12 +1,13 @@
-# Sourced by the GPU scripts: makes cuDNN 9 and the CUDA 13 runtime loadable for the cuDNN decode baseline
-# (kernels/cudnn_decode.cpp loads libcudnn.so.9 at run time; the cuDNN frontend loads libcudart.so.13).
+# Sourced by the GPU scripts: makes cuDNN 9, cuBLAS and the CUDA 13 runtime loadable for the cuDNN decode
+# baseline and the dense layer (kernels/library/cudnn_decode.cpp loads libcudnn.so.9 at run time, the cuDNN
+# frontend libcudart.so.13, kernels/dense/dense.cu libcublas.so.13).
 # The GPU machines have both only inside PyTorch's wheels (nvidia/cudnn/lib, nvidia/cu13/lib); a machine
 # with a system cuDNN needs nothing. RETRO_CUDNN_LIB, when set, is left alone.
 if [[ -z ${RETRO_CUDNN_LIB:-} ]] && command -v python3 > /dev/null; then
   _retro_libs=$(python3 - 2> /dev/null <<'PY'
 import importlib, os
 dirs = []
-for name, sub in (("nvidia.cudnn", "lib"), ("nvidia.cu13", "lib"), ("nvidia.cuda_runtime", "lib")):
+for name, sub in (("nvidia.cudnn", "lib"), ("nvidia.cu13", "lib"), ("nvidia.cuda_runtime", "lib"), ("nvidia.cublas", "lib")):
     try:
         m = importlib.import_module(name)
     except Exception:
