@@ -6,7 +6,9 @@
 #   2. PyTorch SDPA on the same shapes (python/retro_bench/gpu/sdpa_baseline.py), when torch sees the device
 #   2b. when scripts/gpu/carry-tests.sh packed it into build-gpu/: the main build's GTest binary, its
 #      CudaBackend.* tests on the device (the cuda backend's wave and full against the CPU methods)
-#   3. the wave decode step vs full attention per layer (FlashInfer, cuDNN where libcudnn.so.9 loads —
+#   3. the wave decode step vs full attention per layer, beside the seed baselines on the GPU (quest, pq, and
+#      magicpig where built) and each batch's layer outside attention (cuBLAS: tokens/s per GPU, the table
+#      model-throughput.md) (FlashInfer, cuDNN where libcudnn.so.9 loads —
 #      scripts/gpu/cudnn-env.sh finds PyTorch's —, the own kernel; wave with the KV in host
 #      memory, in device memory on the device alone, and in device memory through host lookups:
 #      RETRO_WAVE_KV, default all), HBM fractions, the
@@ -100,6 +102,10 @@ sed -n '/^wave decode step/,$p' "$out/wave/gpu-report.txt" 2>/dev/null || grep -
 [[ -f "$out/wave/gpu-report.json" ]] &&
   python3 -B "$root/python/retro_bench/_launch.py" retro_bench.gpu.summary_table "$out/wave/gpu-report.json" --sdpa "$out/sdpa.json" |
   tee "$out/summary.md"
+# whole-model tokens/s per GPU with each method's memory cap (the rows' dense_us: cuBLAS, issue 40 #5)
+[[ -f "$out/wave/gpu-report.json" ]] &&
+  python3 -B "$root/python/retro_bench/_launch.py" retro_bench.gpu.model_throughput "$out/wave/gpu-report.json" |
+  tee "$out/model-throughput.md"
 left=$(( ${RETRO_LEASE_BUDGET:-560} - SECONDS ))
 if command -v ncu > /dev/null && (( left > 40 )); then
   t0=$SECONDS
