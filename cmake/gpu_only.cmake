@@ -31,6 +31,8 @@ add_library(retro_ref STATIC
   ${CMAKE_SOURCE_DIR}/lib/methods/wave_head.cpp
   ${CMAKE_SOURCE_DIR}/lib/methods/quest_pages.cpp
   ${CMAKE_SOURCE_DIR}/lib/methods/pq_head.cpp
+  ${CMAKE_SOURCE_DIR}/lib/cluster/simhash.cpp
+  ${CMAKE_SOURCE_DIR}/lib/methods/magicpig_head.cpp
   ${CMAKE_SOURCE_DIR}/lib/methods/budget.cpp
   ${CMAKE_SOURCE_DIR}/lib/core/top_k.cpp
   ${CMAKE_SOURCE_DIR}/lib/trace/trace.cpp

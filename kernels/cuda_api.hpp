@@ -18,6 +18,7 @@
 #include "dense/dense_api.hpp"
 #include "kmeans/kmeans_api.hpp"
 #include "library/library_api.hpp"
+#include "magicpig/magicpig_api.hpp"
 #include "pq/pq_api.hpp"
 #include "quest/quest_api.hpp"
 #include "wave/wave_api.hpp"

@@ -1,6 +1,7 @@
 #include "run/layer_common.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 
 #include "core/half.hpp"
@@ -143,6 +144,14 @@ GpuStep SelectAttendStep::run(const GpuLayerJob& job, int t, int n, bool first, 
     r.times.step_us = us_between(e0_, e2_);
     r.times.gate_timed_out = gate_.timed_out();
     return r;
+}
+
+MethodContext head_context(const HeadSlice& h, const std::function<unsigned(int, int)>& seed) {
+    MethodContext ctx;
+    ctx.layer = h.layer, ctx.kv_head = h.kv_head, ctx.head_dim = h.head_dim, ctx.group = h.group;
+    ctx.prompt_len = h.prompt_len, ctx.scale = 1.0f / std::sqrt((float)h.head_dim), ctx.storage = DType::f16;
+    ctx.slice = &h, ctx.seed = seed ? seed(h.layer, h.kv_head) : 0u;
+    return ctx;
 }
 
 int decode_split(int capacity, int bh) {

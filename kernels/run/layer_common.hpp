@@ -1,6 +1,7 @@
 #pragma once
 // Pieces shared by the GPU layer runs (full_layer.cpp, wave_layer.cpp): the job's shape and its checks,
 // fp16 conversion of KV rows, per-step query staging and output readback. Calls only cuda_api.hpp.
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <vector>
@@ -101,6 +102,26 @@ class SelectAttendStep {
     cuda::Event e0_, e1_, e2_;
     cuda::LaunchGate gate_;
 };
+
+/// The CPU method's context for KV head h: its slice's shape, fp16 storage, the seed seed(layer, kv_head)
+/// (unset: 0, a test's MethodContext).
+MethodContext head_context(const HeadSlice& h, const std::function<unsigned(int, int)>& seed);
+
+/// A CPU method's JSON-free per-head cores (pq's PqHead, magicpig's MagicPigHead) for the job's KV heads,
+/// built over the prompt as the method's build() does (head_context); build_ms: their wall time.
+template <class Head, class Params>
+std::vector<Head> build_method_heads(const GpuLayerJob& job, const LayerShape& s, const Params& params,
+                                     const std::function<unsigned(int, int)>& seed, double& build_ms) {
+    const auto t0 = std::chrono::steady_clock::now();
+    std::vector<Head> heads;
+    for (const HeadSlice* h : job.heads) {
+        heads.emplace_back(params);
+        heads.back().build(head_context(*h, seed), KVView{h->keys.data(), h->values.data(), s.prompt, s.d});
+    }
+    build_ms = 1e-3 * (double)std::chrono::duration_cast<std::chrono::microseconds>(
+                          std::chrono::steady_clock::now() - t0).count();
+    return heads;
+}
 
 /// Microseconds between two recorded events.
 inline double us_between(cuda::Event& a, cuda::Event& b) { return 1e3 * (double)b.ms_since(a); }

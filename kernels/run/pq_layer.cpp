@@ -31,18 +31,8 @@ void run_pq_layer(const GpuLayerJob& job, const StepFn& on_step) {
         throw ParamError("pq on the GPU: gqa softmax_sum is not supported (max, mean, per_head)");
 
     // the CPU method's heads, built over the prompt as its build() does
-    const auto t0 = std::chrono::steady_clock::now();
-    std::vector<PqHead> heads;
-    for (const HeadSlice* h : job.heads) {
-        MethodContext ctx;
-        ctx.layer = h->layer, ctx.kv_head = h->kv_head, ctx.head_dim = h->head_dim, ctx.group = h->group;
-        ctx.prompt_len = h->prompt_len, ctx.scale = 1.0f / std::sqrt((float)h->head_dim), ctx.storage = DType::f16;
-        ctx.slice = h, ctx.seed = p.seed ? p.seed(h->layer, h->kv_head) : 0u;
-        heads.emplace_back(p.head);
-        heads.back().build(ctx, KVView{h->keys.data(), h->values.data(), s.prompt, s.d});
-    }
-    const double build_ms = 1e-3 * (double)std::chrono::duration_cast<std::chrono::microseconds>(
-                                       std::chrono::steady_clock::now() - t0).count();
+    double build_ms = 0;
+    std::vector<PqHead> heads = build_method_heads<PqHead>(job, s, p.head, p.seed, build_ms);
 
     const PqHead& h0 = heads[0];
     const int s_end = h0.sink_end(), ce0 = h0.coded_end();

@@ -6,6 +6,7 @@
 
 #include "gpu/gpu_methods.hpp"
 #include "bench/head_run.hpp"
+#include "methods/magicpig.hpp"
 #include "methods/pq.hpp"
 #include "methods/wave.hpp"
 
@@ -31,6 +32,11 @@ const std::map<std::string, Binding>& bindings() {
          [](const nlohmann::json& p, GpuLayerJob& job) {
              job.pq.head = pq_params_from_json(p);
              job.pq.seed = [p](int layer, int kv_head) { return method_seed("pq", p, layer, kv_head); };
+         }},
+        {"magicpig",
+         [](const nlohmann::json& p, GpuLayerJob& job) {
+             job.magicpig.head = magicpig_params_from_json(p);
+             job.magicpig.seed = [p](int layer, int kv_head) { return method_seed("magicpig", p, layer, kv_head); };
          }},
     };
     return b;

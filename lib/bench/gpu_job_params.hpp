@@ -2,7 +2,8 @@
 // A run's resolved parameters as the fields of a GPU layer job (gpu/gpu_methods.hpp, issue 41 #2): one
 // binding per GPU method, by name (full: offloaded; wave: the index and zone parameters; quest: budget,
 // page size, GQA, dense layers; pq: the
-// quantizer, budget, layout and GQA with the CPU method's build seed). What the
+// quantizer, budget, layout and GQA with the CPU method's build seed; magicpig: the hashing
+// and layout with its build seed). What the
 // runner and the config checks use to build the job; the GPU twin then checks it.
 #include "bench/config.hpp"
 #include "gpu/backend.hpp"

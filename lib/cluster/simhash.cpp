@@ -1,6 +1,8 @@
 #include "cluster/simhash.hpp"
 
+#ifndef RETRO_NO_BLAS
 #include <cblas.h>
+#endif
 
 #include <algorithm>
 #include <cmath>
@@ -31,8 +33,19 @@ void SimHashTables::build(const float* x, int n, int d, const SimHashParams& p) 
         std::vector<float> proj((size_t)B * KL);
         for (int r0 = 0; r0 < n; r0 += B) {
             const int rows = std::min(B, n - r0);
+#ifndef RETRO_NO_BLAS
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, KL, d, 1.0f, x + (size_t)r0 * d, d,
                         planes_.data(), KL, 0.0f, proj.data(), KL);
+#else
+            // The GPU-only build (docs/cuda.md) has no BLAS: the same products as plain loops (the MagicPIG GPU
+            // twin's key codes there; summation order, so a near-zero projection's sign, may differ from BLAS's)
+            for (int r = 0; r < rows; ++r)
+                for (int c = 0; c < KL; ++c) {
+                    float acc = 0;
+                    for (int e = 0; e < d; ++e) acc += x[(size_t)(r0 + r) * d + e] * planes_[(size_t)e * KL + c];
+                    proj[(size_t)r * KL + c] = acc;
+                }
+#endif
             for (int r = 0; r < rows; ++r)
                 for (int t = 0; t < p.L; ++t) {
                     uint32_t c = 0;

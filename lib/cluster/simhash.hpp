@@ -25,8 +25,13 @@ class SimHashTables {
     int n() const { return n_; }
     int K() const { return p_.K; }
     int L() const { return p_.L; }
+    int d() const { return d_; }
+    /// The hyperplanes [d, K*L] (row-major: column t*K + j is hyperplane j of table t), as codes() reads them.
+    const float* planes() const { return planes_.data(); }
 
-    /// codes [L] of vector v [d].
+    /// codes [L] of vector v [d]: bit j of table t is (sum over e = 0..d-1, in that order, of v[e] * w_{t,j}[e],
+    /// float, from 0, each product and sum rounded on its own) > 0 — the GPU twin's query hashing
+    /// (kernels/magicpig) sums the same way, bit for bit.
     void codes(const float* v, uint32_t* codes) const;
 
     /// For every base vector, the number of tables in which it shares q's bucket (codes [L]): adds 1 to

@@ -11,6 +11,7 @@
 
 #include "core/error.hpp"
 #include "gpu/measured.hpp"
+#include "methods/magicpig_head.hpp"
 #include "methods/method.hpp"
 #include "methods/pq_head.hpp"
 #include "methods/wave_head.hpp"
@@ -48,9 +49,18 @@ struct PqGpuParams {
     std::function<unsigned(int layer, int kv_head)> seed;
 };
 
+/// MagicPIG's parameters on the GPU (the method `magicpig`, lib/methods/magicpig.cpp; docs/methods/magicpig.md
+/// "On the GPU").
+struct MagicPigGpuParams {
+    MagicPigHeadParams head;  ///< K, L, seed, min_collisions, sink, window
+    /// The CPU method's build seed of a (layer, KV head) (the runner's method_seed), mixed into the
+    /// hyperplanes' seed as the CPU method's build does; unset: 0 (a test's MethodContext).
+    std::function<unsigned(int layer, int kv_head)> seed;
+};
+
 /// One layer of one trace on the GPU.
 struct GpuLayerJob {
-    /// The method, by its registry name: a GPU twin of gpu/gpu_methods.hpp ("full", "wave", "quest", "pq").
+    /// The method, by its registry name: a GPU twin of gpu/gpu_methods.hpp ("full", "wave", "quest", "pq", "magicpig").
     std::string method = "full";
     std::vector<const HeadSlice*> heads;  ///< [H] KV heads of one layer: same head_dim, group, lengths
     std::vector<int> steps;               ///< decode steps evaluated, ascending (the others only append)
@@ -63,11 +73,12 @@ struct GpuLayerJob {
     /// (gather_clusters, lengths on the device, FlashInfer unsplit: nothing on the host's critical path)
     /// instead of the host's cache lookups and copy lists (false: the paper's host path, measured beside)
     bool wave_device_gather = true;
-    int host_threads = 0;  ///< wave: host lookup workers (0: min(8, cores - 1); 1: the caller alone)
+    int host_threads = 0;  ///< wave: host lookup workers (0: min(8, cores - 1); 1: the caller alone); magicpig: sampling workers (0: cores - 1)
     FullKernel full_kernel = FullKernel::library;  ///< full: the library baseline or the own kernel
     WaveParams wave;                      ///< wave: index and zones (gqa must be sum)
     QuestGpuParams quest;                 ///< quest: budget, page size, GQA; the KV in device memory
     PqGpuParams pq;                       ///< pq: quantizer, budget, layout, GQA; the KV in device memory
+    MagicPigGpuParams magicpig;           ///< magicpig: hashing and layout; static KV on the GPU, the rest on the host
     bool kmeans_on_gpu = false;           ///< wave: index blocks clustered by segmented_kmeans_gpu
     CacheParams cache;                    ///< wave: GPU block cache per (sequence, KV head); 0 slots = none
     int block_tokens = 8;                 ///< wave: cache block in tokens (cache_block_tokens)

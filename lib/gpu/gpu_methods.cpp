@@ -80,11 +80,31 @@ GpuMethodInfo pq_gpu_method() {
     return m;
 }
 
+// magicpig (MagicPIG): the queries' SimHash codes and the static tokens' attention on the GPU; the collision
+// test, the sampling and the importance-weighted attention over the sampled tokens on the host's cores (the
+// paper's split), the offloaded KV in host memory; the tables built on the CPU by the method's own code
+// (docs/methods/magicpig.md, "On the GPU"). Every parameter value the CPU method takes is reproduced.
+GpuMethodInfo magicpig_gpu_method() {
+    GpuMethodInfo m;
+    m.name = "magicpig";
+    m.summary = "MagicPIG: query SimHash and static-token attention on the GPU; collisions, sampling and sampled "
+                "attention on the host's cores (KV offloaded to host memory)";
+    m.gpu_selects = true;
+    m.overlap = [](const GpuLayerJob&) { return Overlap::serial; };
+    m.check = [](const GpuLayerJob& job) {
+        const SimHashParams& h = job.magicpig.head.hash;
+        if (h.K < 0 || h.K > 30 || h.L < 1)
+            throw ParamError("magicpig on the GPU: parameter 'K' in 0..30 and 'L' >= 1 are needed (got K = " +
+                             std::to_string(h.K) + ", L = " + std::to_string(h.L) + ")");
+    };
+    return m;
+}
+
 }  // namespace
 
 const std::vector<GpuMethodInfo>& gpu_method_registry() {
     static const std::vector<GpuMethodInfo> r = {full_gpu_method(), wave_gpu_method(), quest_gpu_method(),
-                                                 pq_gpu_method()};
+                                                 pq_gpu_method(), magicpig_gpu_method()};
     return r;
 }
 

@@ -60,13 +60,15 @@ namespace {
 
 constexpr int kG = 4, kD = 64;
 
-/// H KV heads of one layer: clustered keys, queries near the clusters (method_harness blob heads).
-std::vector<HeadSlice> layer_heads(int H, int prompt, int steps) {
+/// H KV heads of one layer: clustered keys, queries near the clusters (method_harness blob heads); spread:
+/// keys and queries spread wider around the clusters (other seeds).
+std::vector<HeadSlice> layer_heads(int H, int prompt, int steps, bool spread = false) {
     std::vector<HeadSlice> heads;
     for (int h = 0; h < H; ++h) {
-        heads.push_back(blob_head({.prompt_len = prompt, .steps = steps, .d = kD, .group = kG, .seed = 11u + h,
-                                   .centers = 24, .center_scale = 1.5f, .offset_scale = 1.0f, .key_noise = 0.5f,
-                                   .query_scale = 1.5f, .query_noise = 0.5f}));
+        heads.push_back(blob_head({.prompt_len = prompt, .steps = steps, .d = kD, .group = kG,
+                                   .seed = (spread ? 31u : 11u) + h, .centers = 24, .center_scale = spread ? 1.0f : 1.5f,
+                                   .offset_scale = 1.0f, .key_noise = spread ? 1.5f : 0.5f, .query_scale = 1.5f,
+                                   .query_noise = spread ? 1.5f : 0.5f}));
         heads.back().kv_head = h;
         heads.back().first_q_head = h * kG;
     }
@@ -102,7 +104,8 @@ std::vector<std::vector<float>> estimated_of(const Selection& s, int d) {
 double cpu_output(const HeadSlice& h, int j, int t, const Selection& s, float* out) {
     const float* q = h.query(j, t);
     const float scale = 1.0f / std::sqrt((float)h.head_dim);
-    PartialAttention p = partial_attention_ids(q, h.keys.data(), h.values.data(), s.exact_for(j), h.head_dim, scale);
+    PartialAttention p =
+        partial_attention_ids(q, h.keys.data(), h.values.data(), s.exact_for(j), h.head_dim, scale, s.log_weight_for(j));
     for (const auto& c : s.estimated) {
         float dot = 0;
         for (int e = 0; e < h.head_dim; ++e) dot += q[e] * c.centroid[e];
@@ -139,11 +142,26 @@ void append_steps(std::vector<std::unique_ptr<Method>>& cpu, const std::vector<H
             cpu[h]->append(KVView{heads[h].keys.data(), heads[h].values.data(), prompt + t + 1, kD}, prompt + t);
 }
 
+/// The cuda backend runs fp16 KV (check_cuda_trace): the CPU twin is to see the same values.
+void round_kv_to_half(std::vector<HeadSlice>& heads) {
+    for (HeadSlice& h : heads)
+        for (std::vector<float>* x : {&h.keys, &h.values})
+            for (float& v : *x) v = half_to_float(float_to_half(v));
+}
+
 /// The group's queries of step t: [kG, kD].
 std::vector<float> group_queries(const HeadSlice& hs, int t) {
     std::vector<float> q((size_t)kG * kD);
     for (int j = 0; j < kG; ++j) std::copy(hs.query(j, t), hs.query(j, t) + kD, q.begin() + j * kD);
     return q;
+}
+
+/// The CPU method's selection at step st (its group's queries over st.n visible tokens).
+Selection cpu_select(Method& m, const HeadSlice& hs, const GpuStep& st) {
+    const std::vector<float> q = group_queries(hs, st.step);
+    Selection want;
+    m.select(q.data(), st.step, KVView{hs.keys.data(), hs.values.data(), st.n, kD}, want);
+    return want;
 }
 
 /// The CPU ranking aggregate of every cluster of `w` for group queries q: [g, d] (sum of softmax).
@@ -308,9 +326,7 @@ BACKEND_TEST(QuestMatchesTheCpuQuestMethod) {
     REQUIRE_DEVICE();
     const int H = 2, prompt = 1000, steps = 40, B = 2;
     auto heads = layer_heads(H, prompt, steps);
-    for (HeadSlice& h : heads)  // the cuda backend runs fp16 KV (check_cuda_trace): the CPU twin sees the same values
-        for (std::vector<float>* x : {&h.keys, &h.values})
-            for (float& v : *x) v = half_to_float(float_to_half(v));
+    round_kv_to_half(heads);
     struct Case { std::string gqa; double k; };
     for (const Case& c : {Case{"per_head", 160}, Case{"max", 200}, Case{"per_head", 0.05}, Case{"max", 4096}}) {
         SCOPED_TRACE(c.gqa + " k=" + std::to_string(c.k));
@@ -335,9 +351,7 @@ BACKEND_TEST(QuestMatchesTheCpuQuestMethod) {
             last = st.step;
             for (int h = 0; h < H; ++h) {
                 const HeadSlice& hs = heads[(size_t)h];
-                const std::vector<float> q = group_queries(hs, st.step);
-                Selection want;
-                cpu[(size_t)h]->select(q.data(), st.step, KVView{hs.keys.data(), hs.values.data(), st.n, kD}, want);
+                const Selection want = cpu_select(*cpu[(size_t)h], hs, st);
                 const Selection& got = st.selections[(size_t)h];
                 EXPECT_EQ(got.exact, want.exact) << "step " << st.step << " head " << h;
                 same += got.exact == want.exact;
@@ -406,9 +420,7 @@ BACKEND_TEST(PqMatchesTheCpuPqMethod) {
             last = st.step;
             for (int h = 0; h < H; ++h) {
                 const HeadSlice& hs = heads[(size_t)h];
-                const std::vector<float> q = group_queries(hs, st.step);
-                Selection want;
-                cpu[(size_t)h]->select(q.data(), st.step, KVView{hs.keys.data(), hs.values.data(), st.n, kD}, want);
+                const Selection want = cpu_select(*cpu[(size_t)h], hs, st);
                 const Selection& got = st.selections[(size_t)h];
                 EXPECT_EQ(got.exact, want.exact) << "step " << st.step << " head " << h;
                 same += got.exact == want.exact;
@@ -427,6 +439,95 @@ BACKEND_TEST(PqMatchesTheCpuPqMethod) {
         });
         EXPECT_EQ(reported, (int)job.steps.size());
         EXPECT_EQ(same, reported * H) << "the GPU's lists differ from the CPU method's";
+        EXPECT_LT(worst_out, 5e-3) << "fp16 KV vs float32";
+        EXPECT_LT(worst_lse, 5e-3);
+    }
+}
+
+// MagicPIG on the GPU and the host (issue 41 #3) against the CPU method `magicpig` on the same fp16 keys, built
+// with the same seed: at every selected step every query head's list (the static tokens, then the sampled ones
+// in id order) and its log weights equal the CPU method's — the GPU's query codes are the CPU's bit for bit and
+// the host runs the method's own collision test and weights —, at the defaults, CTKVR's (9, 120) and (8, 75)
+// with another seed and layout, three collisions, K = 0 (every token sampled with weight 1: exact attention)
+// and a prompt with nothing offloaded; the same accounting (scan_ops, d2h/h2d bytes, footprints); the merged
+// outputs (GPU static attention + host sampled attention) within fp16 tolerance of the CPU's over the same
+// lists and weights; replicas alike; no KV over PCIe.
+BACKEND_TEST(MagicpigMatchesTheCpuMagicpigMethod) {
+    REQUIRE_DEVICE();
+    const int H = 2, prompt = 1000, steps = 40, B = 2;
+    // keys spread around their clusters, so that a sampled token's probability is well below 1 and its
+    // weight moves the output (the outputs' comparison then checks the weights; weight_effect below)
+    auto heads = layer_heads(H, prompt, steps, true);
+    round_kv_to_half(heads);
+    const json cases[] = {json::object(),
+                          {{"K", 9}, {"L", 120}, {"seed", 7}, {"sink", 0}, {"window", 16}},
+                          {{"K", 8}, {"L", 75}, {"min_collisions", 3}},
+                          {{"K", 0}, {"L", 4}},
+                          {{"window", 1000}}};  // nothing offloaded: static tokens only
+    for (const json& given : cases) {
+        SCOPED_TRACE(given.dump());
+        const json params = resolve_params(find_method("magicpig"), given);
+        MethodRun mr;
+        mr.method = "magicpig", mr.params = params, mr.batch = B;
+        GpuLayerJob job = gpu_job_for(mr, CudaOptions{}, "test");
+        for (const HeadSlice& h : heads) job.heads.push_back(&h);
+        job.steps = {0, 5, 7, 23, 24, 39};
+        job.host_threads = 2;
+        std::vector<std::unique_ptr<Method>> cpu;
+        for (const HeadSlice& h : heads) {
+            MethodContext ctx = context_of(h);
+            ctx.seed = job.magicpig.seed(h.layer, h.kv_head);  // the runner's method_seed, as the binding's
+            cpu.push_back(make_method("magicpig", params));
+            cpu.back()->build(ctx, KVView{h.keys.data(), h.values.data(), prompt, kD});
+        }
+        int last = -1, reported = 0, same = 0;
+        size_t sampled = 0;
+        double worst_out = 0, worst_lse = 0, weight_effect = 0;
+        gpu_run::make_cuda_backend()->run_layer(job, [&](const GpuStep& st) {
+            ++reported;
+            ASSERT_EQ(st.selections.size(), (size_t)H);
+            ASSERT_EQ(st.footprints.size(), (size_t)H);
+            append_steps(cpu, heads, prompt, last, st.step);
+            last = st.step;
+            for (int h = 0; h < H; ++h) {
+                const HeadSlice& hs = heads[(size_t)h];
+                const Selection want = cpu_select(*cpu[(size_t)h], hs, st);
+                const Selection& got = st.selections[(size_t)h];
+                EXPECT_EQ(got.exact, want.exact) << "step " << st.step << " head " << h;
+                EXPECT_EQ(got.exact_log_weight, want.exact_log_weight) << "step " << st.step << " head " << h;
+                same += got.exact == want.exact && got.exact_log_weight == want.exact_log_weight;
+                const int ib = std::min(params["sink"].get<int>(), prompt);
+                const int ie = std::max(ib, prompt - params["window"].get<int>());
+                for (const auto& l : got.exact) sampled += l.size() - (size_t)(ib + st.n - ie);  // beyond the static
+                EXPECT_EQ(got.scan_ops, want.scan_ops);
+                EXPECT_EQ(got.h2d_bytes, want.h2d_bytes);
+                EXPECT_EQ(got.d2h_bytes, want.d2h_bytes);
+                const Footprint fp = cpu[(size_t)h]->footprint();
+                EXPECT_EQ(st.footprints[(size_t)h].gpu_bytes, fp.gpu_bytes);
+                EXPECT_EQ(st.footprints[(size_t)h].cpu_bytes, fp.cpu_bytes);
+                EXPECT_EQ(st.head_h2d_bytes[(size_t)h], 0.0);  // the sampled KV attended on the host: none over PCIe
+                compare_head_outputs(st, hs, h, H, B, got, worst_out, worst_lse);
+                Selection unweighted = got;
+                unweighted.exact_log_weight.clear();
+                for (int j = 0; j < kG; ++j) {
+                    float a[kD], u[kD];
+                    cpu_output(hs, j, st.step, got, a);
+                    cpu_output(hs, j, st.step, unweighted, u);
+                    weight_effect = std::max(weight_effect, rel_l2(u, a, kD));
+                }
+            }
+            EXPECT_GT(st.work.attend_bytes, 0);
+            EXPECT_GT(st.batch_d2h_bytes, 0);
+            EXPECT_GE(st.times.step_us, st.times.host_us);
+        });
+        EXPECT_EQ(reported, (int)job.steps.size());
+        EXPECT_EQ(same, reported * H) << "the GPU run's lists or weights differ from the CPU method's";
+        if (params["window"].get<int>() < prompt)
+            EXPECT_GT(sampled, 0u) << "nothing sampled: the host part untested";
+        else
+            EXPECT_EQ(sampled, 0u);
+        if (params["K"].get<int>() > 0 && sampled > 0)  // the weights matter here: wrong ones would show
+            EXPECT_GT(weight_effect, 0.05);
         EXPECT_LT(worst_out, 5e-3) << "fp16 KV vs float32";
         EXPECT_LT(worst_lse, 5e-3);
     }
@@ -576,7 +677,8 @@ BACKEND_TEST(RunMatchesTheCpuBackend) {
     synthesize(sp, trace);
     json j = json::parse(R"({"name": "cpu", "kv_heads": [0, 1], "hardware": "h100-sxm-pcie5",
         "system": {"cache": 0.05}, "methods": [{"name": "full"}, {"name": "wave"},
-        {"name": "quest", "params": {"k": 256, "placement": "gpu"}}, {"name": "pq", "params": {"k": 200}}]})");
+        {"name": "quest", "params": {"k": 256, "placement": "gpu"}}, {"name": "pq", "params": {"k": 200}},
+        {"name": "magicpig"}]})");
     j["traces"] = {trace};
     RunnerOptions opt;
     opt.results_root = dir.path + "/results";
@@ -587,8 +689,8 @@ BACKEND_TEST(RunMatchesTheCpuBackend) {
     const auto backend = gpu_run::make_cuda_backend();
     opt.gpu = backend.get();
     const auto gpu = run_config(parse_config(j, "gpu.json"), opt);
-    ASSERT_EQ(cpu.records.size(), 4u);
-    ASSERT_EQ(gpu.records.size(), 8u);
+    ASSERT_EQ(cpu.records.size(), 5u);
+    ASSERT_EQ(gpu.records.size(), 10u);
     const auto mean = [](const json& rec, const char* m) { return rec["metrics"][m]["mean"].get<double>(); };
     for (const json& g : gpu.records) {
         const auto cpu_twin = std::find_if(cpu.records.begin(), cpu.records.end(),
@@ -605,7 +707,9 @@ BACKEND_TEST(RunMatchesTheCpuBackend) {
             EXPECT_EQ(c["metrics"]["recall@100"], g["metrics"]["recall@100"]);
         }
         EXPECT_NEAR(mean(c, "out_err"), mean(g, "out_err"), 2e-3);
-        if (g["method"] == "pq")  // the KV in HBM; the method's h2d_bytes model PQCache's offloaded KV
+        // pq: the KV in HBM, the method's h2d_bytes model PQCache's offloaded KV; magicpig: the sampled KV
+        // attended on the host, the method's h2d_bytes are the partial outputs' return
+        if (g["method"] == "pq" || g["method"] == "magicpig")
             EXPECT_EQ(mean(g, "gpu_head_h2d_bytes"), 0.0);
         else
             EXPECT_NEAR(mean(g, "gpu_head_h2d_bytes"), mean(g, "h2d_bytes"), 1e-9);
@@ -929,17 +1033,17 @@ TEST(GpuMethods, EveryTwinHasItsCpuMethodALayerRunAndItsParameters) {
         EXPECT_NO_THROW(m.check(job));
         EXPECT_TRUE(m.overlap);
     }
-    EXPECT_EQ(find_gpu_method("magicpig"), nullptr);
-    EXPECT_EQ(gpu_run::find_layer_run("magicpig"), nullptr);
+    EXPECT_EQ(find_gpu_method("ctkvr"), nullptr);
+    EXPECT_EQ(gpu_run::find_layer_run("ctkvr"), nullptr);
     MethodRun q;
-    q.method = "magicpig";
-    q.params = resolve_params(find_method("magicpig"), json::object());
+    q.method = "ctkvr";
+    q.params = resolve_params(find_method("ctkvr"), json::object());
     try {
-        gpu_job_for(q, CudaOptions{}, "run magicpig");
-        FAIL() << "magicpig has no GPU twin yet";
+        gpu_job_for(q, CudaOptions{}, "run ctkvr");
+        FAIL() << "ctkvr has no GPU twin yet";
     } catch (const ConfigError& e) {
-        EXPECT_NE(std::string(e.what()).find("run magicpig: backend 'cuda' runs the methods with a GPU twin only (" +
-                                             gpu_method_names() + "), not 'magicpig'"),
+        EXPECT_NE(std::string(e.what()).find("run ctkvr: backend 'cuda' runs the methods with a GPU twin only (" +
+                                             gpu_method_names() + "), not 'ctkvr'"),
                   std::string::npos)
             << e.what();
     }
@@ -965,7 +1069,7 @@ TEST(GpuMethods, EveryTwinHasItsCpuMethodALayerRunAndItsParameters) {
         EXPECT_NE(std::string(e.what()).find("set \"placement\": \"gpu\""), std::string::npos) << e.what();
     }
     GpuLayerJob job;
-    job.method = "magicpig";
+    job.method = "ctkvr";
     EXPECT_THROW(gpu_run::make_cuda_backend()->run_layer(job, [](const GpuStep&) {}), ParamError);
 }
 
