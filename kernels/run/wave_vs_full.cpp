@@ -32,7 +32,7 @@ BuiltWaveHeads build_index(const GpuBackend& gpu, const WaveRunOptions& o, const
 
 /// One row kind: its label, a GPU method (gpu/gpu_methods.hpp), full's kernel, wave's KV placement.
 struct Kind {
-    std::string label;  ///< full, full-cudnn, full-own, wave, wave-hbm, wave-hbm-host, quest, pq
+    std::string label;  ///< full, full-cudnn, full-own, wave, wave-hbm, wave-hbm-host, quest, pq, magicpig
     std::string method;
     FullKernel fk = FullKernel::library;
     bool kv_on_gpu = false;
@@ -79,6 +79,7 @@ WaveRunRow run_point(const GpuBackend& gpu, const WaveRunOptions& o, const Kind&
     job.wave = o.wave;
     job.quest = o.quest_params;
     job.pq = o.pq_params;
+    job.magicpig = o.magicpig_params;
     job.kmeans_on_gpu = o.kmeans_on_gpu;
     job.block_tokens = cache_block_tokens(o.block_bytes, h0.head_dim, 2.0);
     job.cache.capacity_slots = cache_capacity_slots(o.cache, 0, h0.prompt_len, h0.head_dim, 2.0, job.block_tokens);
@@ -249,6 +250,7 @@ std::vector<WaveRunRow> run_wave_vs_full(const GpuBackend& gpu, const WaveRunOpt
         if (o.wave_hbm_host) kinds.push_back({"wave-hbm-host", "wave", FullKernel::library, true, false});
         if (o.quest) kinds.push_back({"quest", "quest"});
         if (o.pq) kinds.push_back({"pq", "pq"});
+        if (o.magicpig) kinds.push_back({"magicpig", "magicpig"});
         const size_t first_row = rows.size();
         // the wave indexes over the prompt, built once for every batch point (in the GPU-only build the
         // k-means's final pass runs on one CPU core without BLAS: minutes per point at 128K)

@@ -54,7 +54,12 @@ struct WaveRunOptions {
         p.head.k = 1980;
         return p;
     }();
-    int host_threads = 0;  ///< wave's host lookup workers (GpuLayerJob::host_threads)
+    /// a "magicpig" row: MagicPIG's split (docs/methods/magicpig.md "On the GPU"): the queries' SimHash and the
+    /// static tokens' attention (4 initial + 64 local + decode) on the GPU, the sampling and the sampled
+    /// attention on the host's cores (host_threads; 0: all but one) over host-memory KV; K = 10, L = 150
+    bool magicpig = true;
+    MagicPigGpuParams magicpig_params;
+    int host_threads = 0;  ///< wave's host lookup workers, magicpig's sampling workers (GpuLayerJob::host_threads)
     /// Whole-model throughput (issue 40 #5): the layer's work outside attention (cuda::DenseLayer: RMSNorm,
     /// the projections, the gated MLP; cuBLAS) timed in the same run at each row's batch for `dense`'s
     /// shape, the same layer as the synthetic one's attention (Llama-3-8B by default), and every row's
@@ -70,7 +75,7 @@ struct WaveRunOptions {
 
 /// One (method, context, batch): means over the decode steps.
 struct WaveRunRow {
-    std::string method;  ///< "full" (FlashInfer) | "full-cudnn" | "full-own" (the own kernel) | "wave" | "wave-hbm" | "wave-hbm-host" | "quest" | "pq"
+    std::string method;  ///< "full" (FlashInfer) | "full-cudnn" | "full-own" (the own kernel) | "wave" | "wave-hbm" | "wave-hbm-host" | "quest" | "pq" | "magicpig"
     int context = 0, batch = 0, steps = 0;
     std::string status = "ok";  ///< or "does not fit: ..." (larger batches of the method are skipped)
     GpuStepTimes measured;
