@@ -15,6 +15,8 @@
 //                     in device memory ("wave-hbm", within GPU memory, the step on the device alone), both
 //                     rows (default), or all three: + "wave-hbm-host" (device memory, host lookups and plan)
 //   --host-threads N  wave's host lookup workers (default min(8, cores - 1))
+//   --seeds LIST      the seed baselines' rows, a comma list of quest, pq, magicpig, or none (default all;
+//                     magicpig's key hashing is a single-threaded loop in this BLAS-free build: minutes at 128K)
 //   --steps N         decode steps per row (default 8; the timing rule asks >= 64 timed)
 //   --warm-steps N    of them, the first N run in full but untimed: they fill the block cache (default 0)
 //   --no-launch-gate  time each step as one host thread issues it, its launch calls inside the events
@@ -75,6 +77,7 @@ int main(int argc, char** argv) {
     std::string out_dir = ".", filter, hardware;
     std::vector<int> contexts, batches;
     bool kmeans_gpu = true, measured = false, wave_host = true, wave_hbm = true, wave_hbm_host = false;
+    bool seed_quest = true, seed_pq = true, seed_magicpig = true;  // --seeds
     int host_threads = 0;
     int steps = 0, warm_steps = 0;  // --steps, --warm-steps (0 steps: the layer's default)
     bool quick = false, checks_only = false, wave_only = false, tiny = false;
@@ -93,6 +96,20 @@ int main(int argc, char** argv) {
                   std::string(argv[i + 1]) == "both" || std::string(argv[i + 1]) == "all")) {
             const std::string v = argv[++i];
             wave_host = v != "gpu", wave_hbm = v != "host", wave_hbm_host = v == "all";
+        } else if (a == "--seeds" && i + 1 < argc) {
+            const std::string v = std::string(",") + argv[++i] + ",";
+            seed_quest = v.find(",quest,") != std::string::npos, seed_pq = v.find(",pq,") != std::string::npos;
+            seed_magicpig = v.find(",magicpig,") != std::string::npos;
+            bool known = true;  // every item one of the names (or "none")
+            for (size_t b = 1, e; b < v.size(); b = e + 1) {
+                e = v.find(',', b);
+                const std::string item = v.substr(b, e - b);
+                if (item != "quest" && item != "pq" && item != "magicpig" && item != "none") known = false;
+            }
+            if (!known) {
+                std::fprintf(stderr, "retro_gpu_check: --seeds takes a comma list of quest, pq, magicpig or none\n");
+                return 2;
+            }
         } else if (a == "--host-threads" && i + 1 < argc && std::atoi(argv[i + 1]) > 0)
             host_threads = std::atoi(argv[++i]);
         else if (a == "--steps" && i + 1 < argc && std::atoi(argv[i + 1]) > 0)
@@ -117,7 +134,7 @@ int main(int argc, char** argv) {
         else {
             std::fprintf(stderr, "usage: retro_gpu_check [--out DIR] [--quick] [--checks-only] [--filter S] "
                                  "[--wave-only] [--bench-only GROUP] [--tiny] [--hardware VALUES] [--contexts N,..] [--batches B,..] "
-                                 "[--kmeans cpu|gpu] [--measured] [--wave-kv host|gpu|both|all] [--host-threads N] "
+                                 "[--kmeans cpu|gpu] [--measured] [--wave-kv host|gpu|both|all] [--seeds LIST] [--host-threads N] "
                                  "[--no-launch-gate]\n");
             return 2;
         }
@@ -253,6 +270,7 @@ int main(int argc, char** argv) {
             if (!batches.empty()) wo.batches = batches;
             wo.kmeans_on_gpu = kmeans_gpu;
             wo.wave_host = wave_host, wo.wave_hbm = wave_hbm, wo.wave_hbm_host = wave_hbm_host;
+            wo.quest = seed_quest, wo.pq = seed_pq, wo.magicpig = seed_magicpig;
             wo.host_threads = host_threads;
             wo.launch_gate = launch_gate;
             std::fprintf(stderr, "wave vs full per layer (kernels/run)...\n");

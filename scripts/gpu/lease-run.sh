@@ -8,7 +8,8 @@
 #      CudaBackend.* tests on the device (the cuda backend's wave and full against the CPU methods)
 #   3. the wave decode step vs full attention per layer, beside the seed baselines on the GPU (quest, pq, and
 #      magicpig where built) and each batch's layer outside attention (cuBLAS: tokens/s per GPU, the table
-#      model-throughput.md) (FlashInfer, cuDNN where libcudnn.so.9 loads —
+#      model-throughput.md; RETRO_SEEDS, default quest,pq: magicpig's key hashing takes minutes at 128K in
+#      this BLAS-free build) (FlashInfer, cuDNN where libcudnn.so.9 loads —
 #      scripts/gpu/cudnn-env.sh finds PyTorch's —, the own kernel; wave with the KV in host
 #      memory, in device memory on the device alone, and in device memory through host lookups:
 #      RETRO_WAVE_KV, default all), HBM fractions, the
@@ -79,7 +80,7 @@ PYTHONWARNINGS=ignore timeout "${RETRO_SDPA_TIMEOUT:-150}" python3 -B "$root/pyt
   --batches "$bat" > "$out/sdpa.log" 2>&1
 echo "sdpa: exit $? ($((SECONDS - t0)) s)"
 t0=$SECONDS
-timeout "${RETRO_WAVE_TIMEOUT:-330}" "$bin" --out "$out/wave" --wave-only --contexts "$ctx" --batches "$bat" \
+timeout "${RETRO_WAVE_TIMEOUT:-330}" "$bin" --out "$out/wave" --wave-only --seeds "${RETRO_SEEDS:-quest,pq}" --contexts "$ctx" --batches "$bat" \
   --wave-kv "${RETRO_WAVE_KV:-all}" --hardware "$hwfile" --measured ${RETRO_HOST_THREADS:+--host-threads "$RETRO_HOST_THREADS"} \
   ${RETRO_STEPS:+--steps "$RETRO_STEPS"} ${RETRO_WARM_STEPS:+--warm-steps "$RETRO_WARM_STEPS"} > "$out/wave.log" 2>&1
 echo "wave run: exit $? ($((SECONDS - t0)) s)"
