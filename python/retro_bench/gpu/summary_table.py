@@ -13,18 +13,62 @@ baseline cannot hold in memory shows its "does not fit" as "-".
     PYTHONPATH=python python3 -m retro_bench.gpu.summary_table GPU_REPORT.json [GPU_REPORT.json ...] [--sdpa SDPA.json]
                                          [--peak-GBps 3350]
 
-GPU_REPORT.json: retro_gpu_check's report with "wave_run" rows (several: their rows are joined);
+GPU_REPORT.json: retro_gpu_check's report with "wave_run" rows (several: their rows are joined), or a results
+directory of `retro-bench run` with "backend": "cuda" (its runs.jsonl: the same table from the runner's
+records, issue 41 #1 — full's kernel and wave's KV placement name the rows as the driver does, the speed-ups
+over the fastest full row at each point);
 SDPA.json: python/retro_bench/gpu/sdpa_baseline.py's output. HBM % = K+V bytes / time / the peak given (default:
 none, then the fraction of the measured D2D ceiling the report carries). Prints Markdown.
 """
 import argparse
 import json
+import os
 import sys
+
+
+FULL_KERNEL_ROWS = {"flashinfer": "full", "cudnn": "full-cudnn", "own": "full-own"}
+
+
+def record_rows(path):
+    """The rows of a cuda results directory's records, in the driver's row format."""
+    records = [json.loads(line) for line in open(os.path.join(path, "runs.jsonl")) if line.strip()]
+    rows = []
+    for r in records:
+        if r.get("backend") != "cuda":
+            continue
+        m, c = r["metrics"], r.get("cuda", {})
+        mean = lambda k: m.get(k, {}).get("mean") or 0.0  # noqa: E731
+        method = r["method"]
+        if method == "full":
+            method = FULL_KERNEL_ROWS.get(c.get("kernel", "flashinfer"), "full")
+        elif method == "wave" and c.get("kv") == "gpu":
+            method = "wave-hbm"
+        total = c.get("phases", {}).get("total", {}) or c.get("phases", {}).get("step", {})
+        row = {"method": method, "context": r["prompt_len"], "batch": r["batch"], "status": "ok",
+               "step_us": mean("gpu_step_us"), "total_us": mean("gpu_total_us") or mean("gpu_step_us") + mean("gpu_admit_us"),
+               "admit_us": mean("gpu_admit_us"), "measured_over_model": total.get("measured_over_model")}
+        for k in ("select_us", "estimate_us", "gather_us", "attend_us", "host_us"):
+            row[k] = mean("gpu_" + k)
+        rows.append(row)
+    best = {}  # the fastest full row per point: the speed-ups' baseline, as the driver sets them
+    for row in rows:
+        if row["method"].startswith("full"):
+            key = (row["context"], row["batch"])
+            if key not in best or row["total_us"] < best[key]["total_us"]:
+                best[key] = row
+    for row in rows:
+        b = best.get((row["context"], row["batch"]))
+        if b and row is not b and row["total_us"] > 0:
+            row["speedup_vs_full"], row["baseline"] = b["total_us"] / row["total_us"], b["method"]
+    return rows
 
 
 def load_rows(paths):
     rows = []
     for p in paths:
+        if os.path.isdir(p):
+            rows += record_rows(p)
+            continue
         with open(p) as f:
             rows += json.load(f).get("wave_run", [])
     return rows
