@@ -387,9 +387,7 @@ BACKEND_TEST(PqMatchesTheCpuPqMethod) {
     REQUIRE_DEVICE();
     const int H = 2, prompt = 1000, steps = 40, B = 2;
     auto heads = layer_heads(H, prompt, steps);
-    for (HeadSlice& h : heads)  // the cuda backend runs fp16 KV (check_cuda_trace): the CPU twin sees the same values
-        for (std::vector<float>* x : {&h.keys, &h.values})
-            for (float& v : *x) v = half_to_float(float_to_half(v));
+    round_kv_to_half(heads);  // the cuda backend runs fp16 KV (check_cuda_trace): the CPU twin sees the same values
     const json cases[] = {{{"k", 40}},
                           {{"k", 0.05}, {"gqa", "per_head"}, {"m", 4}, {"nbits", 5}},
                           {{"k", 100}, {"gqa", "mean"}, {"sink", 0}, {"window", 16}},
@@ -522,12 +520,14 @@ BACKEND_TEST(MagicpigMatchesTheCpuMagicpigMethod) {
         });
         EXPECT_EQ(reported, (int)job.steps.size());
         EXPECT_EQ(same, reported * H) << "the GPU run's lists or weights differ from the CPU method's";
-        if (params["window"].get<int>() < prompt)
+        if (params["window"].get<int>() < prompt) {
             EXPECT_GT(sampled, 0u) << "nothing sampled: the host part untested";
-        else
+        } else {
             EXPECT_EQ(sampled, 0u);
-        if (params["K"].get<int>() > 0 && sampled > 0)  // the weights matter here: wrong ones would show
+        }
+        if (params["K"].get<int>() > 0 && sampled > 0) {  // the weights matter here: wrong ones would show
             EXPECT_GT(weight_effect, 0.05);
+        }
         EXPECT_LT(worst_out, 5e-3) << "fp16 KV vs float32";
         EXPECT_LT(worst_lse, 5e-3);
     }
