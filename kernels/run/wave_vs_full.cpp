@@ -9,6 +9,7 @@
 #include <numeric>
 #include <sstream>
 
+#include "common/bench_util.hpp"
 #include "core/check.hpp"
 #include "gpu/gpu_methods.hpp"
 #include "gpu/prediction.hpp"
@@ -124,28 +125,14 @@ WaveRunRow run_point(const GpuBackend& gpu, const WaveRunOptions& o, const Kind&
     return row;
 }
 
-/// The median time of one DenseLayer forward at `batch` (each behind a launch gate, as the rows' steps).
+/// The median time of one DenseLayer forward at `batch`, timed as the microbenchmarks time a kernel
+/// (bench_util::median_us: warm-up, each call behind a launch gate).
 double time_dense(cuda::DenseLayer& layer, int batch, int reps) {
     const cuda::DenseShape& s = layer.shape();
     cuda::DeviceBuffer<uint16_t> x((size_t)batch * s.hidden), attn((size_t)batch * s.attn());
     cuda::dev_memset(x.get(), 0x3C, x.bytes());  // ones: a bounded residual stream
     cuda::dev_memset(attn.get(), 0x00, attn.bytes());
-    cuda::Stream stream;
-    cuda::Event e0, e1;
-    cuda::LaunchGate gate;
-    layer.forward(batch, x.get(), attn.get(), stream.get());  // warm-up: cuBLAS's heuristics, first launches
-    std::vector<double> t;
-    for (int i = 0; i < std::max(1, reps); ++i) {
-        gate.hold(stream.get());
-        e0.record(stream.get());
-        layer.forward(batch, x.get(), attn.get(), stream.get());
-        e1.record(stream.get());
-        gate.release();
-        stream.synchronize();
-        t.push_back(1e3 * (double)e1.ms_since(e0));
-    }
-    std::sort(t.begin(), t.end());
-    return t[t.size() / 2];
+    return cuda::bench_util::median_us([&] { layer.forward(batch, x.get(), attn.get()); }, std::max(1, reps));
 }
 
 std::string num(double v) {
