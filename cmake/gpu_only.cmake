@@ -48,6 +48,7 @@ add_library(retro_ref STATIC
   ${CMAKE_SOURCE_DIR}/lib/gpu/measured.cpp
   ${CMAKE_SOURCE_DIR}/lib/metrics/selection_output.cpp
   ${CMAKE_SOURCE_DIR}/lib/core/threads.cpp
+  ${CMAKE_SOURCE_DIR}/lib/core/memory.cpp
   ${CMAKE_SOURCE_DIR}/lib/core/check.cpp)
 target_include_directories(retro_ref PUBLIC ${CMAKE_SOURCE_DIR}/lib)
 target_compile_definitions(retro_ref PRIVATE RETRO_NO_BLAS=1)

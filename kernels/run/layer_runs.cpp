@@ -7,7 +7,9 @@ namespace retro::gpu_run {
 
 LayerRun find_layer_run(const std::string& method) {
     static const std::map<std::string, LayerRun> runs = {
-        {"full", run_full_layer}, {"wave", run_wave_layer}, {"quest", run_quest_layer}, {"pq", run_pq_layer}, {"magicpig", run_magicpig_layer}};
+        {"full", run_full_layer}, {"wave", run_wave_layer}, {"quest", run_quest_layer}, {"pq", run_pq_layer}, {"magicpig", run_magicpig_layer},
+        {"faiss_flat", run_host_index_layer}, {"faiss_ivf", run_host_index_layer}, {"faiss_hnsw", run_host_index_layer},
+        {"retrieval_attention", run_host_index_layer}};
     const auto it = runs.find(method);
     return it == runs.end() ? nullptr : it->second;
 }

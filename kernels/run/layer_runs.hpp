@@ -1,7 +1,8 @@
 #pragma once
 // The layer runs of the CUDA backend (docs/cuda.md): full attention over all KV (GPU memory, or
 // pinned host memory read over PCIe when offloaded), the wave decode path, Quest's, PQCache's and MagicPIG's
-// (GPU hashing and static attention, the sampling and sampled attention on the host's cores). Each calls only
+// (GPU hashing and static attention, the sampling and sampled attention on the host's cores) and the CPU-index
+// methods' (the search and the retrieved tokens' attention on the host, the static pattern's on the GPU). Each calls only
 // cuda_api.hpp, so they run against the CUDA kernels or against the CPU emulation (kernels/*/*_emulation.cpp).
 #include <functional>
 #include <string>
@@ -17,6 +18,9 @@ void run_wave_layer(const GpuLayerJob& job, const StepFn& on_step);
 void run_quest_layer(const GpuLayerJob& job, const StepFn& on_step);
 void run_pq_layer(const GpuLayerJob& job, const StepFn& on_step);
 void run_magicpig_layer(const GpuLayerJob& job, const StepFn& on_step);
+/// faiss_flat, faiss_ivf, faiss_hnsw, retrieval_attention: the CPU method's search and the retrieved
+/// tokens' attention on the host's cores, the static pattern's attention on the GPU (host_index_layer.cpp).
+void run_host_index_layer(const GpuLayerJob& job, const StepFn& on_step);
 
 /// The layer run of each GPU method (gpu/gpu_methods.hpp), by name: what GpuBackend::run_layer calls.
 /// A method gains its run path with one entry here (layer_runs.cpp); the registry test checks that

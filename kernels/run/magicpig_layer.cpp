@@ -26,6 +26,7 @@
 #include "run/host_pool.hpp"
 #include "run/layer_common.hpp"
 #include "run/layer_runs.hpp"
+#include "run/static_split.hpp"
 
 namespace retro::gpu_run {
 
@@ -35,19 +36,6 @@ using Clock = std::chrono::steady_clock;
 
 double us_since(Clock::time_point t0) {
     return 1e-3 * (double)std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count();
-}
-
-/// out/lse <- the LSE merge of the GPU's partial (out_g [d] normalized, lse_g) and the host's p (may be empty).
-void merge_partials(const float* out_g, float lse_g, const PartialAttention& p, int d, float* out, float* lse) {
-    if (p.empty()) {
-        std::copy(out_g, out_g + d, out);
-        *lse = lse_g;
-        return;
-    }
-    const double lh = p.lse(), m = std::max((double)lse_g, lh);
-    const double wg = std::exp((double)lse_g - m), wh = std::exp(lh - m), z = wg + wh;
-    for (int e = 0; e < d; ++e) out[e] = (float)((wg * out_g[e] + wh * (p.acc[(size_t)e] / p.l)) / z);
-    *lse = (float)(m + std::log(z));
 }
 
 }  // namespace
@@ -68,27 +56,14 @@ void run_magicpig_layer(const GpuLayerJob& job, const StepFn& on_step) {
     cuda::DecodeShape ds;
     ds.batch = s.B, ds.kv_heads = s.H, ds.group = s.g, ds.d = s.d, ds.capacity = srows;
     ds.split = decode_split(ds.capacity, s.bh());
-    const size_t need = 2 * (size_t)s.bh() * srows * s.d * sizeof(uint16_t) + (size_t)s.H * s.d * KL * sizeof(float) +
+    const size_t need = StaticKv::bytes_for(s, ib, ie) + (size_t)s.H * s.d * KL * sizeof(float) +
                         (size_t)s.B * s.hq() * L * sizeof(uint32_t) + (size_t)s.bh() * (srows + 1) * sizeof(int32_t) +
                         cuda::decode_workspace_floats(ds) * sizeof(float) +
                         (size_t)s.B * s.hq() * (2 * (size_t)s.d + 2) * sizeof(float);
     if (need > cuda::device_free_bytes())
         throw GpuMemoryError("magicpig at batch " + std::to_string(s.B) + " needs " + std::to_string(need >> 20) +
                              " MiB of GPU memory; " + std::to_string(cuda::device_free_bytes() >> 20) + " MiB free");
-    cuda::DeviceBuffer<uint16_t> dk((size_t)s.bh() * srows * s.d), dv((size_t)s.bh() * srows * s.d);
-    {
-        std::vector<int32_t> ids((size_t)srows);
-        for (int r = 0; r < srows; ++r) ids[(size_t)r] = r < ib ? r : ie + (r - ib);
-        std::vector<uint16_t> hk((size_t)srows * s.d), hv((size_t)srows * s.d);
-        for (int h = 0; h < s.H; ++h) {
-            rows_to_half(*job.heads[(size_t)h], ids.data(), ids.size(), hk.data(), hv.data());
-            for (int b = 0; b < s.B; ++b) {
-                const size_t off = ((size_t)b * s.H + h) * srows * s.d;
-                cuda::copy_h2d(dk.get() + off, hk.data(), hk.size() * sizeof(uint16_t));
-                cuda::copy_h2d(dv.get() + off, hv.data(), hv.size() * sizeof(uint16_t));
-            }
-        }
-    }
+    const StaticKv skv = upload_static_kv(job, s, ib, ie);
     cuda::MagicpigShape ms;
     ms.seqs = s.bh(), ms.heads = s.H, ms.group = s.g, ms.d = s.d, ms.K = K, ms.L = L;
     cuda::DeviceBuffer<float> planes(std::max<size_t>(1, (size_t)s.H * s.d * KL));
@@ -136,7 +111,7 @@ void run_magicpig_layer(const GpuLayerJob& job, const StepFn& on_step) {
             if (sampled) cuda::magicpig_hash(ms, q.device(), planes.get(), codes.get(), st);
         };
         const auto attend = [&] {
-            cuda::decode_attention_pages(ds, q.device(), dk.get(), dv.get(), table.get(), 1, srows, lens.get(),
+            cuda::decode_attention_pages(ds, q.device(), skv.k.get(), skv.v.get(), table.get(), 1, srows, lens.get(),
                                          o.out.get(), o.lse.get(), work.get(), st);
         };
         if (i == 0)
@@ -170,11 +145,7 @@ void run_magicpig_layer(const GpuLayerJob& job, const StepFn& on_step) {
         });
         const double host_us = us_since(host0);
         stream.synchronize();
-        for (int k = 0; k < items; ++k)
-            for (int j = 0; j < g; ++j) {
-                const size_t m = (size_t)k * g + j;  // = b * Hq + h * g + j, the outputs' order
-                merge_partials(o.h_out.get() + m * d, o.h_lse.get()[m], parts[m], d, out.data() + m * d, &lse[m]);
-            }
+        merge_layer_partials(o, parts, d, out.data(), lse.data());
         const double step_us = us_since(step0);
 
         GpuStep r;

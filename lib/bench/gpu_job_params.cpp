@@ -7,6 +7,7 @@
 #include "gpu/gpu_methods.hpp"
 #include "bench/head_run.hpp"
 #include "methods/magicpig.hpp"
+#include "methods/params.hpp"
 #include "methods/pq.hpp"
 #include "methods/wave.hpp"
 
@@ -15,6 +16,18 @@ namespace retro {
 namespace {
 
 using Binding = std::function<void(const nlohmann::json& params, GpuLayerJob& job)>;
+
+/// The CPU-index methods' binding: the CPU method itself (made by its registry entry with the run's
+/// parameters), its static pattern and its seeds.
+Binding host_index_binding(const std::string& method) {
+    return [method](const nlohmann::json& p, GpuLayerJob& job) {
+        job.host_index.make = [method, p] { return find_method(method).make(p); };
+        job.host_index.sink = p.at("sink").get<int>();
+        job.host_index.window = p.at("window").get<int>();
+        job.host_index.window_slides = p.value("decode_tokens", "static") == "index";
+        job.host_index.seed = [method, p](int layer, int kv_head) { return method_seed(method, p, layer, kv_head); };
+    };
+}
 
 /// The binding of each GPU method's parameters: one entry per method of gpu_method_registry().
 const std::map<std::string, Binding>& bindings() {
@@ -38,6 +51,10 @@ const std::map<std::string, Binding>& bindings() {
              job.magicpig.head = magicpig_params_from_json(p);
              job.magicpig.seed = [p](int layer, int kv_head) { return method_seed("magicpig", p, layer, kv_head); };
          }},
+        {"faiss_flat", host_index_binding("faiss_flat")},
+        {"faiss_ivf", host_index_binding("faiss_ivf")},
+        {"faiss_hnsw", host_index_binding("faiss_hnsw")},
+        {"retrieval_attention", host_index_binding("retrieval_attention")},
     };
     return b;
 }

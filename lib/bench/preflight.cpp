@@ -60,10 +60,14 @@ MemoryEstimate estimate_run_memory(const RunConfig& cfg, const std::vector<Prepa
         // Evaluator: scores and softmax weights over the visible tokens for each query head of the group
         const double reference = 2.0 * info.group_size() * ((double)info.prompt_len + steps_read) * 4.0;
         double methods = 0;
-        for (const auto& r : cfg.runs) {  // every run of a head is built and held at once (run_head)
+        for (const auto& r : cfg.runs) {
             const MethodInfo& m = find_method(r.method);
-            methods += m.index_bytes ? m.index_bytes(r.params, info)
-                                     : (double)info.prompt_len * info.head_dim * 4.0;  // a float32 key copy
+            const double b = m.index_bytes ? m.index_bytes(r.params, info)
+                                           : (double)info.prompt_len * info.head_dim * 4.0;  // a float32 key copy
+            // cpu: every run of a head is built and held at once (run_head); cuda: one point at a time, its
+            // first sequence's index per head (a batch's further copies are checked by the point's run, which
+            // skips a batch that does not fit in host memory as one that does not fit in GPU memory)
+            methods = cfg.backend == "cuda" ? std::max(methods, b) : methods + b;
         }
         const double per_head = slice + reference + methods;
         const int heads = cfg.backend == "cuda" ? (int)t.kv_heads.size()  // one layer at a time on the GPU
@@ -73,8 +77,9 @@ MemoryEstimate estimate_run_memory(const RunConfig& cfg, const std::vector<Prepa
             in_flight = heads;
             worst_what = "trace " + t.spec.path + ": " + std::to_string(info.prompt_len + steps_read) +
                          " tokens x head_dim " + std::to_string(info.head_dim) + ": slice " + format_bytes(slice) +
-                         " + reference " + format_bytes(reference) + " + " + std::to_string(cfg.runs.size()) +
-                         " method instance(s) " + format_bytes(methods);
+                         " + reference " + format_bytes(reference) + " + " + (cfg.backend == "cuda" ? std::string("the largest method index ")
+                                                      : std::to_string(cfg.runs.size()) + " method instance(s) ") +
+                         format_bytes(methods);
         }
     }
     est.bytes = worst * in_flight;

@@ -6,6 +6,7 @@
 // selections, the measured phase times and the work it did. The runner computes every metric from these
 // with the harness's evaluator. JSON-free: the RETRO_GPU_ONLY driver uses the same types.
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -58,9 +59,27 @@ struct MagicPigGpuParams {
     std::function<unsigned(int layer, int kv_head)> seed;
 };
 
+/// The CPU-index methods on the GPU footing (faiss_flat, faiss_ivf, faiss_hnsw, retrieval_attention:
+/// docs/cuda.md "The CPU-index methods on the GPU"): the static pattern's KV (sink + window + decode
+/// tokens) in device memory and attended there; the index, its search and the retrieved tokens' attention
+/// on the host's cores, by the CPU method's own code (RetrievalAttention's split).
+struct HostIndexGpuParams {
+    /// An unbuilt instance of the CPU method with the run's parameters (the registry's make).
+    std::function<std::unique_ptr<Method>()> make;
+    int sink = 128;    ///< the static pattern: the first `sink` tokens ...
+    int window = 512;  ///< ... and the last `window` prompt tokens, and every decode token, on the GPU
+    /// Decode tokens leaving the window move to the CPU index (FAISS's decode_tokens "index"): the GPU's
+    /// part at n visible tokens is the sink and [max(prompt - window, n - window), n); false: every decode
+    /// token stays on the GPU (RetrievalAttention; FAISS's "static").
+    bool window_slides = false;
+    /// The CPU method's build seed of a (layer, KV head) (the runner's method_seed); unset: 0.
+    std::function<unsigned(int layer, int kv_head)> seed;
+};
+
 /// One layer of one trace on the GPU.
 struct GpuLayerJob {
-    /// The method, by its registry name: a GPU twin of gpu/gpu_methods.hpp ("full", "wave", "quest", "pq", "magicpig").
+    /// The method, by its registry name: a GPU twin of gpu/gpu_methods.hpp ("full", "wave", "quest", "pq",
+    /// "magicpig", "faiss_flat", "faiss_ivf", "faiss_hnsw", "retrieval_attention").
     std::string method = "full";
     std::vector<const HeadSlice*> heads;  ///< [H] KV heads of one layer: same head_dim, group, lengths
     std::vector<int> steps;               ///< decode steps evaluated, ascending (the others only append)
@@ -73,12 +92,13 @@ struct GpuLayerJob {
     /// (gather_clusters, lengths on the device, FlashInfer unsplit: nothing on the host's critical path)
     /// instead of the host's cache lookups and copy lists (false: the paper's host path, measured beside)
     bool wave_device_gather = true;
-    int host_threads = 0;  ///< wave: host lookup workers (0: min(8, cores - 1); 1: the caller alone); magicpig: sampling workers (0: cores - 1)
+    int host_threads = 0;  ///< wave: host lookup workers (0: min(8, cores - 1); 1: the caller alone); magicpig, the CPU-index methods: host workers (0: cores - 1)
     FullKernel full_kernel = FullKernel::library;  ///< full: the library baseline or the own kernel
     WaveParams wave;                      ///< wave: index and zones (gqa must be sum)
     QuestGpuParams quest;                 ///< quest: budget, page size, GQA; the KV in device memory
     PqGpuParams pq;                       ///< pq: quantizer, budget, layout, GQA; the KV in device memory
     MagicPigGpuParams magicpig;           ///< magicpig: hashing and layout; static KV on the GPU, the rest on the host
+    HostIndexGpuParams host_index;        ///< faiss_*, retrieval_attention: the CPU method; static KV on the GPU
     bool kmeans_on_gpu = false;           ///< wave: index blocks clustered by segmented_kmeans_gpu
     CacheParams cache;                    ///< wave: GPU block cache per (sequence, KV head); 0 slots = none
     int block_tokens = 8;                 ///< wave: cache block in tokens (cache_block_tokens)

@@ -100,11 +100,42 @@ GpuMethodInfo magicpig_gpu_method() {
     return m;
 }
 
+// The CPU-index methods (FAISS's flat, IVF and HNSW indexes; RetrievalAttention's RoarGraph): the static
+// pattern's KV (sink, window, decode tokens) in device memory, attended there; the queries read back to the
+// host, where the CPU method's own index is searched and the retrieved tokens attended on the host's cores
+// (RetrievalAttention's split, §3.3 and Figure 6 of its paper); the two partial results merged by their LSE
+// (docs/cuda.md, "The CPU-index methods on the GPU"). FAISS's gpu_fetch placement (the retrieved KV copied
+// to the GPU) is not built: the twin takes placement "cpu_attention".
+GpuMethodInfo host_index_gpu_method(const std::string& name, const std::string& index,
+                                    std::vector<std::pair<std::string, std::string>> required) {
+    GpuMethodInfo m;
+    m.name = name;
+    m.summary = index + " searched and the retrieved tokens attended on the host's cores; the static pattern's KV "
+                        "(sink, window, decode tokens) on the GPU, attended there; LSE merge";
+    m.gpu_selects = true;
+    m.required_params = std::move(required);
+    m.overlap = [](const GpuLayerJob&) { return Overlap::serial; };
+    m.check = [](const GpuLayerJob& job) {
+        if (!job.host_index.make) throw ParamError(job.method + " on the GPU: the job carries no CPU method to run");
+        if (job.host_index.sink < 0 || job.host_index.window < 0)
+            throw ParamError(job.method + " on the GPU: sink and window must be >= 0");
+    };
+    return m;
+}
+
 }  // namespace
 
 const std::vector<GpuMethodInfo>& gpu_method_registry() {
-    static const std::vector<GpuMethodInfo> r = {full_gpu_method(), wave_gpu_method(), quest_gpu_method(),
-                                                 pq_gpu_method(), magicpig_gpu_method()};
+    static const std::vector<GpuMethodInfo> r = {
+        full_gpu_method(),
+        wave_gpu_method(),
+        quest_gpu_method(),
+        pq_gpu_method(),
+        magicpig_gpu_method(),
+        host_index_gpu_method("faiss_flat", "FAISS IndexFlatIP", {{"placement", "cpu_attention"}}),
+        host_index_gpu_method("faiss_ivf", "FAISS IndexIVFFlat", {{"placement", "cpu_attention"}}),
+        host_index_gpu_method("faiss_hnsw", "FAISS IndexHNSWFlat", {{"placement", "cpu_attention"}}),
+        host_index_gpu_method("retrieval_attention", "RetrievalAttention's RoarGraph", {})};
     return r;
 }
 

@@ -62,13 +62,13 @@ constexpr int kG = 4, kD = 64;
 
 /// H KV heads of one layer: clustered keys, queries near the clusters (method_harness blob heads); spread:
 /// keys and queries spread wider around the clusters (other seeds).
-std::vector<HeadSlice> layer_heads(int H, int prompt, int steps, bool spread = false) {
+std::vector<HeadSlice> layer_heads(int H, int prompt, int steps, bool spread = false, int prefill = 0) {
     std::vector<HeadSlice> heads;
     for (int h = 0; h < H; ++h) {
         heads.push_back(blob_head({.prompt_len = prompt, .steps = steps, .d = kD, .group = kG,
                                    .seed = (spread ? 31u : 11u) + h, .centers = 24, .center_scale = spread ? 1.0f : 1.5f,
                                    .offset_scale = 1.0f, .key_noise = spread ? 1.5f : 0.5f, .query_scale = 1.5f,
-                                   .query_noise = spread ? 1.5f : 0.5f}));
+                                   .query_noise = spread ? 1.5f : 0.5f, .prefill = prefill}));
         heads.back().kv_head = h;
         heads.back().first_q_head = h * kG;
     }
@@ -533,6 +533,94 @@ BACKEND_TEST(MagicpigMatchesTheCpuMagicpigMethod) {
     }
 }
 
+// The CPU-index methods on the GPU footing (host_index_layer.cpp): every list of every selected step equal
+// to the CPU method's (its own search, run on the host per (replica, KV head) from queries read back from
+// the GPU), the accounting and footprints its own, and the split's output — the static pattern attended on
+// the GPU, the retrieved tokens on the host, merged by LSE — the CPU's attention over the same list.
+BACKEND_TEST(HostIndexMatchesTheCpuMethod) {
+    REQUIRE_DEVICE();
+    const int H = 2, prompt = 1000, steps = 40, B = 2;
+    auto heads = layer_heads(H, prompt, steps, true, 200);
+    round_kv_to_half(heads);
+    const std::pair<std::string, json> cases[] = {
+        {"faiss_flat", {{"k", 40}, {"sink", 16}, {"window", 64}, {"placement", "cpu_attention"}}},
+        // tokens leaving the window move to the index: the GPU's part slides
+        {"faiss_flat", {{"k", 30}, {"sink", 4}, {"window", 8}, {"gqa", "union"}, {"placement", "cpu_attention"}}},
+        {"faiss_ivf", {{"k", 0.05}, {"nlist", 16}, {"nprobe", 4}, {"placement", "cpu_attention"},
+                       {"decode_tokens", "static"}}},
+        {"faiss_hnsw", {{"k", 25}, {"sink", 0}, {"window", 32}, {"placement", "cpu_attention"}}},
+        {"retrieval_attention", {{"k", 30}, {"sink", 8}, {"window", 32}, {"nq", 20}}},
+        {"retrieval_attention", {{"window", 1000}}}};  // nothing indexed: the GPU's part alone
+    for (const auto& [name, given] : cases) {
+        SCOPED_TRACE(name + " " + given.dump());
+        const json params = resolve_params(find_method(name), given);
+        MethodRun mr;
+        mr.method = name, mr.params = params, mr.batch = B;
+        GpuLayerJob job = gpu_job_for(mr, CudaOptions{}, "test");
+        for (const HeadSlice& h : heads) job.heads.push_back(&h);
+        job.steps = {0, 5, 7, 23, 24, 39};
+        job.host_threads = 2;
+        std::vector<std::unique_ptr<Method>> cpu;
+        for (const HeadSlice& h : heads) {
+            MethodContext ctx = context_of(h);
+            ctx.seed = job.host_index.seed(h.layer, h.kv_head);
+            cpu.push_back(make_method(name, params));
+            cpu.back()->build(ctx, KVView{h.keys.data(), h.values.data(), prompt, kD});
+        }
+        const int ib = std::min(params["sink"].get<int>(), prompt);
+        const int ie = std::max(ib, prompt - params["window"].get<int>());
+        int last = -1, reported = 0, same = 0;
+        size_t retrieved = 0;
+        double worst_out = 0, worst_lse = 0;
+        gpu_run::make_cuda_backend()->run_layer(job, [&](const GpuStep& st) {
+            ++reported;
+            ASSERT_EQ(st.selections.size(), (size_t)H);
+            append_steps(cpu, heads, prompt, last, st.step);
+            last = st.step;
+            for (int h = 0; h < H; ++h) {
+                const HeadSlice& hs = heads[(size_t)h];
+                const Selection want = cpu_select(*cpu[(size_t)h], hs, st);
+                const Selection& got = st.selections[(size_t)h];
+                EXPECT_EQ(got.exact, want.exact) << "step " << st.step << " head " << h;
+                same += got.exact == want.exact;
+                for (const auto& l : got.exact)
+                    for (int32_t id : l) retrieved += id >= ib && id < ie;  // from the index (prompt tokens)
+                EXPECT_EQ(got.scan_ops, want.scan_ops);
+                EXPECT_EQ(got.h2d_bytes, want.h2d_bytes);
+                EXPECT_EQ(got.d2h_bytes, want.d2h_bytes);
+                const Footprint fp = cpu[(size_t)h]->footprint();
+                EXPECT_EQ(st.footprints[(size_t)h].gpu_bytes, fp.gpu_bytes);
+                EXPECT_EQ(st.footprints[(size_t)h].cpu_bytes, fp.cpu_bytes);
+                EXPECT_EQ(st.head_h2d_bytes[(size_t)h], 0.0);  // the retrieved KV attended on the host: none over PCIe
+                compare_head_outputs(st, hs, h, H, B, got, worst_out, worst_lse);
+            }
+            EXPECT_GT(st.work.attend_bytes, 0);
+            EXPECT_EQ(st.batch_d2h_bytes, (double)B * H * kG * (2 * kD + 1) * sizeof(float));  // queries + partials
+            EXPECT_GE(st.times.step_us, st.times.host_us);
+            EXPECT_EQ(st.times.select_us, 0.0);
+        });
+        EXPECT_EQ(reported, (int)job.steps.size());
+        EXPECT_EQ(same, reported * H) << "the GPU run's lists differ from the CPU method's";
+        if (ie > ib) {
+            EXPECT_GT(retrieved, 0u) << "nothing retrieved: the host part untested";
+        } else {
+            EXPECT_EQ(retrieved, 0u);
+        }
+        EXPECT_LT(worst_out, 5e-3) << "fp16 KV vs float32";
+        EXPECT_LT(worst_lse, 5e-3);
+    }
+    // FAISS's gpu_fetch placement is not built on the GPU: refused by name before any work
+    MethodRun gf;
+    gf.method = "faiss_ivf";
+    gf.params = resolve_params(find_method("faiss_ivf"), json::object());
+    try {
+        gpu_job_for(gf, CudaOptions{}, "run faiss_ivf");
+        FAIL() << "faiss_ivf with placement gpu_fetch was accepted on the GPU";
+    } catch (const ConfigError& e) {
+        EXPECT_NE(std::string(e.what()).find("set \"placement\": \"cpu_attention\""), std::string::npos) << e.what();
+    }
+}
+
 // Indexes built once for the layer (build_wave_heads, as the driver shares them across batch points) give
 // the same steps as a run that builds its own: outputs, selections and index build time carried over; so
 // does a run with the KV in device memory (wave_kv_on_gpu), whose misses cross no bus, both with the
@@ -672,13 +760,14 @@ BACKEND_TEST(RunMatchesTheCpuBackend) {
     REQUIRE_DEVICE();
     ScratchDir dir;
     SynthParams sp = SynthParams::preset("llama3-8b");
-    sp.num_layers = 1, sp.prompt_len = 2048, sp.decode_steps = 3, sp.prefill_queries = 0;
+    sp.num_layers = 1, sp.prompt_len = 2048, sp.decode_steps = 3, sp.prefill_queries = 64;
     const std::string trace = dir.path + "/t.h5";
     synthesize(sp, trace);
     json j = json::parse(R"({"name": "cpu", "kv_heads": [0, 1], "hardware": "h100-sxm-pcie5",
         "system": {"cache": 0.05}, "methods": [{"name": "full"}, {"name": "wave"},
         {"name": "quest", "params": {"k": 256, "placement": "gpu"}}, {"name": "pq", "params": {"k": 200}},
-        {"name": "magicpig"}]})");
+        {"name": "magicpig"}, {"name": "faiss_hnsw", "params": {"placement": "cpu_attention"}},
+        {"name": "retrieval_attention", "params": {"nq": 20}}]})");
     j["traces"] = {trace};
     RunnerOptions opt;
     opt.results_root = dir.path + "/results";
@@ -689,8 +778,8 @@ BACKEND_TEST(RunMatchesTheCpuBackend) {
     const auto backend = gpu_run::make_cuda_backend();
     opt.gpu = backend.get();
     const auto gpu = run_config(parse_config(j, "gpu.json"), opt);
-    ASSERT_EQ(cpu.records.size(), 5u);
-    ASSERT_EQ(gpu.records.size(), 10u);
+    ASSERT_EQ(cpu.records.size(), 7u);
+    ASSERT_EQ(gpu.records.size(), 14u);
     const auto mean = [](const json& rec, const char* m) { return rec["metrics"][m]["mean"].get<double>(); };
     for (const json& g : gpu.records) {
         const auto cpu_twin = std::find_if(cpu.records.begin(), cpu.records.end(),
@@ -707,9 +796,11 @@ BACKEND_TEST(RunMatchesTheCpuBackend) {
             EXPECT_EQ(c["metrics"]["recall@100"], g["metrics"]["recall@100"]);
         }
         EXPECT_NEAR(mean(c, "out_err"), mean(g, "out_err"), 2e-3);
-        // pq: the KV in HBM, the method's h2d_bytes model PQCache's offloaded KV; magicpig: the sampled KV
-        // attended on the host, the method's h2d_bytes are the partial outputs' return
-        if (g["method"] == "pq" || g["method"] == "magicpig")
+        // pq: the KV in HBM, the method's h2d_bytes model PQCache's offloaded KV; magicpig, faiss_hnsw,
+        // retrieval_attention: the sampled or retrieved KV attended on the host, the method's h2d_bytes are the
+        // partial outputs' return
+        if (g["method"] == "pq" || g["method"] == "magicpig" || g["method"] == "faiss_hnsw" ||
+            g["method"] == "retrieval_attention")
             EXPECT_EQ(mean(g, "gpu_head_h2d_bytes"), 0.0);
         else
             EXPECT_NEAR(mean(g, "gpu_head_h2d_bytes"), mean(g, "h2d_bytes"), 1e-9);
