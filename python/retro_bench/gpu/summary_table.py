@@ -5,7 +5,7 @@ report has it, * marking the points it was fitted to). wave is the clustered KV 
 paper's setting); wave-hbm, where the report has it, the same in device memory (within GPU memory). A
 speed-up is over the report's baseline, the fastest full row at its point; the cell names it when that is
 not FlashInfer (reports before cuDNN's row always used FlashInfer). The seed baselines on the GPU (quest, and
-pq / magicpig where a report has them: issue 41 #3) get a column each with their speed-up over full, and the
+pq / magicpig / the CPU-index methods where a report has them: issue 41 #3) get a column each with their speed-up over full, and the
 last column is wave (offloaded; else wave in HBM) against the fastest of them at the same point, the
 comparison of RetroInfer's Figure 12 (its paper: 3.3-22.8x the sparse systems' throughput) — a point a
 baseline cannot hold in memory shows its "does not fit" as "-".
@@ -96,7 +96,8 @@ def frac(bytes_, us, peak_Bps, fallback):
 
 
 # the seed baselines' rows of retro_gpu_check's wave-vs-full run, in column order
-SPARSE = {"quest": "Quest", "pq": "PQCache", "magicpig": "MagicPIG"}
+SPARSE = {"quest": "Quest", "pq": "PQCache", "magicpig": "MagicPIG", "faiss_flat": "FAISS flat", "faiss_ivf": "FAISS IVF",
+          "faiss_hnsw": "FAISS HNSW", "retrieval_attention": "RetrievalAttention"}
 
 
 def step_us(r):
