@@ -22,8 +22,10 @@ const std::vector<int32_t>* GpuCacheMap::find(int64_t id) const {
     return it == where_.end() ? nullptr : &it->second;
 }
 
-StepTraffic GpuCacheMap::step(const std::vector<UnitRequest>& req, std::vector<int64_t>& admitted) {
+StepTraffic GpuCacheMap::step(const std::vector<UnitRequest>& req, std::vector<int64_t>& admitted,
+                              std::vector<int64_t>* evicted) {
     admitted.clear();
+    if (evicted) evicted->clear();
     const StepTraffic tr = cache_.step(req);
     for (auto it = where_.begin(); it != where_.end();) {  // evictions first: they make the room
         if (cache_.contains(it->first)) {
@@ -31,6 +33,7 @@ StepTraffic GpuCacheMap::step(const std::vector<UnitRequest>& req, std::vector<i
             continue;
         }
         free_.insert(free_.end(), it->second.begin(), it->second.end());
+        if (evicted) evicted->push_back(it->first);
         it = where_.erase(it);
     }
     for (const UnitRequest& u : req) {

@@ -22,9 +22,14 @@ class GpuCacheMap {
 
     /// One step over `req` (rank order): the BlockCache's lookup and update; then the placement follows
     /// it: evicted clusters free their blocks, admitted ones get blocks. `admitted` receives the ids
-    /// placed this step (their data is copied from the execution buffer by the caller). Throws Error
-    /// when the placement and the BlockCache disagree (a bug).
-    StepTraffic step(const std::vector<UnitRequest>& req, std::vector<int64_t>& admitted);
+    /// placed this step (their data is copied from the execution buffer by the caller); `evicted`, when
+    /// given, the ids that left (the device table's entries to clear). Throws Error when the placement and
+    /// the BlockCache disagree (a bug).
+    StepTraffic step(const std::vector<UnitRequest>& req, std::vector<int64_t>& admitted,
+                     std::vector<int64_t>* evicted = nullptr);
+
+    /// Every resident cluster with its pool blocks (the device table's full upload after an index update).
+    const std::unordered_map<int64_t, std::vector<int32_t>>& resident() const { return where_; }
 
     int block_tokens() const { return bt_; }
     int64_t blocks() const { return blocks_; }

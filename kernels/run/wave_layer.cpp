@@ -195,7 +195,7 @@ class WaveLayer {
                 lib_ = std::make_unique<cuda::LibraryDecode>(ds_, kPage);
                 std::vector<int32_t> full((size_t)s_.bh(), X_);
                 lib_->plan(full.data(), st_);
-                if (device_gather()) {  // its schedule and table allocated here, not in a timed step
+                if (on_device()) {  // its schedule and table allocated here, not in a timed step
                     cuda::copy_h2d(d_lens_.get(), full.data(), full.size() * sizeof(int32_t));
                     lib_->plan_device(d_lens_.get(), st_);
                 }
@@ -205,6 +205,7 @@ class WaveLayer {
                 est_out_ = cuda::DeviceBuffer<float>((size_t)s_.B * s_.hq() * d);
                 est_lse_ = cuda::DeviceBuffer<float>((size_t)s_.B * s_.hq());
             }
+            if (device_lookup()) upload_cache_table();
         });
         steady_ = 0;  // the index moved: the steady zone is rebuilt at the next step
     }
@@ -361,35 +362,135 @@ class WaveLayer {
         return (int)n;
     }
 
+    /// Pair `bh`'s cache update (its requests reqs_[bh] of this step): the BlockCache's step, then each
+    /// admitted cluster's rows copied from where it missed in the execution buffer into its pool blocks
+    /// (bh_segs_[bh]); with `entries`, the device table's changes too (the admitted clusters' blocks set,
+    /// the evicted ones' cleared: device_lookup()).
+    void update_cache(int bh, const std::vector<Placed>& misses, std::vector<std::pair<int64_t, int32_t>>* entries) {
+        const size_t d = (size_t)s_.d, bt = (size_t)job_.block_tokens;
+        std::vector<CopySegment>& segs = bh_segs_[(size_t)bh];
+        segs.clear();
+        std::vector<int64_t> admitted, evicted;
+        caches_[(size_t)bh].step(reqs_[(size_t)bh], admitted, entries ? &evicted : nullptr);
+        const std::vector<int32_t>* first = entries ? &first_[(size_t)(bh % s_.H)] : nullptr;
+        const int64_t base = (int64_t)bh * NB_;
+        if (entries) {
+            entries->clear();
+            const WaveIndex& ix = heads_[(size_t)(bh % s_.H)].index();
+            for (int64_t id : evicted)
+                for (int j = 0, n = (ix.size((int)id) + (int)bt - 1) / (int)bt; j < n; ++j)
+                    entries->push_back({base + (*first)[(size_t)id] + j, -1});
+        }
+        auto it = misses.begin();  // admissions come in rank order, like the misses
+        for (int64_t id : admitted) {
+            while (it != misses.end() && it->id != id) ++it;
+            if (it == misses.end()) throw Error("cuda backend: admitted a cluster that did not miss");
+            const std::vector<int32_t>& blocks = *caches_[(size_t)bh].find(id);
+            for (size_t j = 0; j < blocks.size(); ++j) {
+                if (entries) entries->push_back({base + (*first)[(size_t)id] + (int64_t)j, blocks[j]});
+                const size_t x = ((size_t)bh * X_ + it->row + j * bt) * d;
+                const size_t p = ((size_t)bh * C_ + (size_t)blocks[j] * bt) * d;
+                const int64_t rows = std::min<int64_t>((int64_t)bt, it->tokens - (int64_t)(j * bt));
+                segs.push_back({xk_.get() + x, xv_.get() + x, pool_k_.get() + p, pool_v_.get() + p, rows});
+            }
+        }
+    }
+
     /// After the step: each cache's update, and the admitted clusters copied from the execution buffer
     /// into their pool blocks (the copy list; returns its length, `longest` its largest segment).
     int admit(const std::vector<std::vector<Placed>>& misses, int64_t& longest) {
-        const size_t d = (size_t)s_.d, bt = (size_t)job_.block_tokens;
-        pool_.for_each(s_.bh(), parallel(), [&](int bh) {
-            std::vector<CopySegment>& segs = bh_segs_[(size_t)bh];
-            segs.clear();
-            std::vector<int64_t> admitted;
-            caches_[(size_t)bh].step(reqs_[(size_t)bh], admitted);
-            auto it = misses[(size_t)bh].begin();  // admissions come in rank order, like the misses
-            for (int64_t id : admitted) {
-                while (it != misses[(size_t)bh].end() && it->id != id) ++it;
-                if (it == misses[(size_t)bh].end()) throw Error("cuda backend: admitted a cluster that did not miss");
-                const std::vector<int32_t>& blocks = *caches_[(size_t)bh].find(id);
-                for (size_t j = 0; j < blocks.size(); ++j) {
-                    const size_t x = ((size_t)bh * X_ + it->row + j * bt) * d;
-                    const size_t p = ((size_t)bh * C_ + (size_t)blocks[j] * bt) * d;
-                    const int64_t rows = std::min<int64_t>((int64_t)bt, it->tokens - (int64_t)(j * bt));
-                    segs.push_back({xk_.get() + x, xv_.get() + x, pool_k_.get() + p, pool_v_.get() + p, rows});
-                }
-            }
-        });
+        pool_.for_each(s_.bh(), parallel(), [&](int bh) { update_cache(bh, misses[(size_t)bh], nullptr); });
         return gather_lists(h_adm_, longest);
     }
 
     bool device_gather() const { return job_.wave_kv_on_gpu && job_.wave_device_gather; }
+    /// The KV in pinned host memory, the execution buffers assembled on the device from the ranked ids and
+    /// the cache's table on the GPU (issue 40 #2): hits from the pool, misses zero-copy from the store in one
+    /// kernel, no round trip to the host before attention; the cache's update (admission) after it.
+    bool device_lookup() const { return !job_.wave_kv_on_gpu && job_.wave_device_gather; }
+    bool on_device() const { return device_gather() || device_lookup(); }
+
+    /// The GPU block cache's table on the device (device_lookup()), after an index change: each cluster's
+    /// first entry (first_, per head: its blocks counted as if every cluster were resident) and every
+    /// resident cluster's pool blocks, from the caches' placement; the misses' rows and the update lists.
+    void upload_cache_table() {
+        const size_t bh = (size_t)s_.bh(), M = (size_t)M_;
+        const int bt = job_.block_tokens;
+        first_.assign((size_t)s_.H, {});
+        NB_ = 1;
+        for (int h = 0; h < s_.H; ++h) {
+            const WaveIndex& ix = heads_[(size_t)h].index();
+            std::vector<int32_t>& f = first_[(size_t)h];
+            f.resize(M);
+            int at = 0;
+            for (size_t c = 0; c < M; ++c) f[c] = at, at += (ix.size((int)c) + bt - 1) / bt;
+            NB_ = std::max(NB_, at);
+        }
+        std::vector<int32_t> first(bh * M), blocks(bh * NB_, -1);
+        for (size_t p = 0; p < bh; ++p) {
+            const std::vector<int32_t>& f = first_[p % s_.H];
+            std::copy(f.begin(), f.end(), first.begin() + (ptrdiff_t)(p * M));
+            for (const auto& [id, bl] : caches_[p].resident())
+                for (size_t j = 0; j < bl.size(); ++j) blocks[p * NB_ + f[(size_t)id] + j] = bl[j];
+        }
+        d_first_ = cuda::DeviceBuffer<int32_t>(first.size());
+        d_blocks_ = cuda::DeviceBuffer<int32_t>(blocks.size());
+        cuda::copy_h2d(d_first_.get(), first.data(), first.size() * sizeof(int32_t));
+        cuda::copy_h2d(d_blocks_.get(), blocks.data(), blocks.size() * sizeof(int32_t));
+        const size_t r = (size_t)std::max(R_, 1);
+        d_miss_ = cuda::DeviceBuffer<int32_t>(bh * r), h_miss_ = cuda::PinnedBuffer<int32_t>(bh * r);
+        // an admission sets the admitted clusters' entries and clears the evicted ones': each at most the
+        // blocks of an execution buffer's retrieval rows (the evicted make room for the admitted)
+        const size_t cap = bh * 2 * ((size_t)X_ / bt + R_ + 2);
+        if (h_at_.size() < cap) {
+            h_at_ = cuda::PinnedBuffer<int64_t>(cap), d_at_ = cuda::DeviceBuffer<int64_t>(cap);
+            h_val_ = cuda::PinnedBuffer<int32_t>(cap), d_val_ = cuda::DeviceBuffer<int32_t>(cap);
+        }
+        bh_entries_.assign(bh, {});
+    }
+
+    /// After a step on the device path with the KV in host memory (device_lookup()): the ranked ids and the
+    /// misses' rows read back, each cache's update on the host (the same BlockCache policy as the host path),
+    /// then the admitted clusters copied from the execution buffer into their pool blocks and the device
+    /// table's entries set (admitted) and cleared (evicted), queued on the stream before the next step.
+    /// miss_tokens: each (replica, head)'s tokens read over PCIe this step. Returns the host part's time (us).
+    double admit_device(std::vector<int64_t>& miss_tokens, std::vector<std::vector<Placed>>& misses) {
+        const auto t0 = Clock::now();
+        pool_.for_each(s_.bh(), parallel(), [&](int p) {
+            const WaveIndex& ix = heads_[(size_t)(p % s_.H)].index();
+            reqs_[(size_t)p].clear(), misses[(size_t)p].clear();
+            miss_tokens[(size_t)p] = 0;
+            for (int i = 0; i < R_; ++i) {
+                const int c = h_ranked_[(size_t)p * R_ + i], sz = ix.size(c);
+                if (sz == 0) continue;
+                reqs_[(size_t)p].push_back({c, sz, unit_slots(sz, job_.block_tokens)});
+                const int row = h_miss_[(size_t)p * R_ + i];
+                if (row >= 0) misses[(size_t)p].push_back({c, row, sz}), miss_tokens[(size_t)p] += sz;
+            }
+            update_cache(p, misses[(size_t)p], &bh_entries_[(size_t)p]);
+        });
+        size_t n = 0;
+        for (const auto& e : bh_entries_) n += e.size();
+        if (n > h_at_.size()) throw Error("cuda backend: cache table updates larger than their bound (internal error)");
+        n = 0;
+        for (const auto& e : bh_entries_)
+            for (const auto& [at, v] : e) h_at_[n] = at, h_val_[n] = v, ++n;
+        int64_t longest = 0;
+        const int n_adm = gather_lists(h_adm_, longest);
+        if (n_adm > 0) {  // the data first, then the table that points at it (one stream: in this order)
+            cuda::copy_h2d_async(d_adm_.get(), h_adm_.get(), (size_t)n_adm * sizeof(CopySegment), st_);
+            cuda::copy_segments(d_adm_.get(), n_adm, s_.d, longest, st_);
+        }
+        if (n > 0) {
+            cuda::copy_h2d_async(d_at_.get(), h_at_.get(), n * sizeof(int64_t), st_);
+            cuda::copy_h2d_async(d_val_.get(), h_val_.get(), n * sizeof(int32_t), st_);
+            cuda::set_entries(d_at_.get(), d_val_.get(), (int)n, d_blocks_.get(), st_);
+        }
+        return ms_since(t0) * 1e3;
+    }
 
     void step(int t, bool first) {
-        if (parallel() && !device_gather()) pool_.wake();  // the lookup workers spin: the ids arrive in ~100 us
+        if (parallel() && !on_device()) pool_.wake();  // the lookup workers spin: the ids arrive in ~100 us
         const int n = s_.prompt + t + 1;
         sync_steady(n);
         const int S = steady_;
@@ -413,7 +514,7 @@ class WaveLayer {
         // on the host once the lengths are known) where it takes the shape and every buffer holds a
         // token, else the own kernel
         // the device path: lengths stay on the device (every buffer holds the steady rows, S > 0)
-        const bool device = ranked && device_gather();
+        const bool device = ranked && on_device();
         bool planned = false;
         const auto plan = [&] {
             if (device) {
@@ -493,14 +594,23 @@ class WaveLayer {
         report(t, n, host_us, miss_tokens, est);
     }
 
-    /// A step with nothing on the host's critical path (device_gather()): the zones, the estimation,
-    /// the execution buffers and their lengths on the device, FlashInfer's decode over them (its page table
-    /// and split schedule built there too).
+    /// A step with nothing on the host's critical path (on_device()): the zones, the estimation, the
+    /// execution buffers and their lengths on the device, FlashInfer's decode over them (its page table
+    /// and split schedule built there too). With the KV in device memory there is no cache; with it in
+    /// pinned host memory (device_lookup()) the gather takes hits from the cache's pool and misses from the
+    /// store over PCIe by the device table, and the cache's update follows the attention (admit_device: its
+    /// time is admit_us, counted by the one timing rule).
     template <class Rank, class Estimate, class Plan, class Attend>
     void device_step(int t, int n, int S, bool est, const Rank& rank, const Estimate& estimate, const Plan& plan,
                      const Attend& attend) {
         cuda::GatherShape gs;
         gs.bh = s_.bh(), gs.clusters = M_, gs.r = R_, gs.tokens = s_.tokens, gs.capacity = X_, gs.d = s_.d;
+        const bool lookup = device_lookup();
+        cuda::GatherCache gc;
+        if (lookup) {
+            gc.first = d_first_.get(), gc.blocks = d_blocks_.get(), gc.nb = NB_, gc.block_tokens = job_.block_tokens;
+            gc.pool_k = pool_k_.get(), gc.pool_v = pool_v_.get(), gc.pool_rows = C_, gc.miss_rows = d_miss_.get();
+        }
         if (job_.launch_gate) gate_.hold(st_);
         e_start_.record(st_);
         rank();
@@ -510,27 +620,44 @@ class WaveLayer {
         estimate();
         e_est1_.record(st_);
         e_gather0_.record(st_);
-        cuda::gather_clusters(gs, S, ranked_.get(), sizes_.get(), offsets_.get(), dstore_k_.get(), dstore_v_.get(),
-                              xk_.get(), xv_.get(), d_lens_.get(), st_);
+        cuda::gather_clusters(gs, S, ranked_.get(), sizes_.get(), offsets_.get(), store_k(), store_v(), xk_.get(),
+                              xv_.get(), d_lens_.get(), st_, lookup ? &gc : nullptr);
         e_gather1_.record(st_);
         plan();
         attend();
         e_attend_.record(st_);
-        e_admit_.record(st_);  // no cache: nothing to admit
+        if (lookup && R_ > 0) {  // what the cache's update needs: the ranked ids and the misses' rows
+            cuda::copy_2d_async(h_ranked_.get(), (size_t)R_ * 4, ranked_.get(), (size_t)M_ * 4, (size_t)R_ * 4,
+                                (size_t)s_.bh(), st_);
+            cuda::copy_d2h_async(h_miss_.get(), d_miss_.get(), (size_t)s_.bh() * R_ * sizeof(int32_t), st_);
+        }
+        e_ids_back_.record(st_);
+        gate_.release();  // before the host waits for the ids
+        std::vector<int64_t> miss_tokens((size_t)s_.bh(), 0);
+        double host_us = 0;
+        if (lookup && R_ > 0) {
+            e_ids_back_.synchronize();
+            std::vector<std::vector<Placed>> misses((size_t)s_.bh());
+            host_us = admit_device(miss_tokens, misses);
+        }
+        e_admit_.record(st_);
         o_.read_back(st_);
         cuda::copy_d2h_async(h_lens_.get(), d_lens_.get(), h_lens_.bytes(), st_);  // for the work accounting
         if (R_ + E_ > 0)  // replica 0's ranking, for the selections
             cuda::copy_2d_async(h_rank0_.get(), (size_t)(R_ + E_) * 4, ranked_.get(), (size_t)M_ * 4,
                                 (size_t)(R_ + E_) * 4, (size_t)s_.H, st_);
-        gate_.release();
         stream_.synchronize();
         gate_timed_out_ = gate_.timed_out();
         plan_us_ = 0;
-        report(t, n, 0.0, std::vector<int64_t>((size_t)s_.bh(), 0), est, /*host_lookups=*/false);
+        // the ids and misses' rows read back for the update: after the step, off its critical path
+        report(t, n, host_us, miss_tokens, est, /*host_lookups=*/false,
+               lookup && R_ > 0 ? (double)s_.bh() * R_ * 2 * sizeof(int32_t) : 0.0);
     }
 
+    /// host_us: the host's part of the step (the host path's lookups and plan) or, with device_lookup(), of
+    /// the cache's update after it (inside admit_us); update_d2h: bytes read back for that update.
     void report(int t, int n, double host_us, const std::vector<int64_t>& miss_tokens, bool est,
-                bool host_lookups = true) {
+                bool host_lookups = true, double update_d2h = 0) {
         GpuStep r;
         r.step = t, r.n = n;
         r.out = o_.h_out.get(), r.lse = o_.h_lse.get();
@@ -569,7 +696,7 @@ class WaveLayer {
             r.head_h2d_bytes[(size_t)h] = pcie * (double)miss_tokens[(size_t)h] * tb;
         }
         for (int64_t m : miss_tokens) r.batch_h2d_bytes += pcie * (double)m * tb;
-        r.batch_d2h_bytes = ranked && host_lookups ? (double)s_.bh() * R_ * 4.0 : 0.0;
+        r.batch_d2h_bytes = (ranked && host_lookups ? (double)s_.bh() * R_ * 4.0 : 0.0) + update_d2h;
         on_step_(r);
     }
 
@@ -609,7 +736,18 @@ class WaveLayer {
     std::unique_ptr<cuda::LibraryDecode> lib_;  ///< the library decode over the execution buffers, or none
     std::vector<int32_t> ids_;
     std::vector<int> order_;
-    cuda::Event e_start_, e_ranked_, e_ids_, e_est0_, e_est1_, e_gather0_, e_gather1_, e_attend_, e_admit_;
+    cuda::Event e_start_, e_ranked_, e_ids_, e_est0_, e_est1_, e_gather0_, e_gather1_, e_attend_, e_admit_, e_ids_back_;
+    // the device lookup path (device_lookup()): the cache's table on the GPU
+    std::vector<std::vector<int32_t>> first_;               ///< [H][M] each cluster's first block-table entry
+    int NB_ = 0;                                            ///< block-table entries per (replica, head)
+    cuda::DeviceBuffer<int32_t> d_first_, d_blocks_, d_miss_;  ///< [B*H, M], [B*H, NB], [B*H, R]
+    cuda::PinnedBuffer<int32_t> h_miss_;                    ///< [B*H, R] the misses' rows, read back after a step
+    cuda::PinnedBuffer<int64_t> h_at_;                      ///< the table's updates of a step: entries ...
+    cuda::PinnedBuffer<int32_t> h_val_;                     ///< ... and their values (-1: evicted)
+    cuda::DeviceBuffer<int64_t> d_at_;
+    cuda::DeviceBuffer<int32_t> d_val_;
+    std::vector<std::vector<std::pair<int64_t, int32_t>>> bh_entries_;
+
     cuda::LaunchGate gate_;        ///< job_.launch_gate: the step's launches queued before it runs
     bool gate_timed_out_ = false;  ///< the last step's gate ended by its timeout
 };

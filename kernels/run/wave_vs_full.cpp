@@ -33,11 +33,11 @@ BuiltWaveHeads build_index(const GpuBackend& gpu, const WaveRunOptions& o, const
 
 /// One row kind: its label, a GPU method (gpu/gpu_methods.hpp), full's kernel, wave's KV placement.
 struct Kind {
-    std::string label;  ///< full, full-cudnn, full-own, wave, wave-hbm, wave-hbm-host, quest, pq, magicpig
+    std::string label;  ///< full, full-cudnn, full-own, wave, wave-dev, wave-hbm, wave-hbm-host, quest, pq, magicpig
     std::string method;
     FullKernel fk = FullKernel::library;
     bool kv_on_gpu = false;
-    bool device_gather = true;  ///< with kv_on_gpu: GpuLayerJob::wave_device_gather
+    bool device_gather = true;  ///< GpuLayerJob::wave_device_gather (the KV in host memory: the device lookups)
 };
 
 std::string method_label(const Kind& k) { return k.label; }
@@ -232,7 +232,8 @@ std::vector<WaveRunRow> run_wave_vs_full(const GpuBackend& gpu, const WaveRunOpt
             else if (progress) progress("full-cudnn left out: " + why);
         }
         if (o.full_own || kinds.empty()) kinds.push_back({"full-own", "full", FullKernel::own});
-        if (o.wave_host) kinds.push_back({"wave", "wave", FullKernel::library, false});
+        if (o.wave_host) kinds.push_back({"wave", "wave", FullKernel::library, false, false});
+        if (o.wave_dev) kinds.push_back({"wave-dev", "wave", FullKernel::library, false, true});
         if (o.wave_hbm) kinds.push_back({"wave-hbm", "wave", FullKernel::library, true, true});
         if (o.wave_hbm_host) kinds.push_back({"wave-hbm-host", "wave", FullKernel::library, true, false});
         if (o.quest) kinds.push_back({"quest", "quest"});

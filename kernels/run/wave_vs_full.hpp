@@ -38,10 +38,12 @@ struct WaveRunOptions {
     /// full row at its context and batch (the baseline, named in WaveRunRow::baseline).
     bool full_library = true, full_cudnn = true, full_own = true;
     /// wave rows: "wave" with the clustered KV in pinned host memory (misses over PCIe: the paper's
-    /// setting), "wave-hbm" with it in device memory (the within-GPU-memory setting; its execution buffers
-    /// assembled on the device: GpuLayerJob::wave_device_gather) and "wave-hbm-host", the same through the
-    /// host's lookups and FlashInfer's planner (the comparison)
-    bool wave_host = true, wave_hbm = true, wave_hbm_host = false;
+    /// setting) through the host's lookups and copy lists (the paper's path), "wave-dev" the same with the
+    /// cache's table on the GPU (the execution buffers assembled on the device, the cache's update after the
+    /// step: issue 40 #2), "wave-hbm" with the KV in device memory (the within-GPU-memory setting; its
+    /// execution buffers assembled on the device: GpuLayerJob::wave_device_gather) and "wave-hbm-host", the
+    /// same through the host's lookups and FlashInfer's planner (the comparison)
+    bool wave_host = true, wave_dev = true, wave_hbm = true, wave_hbm_host = false;
     /// a "quest" row: Quest on the GPU (the KV in device memory, its batch capped like full's) at `quest`'s
     /// parameters: Quest's headline budget of 2048 tokens in 16-token pages, a page list per query head
     bool quest = true;
@@ -75,7 +77,7 @@ struct WaveRunOptions {
 
 /// One (method, context, batch): means over the decode steps.
 struct WaveRunRow {
-    std::string method;  ///< "full" (FlashInfer) | "full-cudnn" | "full-own" (the own kernel) | "wave" | "wave-hbm" | "wave-hbm-host" | "quest" | "pq" | "magicpig"
+    std::string method;  ///< "full" (FlashInfer) | "full-cudnn" | "full-own" (the own kernel) | "wave" | "wave-dev" | "wave-hbm" | "wave-hbm-host" | "quest" | "pq" | "magicpig"
     int context = 0, batch = 0, steps = 0;
     std::string status = "ok";  ///< or "does not fit: ..." (larger batches of the method are skipped)
     GpuStepTimes measured;

@@ -171,8 +171,33 @@ constexpr int kMaxGatherClusters = 8192;
 /// d_ranked: [bh, M] int32 (cluster_select's order; the first r are read); d_sizes, d_offsets: [bh, M]
 /// int32; d_store_k, d_store_v: [bh, N, d] fp16 device memory; d_xk, d_xv: [bh, X, d] fp16;
 /// d_lens: [bh] int32 out. ParamError on a shape out of range.
+/// With `cache` (the GPU block cache's view, GatherCache) a ranked cluster resident in the cache is copied
+/// from its pool blocks and one that is not from the store, which may then be pinned host memory read
+/// through UVA (zero-copy over PCIe: wave's KV offloaded, the device path of issue 40 #2); the misses' rows
+/// are reported for the host's admission after the step.
+struct GatherCache {
+    /// [bh, M] int32: cluster c's first entry in `blocks` (its blocks at [first[c], first[c] + ceil(size/bt)))
+    const int32_t* first = nullptr;
+    /// [bh, nb] int32: the pool block holding each cluster block, -1 when the cluster is not resident (all of
+    /// a cluster's blocks or none)
+    const int32_t* blocks = nullptr;
+    int nb = 0;            ///< entries of `blocks` per pair
+    int block_tokens = 8;  ///< bt: rows per pool block
+    const uint16_t* pool_k = nullptr;  ///< [bh, pool_rows, d] fp16 device memory: block b = rows [b*bt, (b+1)*bt)
+    const uint16_t* pool_v = nullptr;
+    int64_t pool_rows = 0;
+    /// [bh, r] int32 out: the execution-buffer row where each ranked cluster that missed starts; -1 for a hit,
+    /// an empty cluster or one past the capacity
+    int32_t* miss_rows = nullptr;
+};
+
 void gather_clusters(const GatherShape& s, int steady, const int32_t* d_ranked, const int32_t* d_sizes,
                      const int32_t* d_offsets, const uint16_t* d_store_k, const uint16_t* d_store_v, uint16_t* d_xk,
-                     uint16_t* d_xv, int32_t* d_lens, void* stream = nullptr);
+                     uint16_t* d_xv, int32_t* d_lens, void* stream = nullptr, const GatherCache* cache = nullptr);
+
+/// table[at[i]] = value[i] for i in [0, n) (the GPU block cache's table updates after an admission: a few
+/// hundred scattered entries, one launch). d_at: [n] int64, d_value: [n] int32 in device memory; the `at`
+/// are distinct. CPU reference: the loop itself (wave/wave_checks.cpp, SetEntries).
+void set_entries(const int64_t* d_at, const int32_t* d_value, int n, int32_t* d_table, void* stream = nullptr);
 
 }  // namespace retro::cuda

@@ -349,24 +349,45 @@ void check_copy_segments(Checker& c) {
 // gather_clusters vs the host's assembly of the same execution buffer
 // ---------------------------------------------------------------------------------------------------
 
-// The reference of gather_clusters: per pair, the first r ranked clusters' store rows in rank order after
-// `steady` rows, cut at the capacity; rows it does not write keep their previous bits. xk, xv: [bh, X, d].
+/// A cache view's host copies for gather_clusters_ref (GatherCache): first [bh, M], blocks [bh, nb], the pool
+/// [bh, pool_rows, d]; miss_rows [bh, r] out.
+struct HostCache {
+    std::vector<int32_t> first, blocks;
+    int nb = 0, bt = 8;
+    int64_t pool_rows = 0;
+    std::vector<uint16_t> pk, pv;
+    std::vector<int32_t> miss_rows;
+};
+
+// The reference of gather_clusters: per pair, the first r ranked clusters' rows in rank order after `steady`
+// rows, cut at the capacity, from the store or (a cluster resident in `cache`) from its pool blocks; rows it
+// does not write keep their previous bits. xk, xv: [bh, X, d].
 void gather_clusters_ref(const GatherShape& s, int steady, const std::vector<int32_t>& ranked,
                          const std::vector<int32_t>& sizes, const std::vector<int32_t>& offsets,
                          const std::vector<uint16_t>& sk, const std::vector<uint16_t>& sv, std::vector<uint16_t>& xk,
-                         std::vector<uint16_t>& xv, std::vector<int32_t>& lens) {
+                         std::vector<uint16_t>& xv, std::vector<int32_t>& lens, HostCache* cache = nullptr) {
     const size_t d = (size_t)s.d;
     lens.assign((size_t)s.bh, 0);
+    if (cache) cache->miss_rows.assign((size_t)s.bh * s.r, -1);
     for (int p = 0; p < s.bh; ++p) {
         const size_t at = (size_t)p * s.clusters;
         int64_t row = steady;
         for (int i = 0; i < s.r; ++i) {
             const int cl = ranked[at + i];
+            const int32_t* bl = cache ? cache->blocks.data() + (size_t)p * cache->nb + cache->first[at + cl] : nullptr;
+            const bool hit = cache && sizes[at + cl] > 0 && bl[0] >= 0;
+            if (cache && !hit && sizes[at + cl] > 0 && row < s.capacity) cache->miss_rows[(size_t)p * s.r + i] = (int32_t)row;
             for (int64_t t = 0; t < sizes[at + cl] && row + t < s.capacity; ++t) {
-                const size_t src = ((size_t)p * s.tokens + offsets[at + cl] + t) * d;
                 const size_t dst = ((size_t)p * s.capacity + row + t) * d;
-                std::copy_n(sk.begin() + src, d, xk.begin() + dst);
-                std::copy_n(sv.begin() + src, d, xv.begin() + dst);
+                if (hit) {
+                    const size_t src = ((size_t)p * cache->pool_rows + (size_t)bl[t / cache->bt] * cache->bt + t % cache->bt) * d;
+                    std::copy_n(cache->pk.begin() + src, d, xk.begin() + dst);
+                    std::copy_n(cache->pv.begin() + src, d, xv.begin() + dst);
+                } else {
+                    const size_t src = ((size_t)p * s.tokens + offsets[at + cl] + t) * d;
+                    std::copy_n(sk.begin() + src, d, xk.begin() + dst);
+                    std::copy_n(sv.begin() + src, d, xv.begin() + dst);
+                }
             }
             row += sizes[at + cl];
         }
@@ -379,6 +400,9 @@ void check_gather_clusters(Checker& c) {
     const Case cases[] = {{1, 40, 0, 64, 5, 3},      {1, 300, 1, 128, 68, 0},   {5, 300, 117, 64, 68, 9},
                           {3, 300, 300, 128, 0, 1},  {2, 1200, 700, 64, 33, 0}, {4, 64, 64, 64, 20, -50}};
     std::mt19937 rng(99);
+    // every case without the cache, then with it (about half the clusters resident in pool blocks placed in
+    // a random order, block size 8 or 5; the store then stands for pinned host memory)
+    for (int cached = 0; cached < 2; ++cached)
     for (const Case& k : cases) {
         GatherShape s;
         s.bh = k.bh, s.clusters = k.M, s.r = k.r, s.d = k.d;
@@ -407,14 +431,62 @@ void check_gather_clusters(Checker& c) {
         DeviceBuffer<uint16_t> xk((size_t)k.bh * s.capacity * k.d), xv(xk.size());
         DeviceBuffer<int32_t> dlens((size_t)k.bh);
         poison(xk), poison(xv), poison(dlens);
+        HostCache hc;
+        GatherCache gc;
+        DeviceBuffer<int32_t> dfirst, dblocks, dmiss;
+        DeviceBuffer<uint16_t> dpk, dpv;
+        Half pk, pv;
+        if (cached) {
+            hc.bt = k.d == 64 ? 8 : 5;
+            hc.first.assign(sizes.size(), 0);
+            for (int p = 0; p < k.bh; ++p) {  // each cluster's blocks, counted as if every one were resident
+                int f = 0;
+                for (int j = 0; j < k.M; ++j) hc.first[(size_t)p * k.M + j] = f, f += (sizes[(size_t)p * k.M + j] + hc.bt - 1) / hc.bt;
+                hc.nb = std::max(hc.nb, f);
+            }
+            hc.blocks.assign((size_t)k.bh * std::max(hc.nb, 1), -1);
+            std::bernoulli_distribution resident(0.5);
+            int64_t pool_blocks = 1;
+            std::vector<std::vector<int32_t>> taken((size_t)k.bh);
+            for (int p = 0; p < k.bh; ++p)
+                for (int j = 0; j < k.M; ++j) {
+                    const int nbl = (sizes[(size_t)p * k.M + j] + hc.bt - 1) / hc.bt;
+                    if (nbl == 0 || !resident(rng)) continue;
+                    for (int b = 0; b < nbl; ++b) taken[(size_t)p].push_back((int32_t)((size_t)p * k.M + j) * 64 + b);
+                }
+            for (const auto& t : taken) pool_blocks = std::max<int64_t>(pool_blocks, (int64_t)t.size() + 3);
+            hc.pool_rows = pool_blocks * hc.bt;
+            for (int p = 0; p < k.bh; ++p) {  // the resident blocks placed in a random order of pool blocks
+                std::vector<int32_t> place((size_t)pool_blocks);
+                std::iota(place.begin(), place.end(), 0);
+                std::shuffle(place.begin(), place.end(), rng);
+                size_t next = 0;
+                for (int32_t code : taken[(size_t)p]) {
+                    const int j = (int)((code / 64) % k.M), b = code % 64;
+                    hc.blocks[(size_t)p * hc.nb + hc.first[(size_t)p * k.M + j] + b] = place[next++];
+                }
+            }
+            pk = random_half((size_t)k.bh * hc.pool_rows * k.d, rng), pv = random_half(pk.bits.size(), rng);
+            hc.pk = pk.bits, hc.pv = pv.bits;
+            dfirst = upload(hc.first), dblocks = upload(hc.blocks), dpk = upload(pk.bits), dpv = upload(pv.bits);
+            dmiss = DeviceBuffer<int32_t>((size_t)k.bh * std::max(k.r, 1));
+            poison(dmiss);
+            gc.first = dfirst.get(), gc.blocks = dblocks.get(), gc.nb = hc.nb, gc.block_tokens = hc.bt;
+            gc.pool_k = dpk.get(), gc.pool_v = dpv.get(), gc.pool_rows = hc.pool_rows, gc.miss_rows = dmiss.get();
+        }
         gather_clusters(s, k.steady, dranked.get(), dsizes.get(), doff.get(), dsk.get(), dsv.get(), xk.get(), xv.get(),
-                        dlens.get());
+                        dlens.get(), nullptr, cached ? &gc : nullptr);
         synchronize();
         std::vector<uint16_t> rk(xk.size(), 0xFFFF), rv(xv.size(), 0xFFFF);  // poison() writes all ones
         std::vector<int32_t> rlens;
-        gather_clusters_ref(s, k.steady, ranked, sizes, offsets, sk.bits, sv.bits, rk, rv, rlens);
+        gather_clusters_ref(s, k.steady, ranked, sizes, offsets, sk.bits, sv.bits, rk, rv, rlens, cached ? &hc : nullptr);
         const std::string tag = fmt("bh=%g M=%g r=%g d=%g steady=%g", k.bh, k.M, k.r, k.d, k.steady) +
-                                fmt(" capacity=%g", s.capacity);
+                                fmt(" capacity=%g", s.capacity) + (cached ? " cached" : "");
+        if (cached && k.r > 0) {
+            std::vector<int32_t> got = download(dmiss);
+            got.resize((size_t)k.bh * k.r);
+            c.expect(got == hc.miss_rows, tag + ": the misses' rows differ from the host's");
+        }
         c.expect(download(dlens) == rlens, tag + ": lengths differ from the host's");
         c.expect(download(xk) == rk && download(xv) == rv,
                  tag + ": execution buffers differ from the host's assembly (or rows outside it were written)");
@@ -430,12 +502,36 @@ void check_gather_clusters(Checker& c) {
     c.expect(refused, "gather_clusters with r > clusters: not refused");
 }
 
+// set_entries vs the host's loop: scattered entries of a table written, the others left as they were
+void check_set_entries(Checker& c) {
+    std::mt19937 rng(5);
+    for (int n : {0, 1, 255, 256, 1000}) {
+        std::vector<int32_t> table(4096);
+        std::iota(table.begin(), table.end(), 0);
+        std::vector<int64_t> at(table.size());
+        std::iota(at.begin(), at.end(), 0);
+        std::shuffle(at.begin(), at.end(), rng);
+        at.resize((size_t)n);
+        std::vector<int32_t> value((size_t)n);
+        std::uniform_int_distribution<int32_t> v(-1, 1 << 20);
+        for (int32_t& x : value) x = v(rng);
+        auto dt = upload(table);
+        auto da = upload(at.empty() ? std::vector<int64_t>{0} : at);
+        auto dv = upload(value.empty() ? std::vector<int32_t>{0} : value);
+        set_entries(da.get(), dv.get(), n, dt.get());
+        synchronize();
+        for (int i = 0; i < n; ++i) table[(size_t)at[(size_t)i]] = value[(size_t)i];
+        c.expect(download(dt) == table, fmt("set_entries n=%g: the table differs from the host's", n));
+    }
+}
+
 }  // namespace
 
 RETRO_KERNEL_CHECKS(wave, 10, {{"ClusterRank", check_cluster_rank},
                                {"ClusterSelect", check_cluster_select},
                                {"EstimateAttention", check_estimate},
                                {"CopySegments", check_copy_segments},
-                               {"GatherClusters", check_gather_clusters}});
+                               {"GatherClusters", check_gather_clusters},
+                               {"SetEntries", check_set_entries}});
 
 }  // namespace retro::cuda

@@ -92,24 +92,46 @@ void copy_segments(const CopySegment* segs, int n, int d, int64_t, void*) {
 void copy_segments_memcpy(const CopySegment* segs, int n, int d, void* st) { copy_segments(segs, n, d, 0, st); }
 void gather_clusters(const GatherShape& s, int steady, const int32_t* ranked, const int32_t* sizes,
                      const int32_t* offsets, const uint16_t* sk, const uint16_t* sv, uint16_t* xk, uint16_t* xv,
-                     int32_t* lens, void*) {
+                     int32_t* lens, void*, const GatherCache* cache) {
     if (s.d % 8 || s.r < 0 || s.r > s.clusters || s.r > kMaxGatherClusters || steady < 0 || steady > s.capacity)
         throw ParamError("cuda gather_clusters: bad shape");
+    if (cache && (!cache->first || !cache->blocks || !cache->miss_rows || cache->block_tokens < 1 ||
+                  (cache->pool_rows > 0 && (!cache->pool_k || !cache->pool_v))))
+        throw ParamError("cuda gather_clusters: a cache view without its tables, pool or miss rows");
+    const size_t d = (size_t)s.d;
     for (int p = 0; p < s.bh; ++p) {
         int64_t row = steady;
         for (int i = 0; i < s.r; ++i) {
             const size_t at = (size_t)p * s.clusters;
             const int c = ranked[at + i];
             const int64_t n = std::min<int64_t>(sizes[at + c], s.capacity - row);
-            if (n > 0) {
-                const size_t src = ((size_t)p * s.tokens + offsets[at + c]) * s.d, dst = ((size_t)p * s.capacity + row) * s.d;
-                std::memcpy(xk + dst, sk + src, n * s.d * 2);
-                std::memcpy(xv + dst, sv + src, n * s.d * 2);
+            const int32_t* bl = cache ? cache->blocks + (size_t)p * cache->nb + cache->first[at + c] : nullptr;
+            const bool hit = cache && sizes[at + c] > 0 && bl[0] >= 0;
+            if (cache)
+                cache->miss_rows[(size_t)p * s.r + i] = !hit && sizes[at + c] > 0 && row < s.capacity ? (int32_t)row : -1;
+            for (int64_t w = 0; w < n; ++w) {  // row by row: a hit's rows lie in its pool blocks
+                const size_t dst = ((size_t)p * s.capacity + row + w) * d;
+                const uint16_t *fk, *fv;
+                if (hit) {
+                    const int bt = cache->block_tokens;
+                    const size_t src = ((size_t)p * cache->pool_rows + (size_t)bl[w / bt] * bt + w % bt) * d;
+                    fk = cache->pool_k + src, fv = cache->pool_v + src;
+                } else {
+                    const size_t src = ((size_t)p * s.tokens + offsets[at + c] + w) * d;
+                    fk = sk + src, fv = sv + src;
+                }
+                std::memcpy(xk + dst, fk, d * 2);
+                std::memcpy(xv + dst, fv, d * 2);
             }
             row += sizes[at + c];
         }
         lens[p] = (int32_t)std::min<int64_t>(row, s.capacity);
     }
+}
+
+void set_entries(const int64_t* at, const int32_t* value, int n, int32_t* table, void*) {
+    if (n < 0) throw ParamError("cuda set_entries: n < 0");
+    for (int i = 0; i < n; ++i) table[at[i]] = value[i];
 }
 
 RETRO_KERNEL_EMULATION(wave);

@@ -78,7 +78,7 @@ TEST_P(GpuKernel, MatchesCpuReference) {
 // The checks the families of kernels/ register (a test's own family, such as test_adding_a_kernel.cpp's,
 // is not one of them).
 const std::vector<std::string> kKernelChecks = {
-    "ClusterRank",   "ClusterSelect", "EstimateAttention", "CopySegments",  "GatherClusters",
+    "ClusterRank",   "ClusterSelect", "EstimateAttention", "CopySegments",  "GatherClusters", "SetEntries",
     "DecodeAttention", "DecodeAttentionPages", "QuestPageMeta", "QuestSelect", "PqScores", "PqSelect", "MagicpigHash",
     "LibraryDecode", "CudnnDecode",   "DenseLayer",    "KMeansAssign",  "KMeansSegmented",   "LaunchGate"};
 

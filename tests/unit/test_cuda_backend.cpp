@@ -206,8 +206,10 @@ double swap_gap(const std::set<int>& a, const std::set<int>& b, const std::vecto
 // centroids on the GPU); outputs within fp16 tolerance; replicas identical; the GPU block cache serving
 // hits (from its pool: outputs would be wrong otherwise) with exactly the PCIe bytes the system model
 // replays for the same selections; an index update in the middle (update_segment 128, window 16).
-BACKEND_TEST(WaveMatchesTheCpuWaveMethod) {
-    REQUIRE_DEVICE();
+/// The wave path with the KV in pinned host memory against the CPU method: device_lookup, the execution
+/// buffers assembled on the device by the cache's table on the GPU (GpuLayerJob::wave_device_gather, the
+/// default), else through the host's lookups and copy lists (the paper's path).
+void wave_matches_the_cpu_wave_method(bool device_lookup) {
     const int H = 2, prompt = 1200, steps = 160, B = 3;
     const auto heads = layer_heads(H, prompt, steps);
     const json params = resolve_params(find_method("wave"), {{"segment", 512}, {"update_segment", 128},
@@ -237,6 +239,7 @@ BACKEND_TEST(WaveMatchesTheCpuWaveMethod) {
     job.wave = wave_params_from_json(params);
     job.cache = sys[0]->cache_params();
     job.block_tokens = sys[0]->block_tokens();
+    job.wave_device_gather = device_lookup;
     ASSERT_GT(job.cache.capacity_slots, 0);
 
     int last = -1, reported = 0, steps_with_hits = 0, same = 0, ties = 0, order_ties = 0;
@@ -311,10 +314,23 @@ BACKEND_TEST(WaveMatchesTheCpuWaveMethod) {
         sys[(size_t)h]->finish(kv);
         EXPECT_EQ(measured[(size_t)h], kv["h2d_bytes"]) << "measured PCIe bytes vs the system model's replay, head " << h;
     }
-    std::printf("wave GPU path vs CPU wave: %d of %d head-steps identical (%d reordered by a near-tie), %d with a "
+    std::printf("wave GPU path (%s) vs CPU wave: %d of %d head-steps identical (%d reordered by a near-tie), %d with a "
                 "tie swap (largest aggregate gap %.1e); worst output rel L2 %.2e, LSE %.2e; %d head-steps with "
                 "cache hits\n",
-                same, reported * H, order_ties, ties, worst_gap, worst_out, worst_lse, steps_with_hits);
+                device_lookup ? "device lookups" : "host lookups", same, reported * H, order_ties, ties, worst_gap,
+                worst_out, worst_lse, steps_with_hits);
+}
+
+BACKEND_TEST(WaveMatchesTheCpuWaveMethod) {
+    REQUIRE_DEVICE();
+    wave_matches_the_cpu_wave_method(false);
+}
+
+// The device lookup path (issue 40 #2): the same selections, outputs and PCIe bytes as the system model's
+// replay, the cache's hits served from the pool by the table on the GPU.
+BACKEND_TEST(WaveWithDeviceLookupsMatchesTheCpuWaveMethod) {
+    REQUIRE_DEVICE();
+    wave_matches_the_cpu_wave_method(true);
 }
 
 // Quest on the GPU (issue 41 #3) against the CPU method `quest` on the same fp16 keys: the same pages for

@@ -24,7 +24,9 @@ def row_name(r):
     if m == "full":
         m = FULL_KERNEL_ROWS.get(c.get("kernel", "flashinfer"), "full")
     elif m == "wave" and c.get("kv") == "gpu":
-        m = "wave-hbm"
+        m = "wave-hbm" if c.get("lookups", "device") == "device" else "wave-hbm-host"
+    elif m == "wave" and c.get("lookups") == "device":
+        m = "wave-dev"
     params = ", ".join(f"{k} {v}" for k, v in sorted(r.get("params", {}).items()) if k in ("k", "retrieval", "estimation", "K", "L"))
     return m, params
 

@@ -42,7 +42,9 @@ def record_rows(path):
         if method == "full":
             method = FULL_KERNEL_ROWS.get(c.get("kernel", "flashinfer"), "full")
         elif method == "wave" and c.get("kv") == "gpu":
-            method = "wave-hbm"
+            method = "wave-hbm" if c.get("lookups", "device") == "device" else "wave-hbm-host"
+        elif method == "wave" and c.get("lookups") == "device":  # records before 2026-11-29 have none: the host path
+            method = "wave-dev"
         total = c.get("phases", {}).get("total", {}) or c.get("phases", {}).get("step", {})
         row = {"method": method, "context": r["prompt_len"], "batch": r["batch"], "status": "ok",
                "step_us": mean("gpu_step_us"), "total_us": mean("gpu_total_us") or mean("gpu_step_us") + mean("gpu_admit_us"),
@@ -123,11 +125,12 @@ def main(argv=None):
         if r.get("status") == "ok":
             by[(r["method"], r["context"], r["batch"])] = r
     points = sorted({(r["context"], r["batch"]) for r in rows} | set(sdpa))
-    waves = [m for m in ("wave", "wave-hbm", "wave-hbm-host") if any(k[0] == m for k in by)] or ["wave"]
+    waves = [m for m in ("wave", "wave-dev", "wave-hbm", "wave-hbm-host") if any(k[0] == m for k in by)] or ["wave"]
     fulls = [m for m in ("full", "full-cudnn", "full-own") if m != "full-cudnn" or any(k[0] == m for k in by)]
     full_names = {"full": "full (FlashInfer)", "full-cudnn": "full (cuDNN)", "full-own": "full (own kernel)"}
     head = ["context", "batch", "torch SDPA (best)"] + [full_names[m] for m in fulls]
-    names = {"wave": "wave", "wave-hbm": "wave, KV in HBM", "wave-hbm-host": "wave, KV in HBM, host lookups"}
+    names = {"wave": "wave", "wave-dev": "wave, device lookups", "wave-hbm": "wave, KV in HBM",
+             "wave-hbm-host": "wave, KV in HBM, host lookups"}
     for m in waves:
         head += [names[m], f"{names[m]} vs full"]
     sparse = [m for m in SPARSE if any(k[0] == m for k in by)]
