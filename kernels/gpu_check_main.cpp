@@ -12,7 +12,8 @@
 //   --contexts N,N,...  --batches B,B,...   the wave run's grid (default 32768,131072 x 1,2,4,...,64)
 //   --kmeans cpu|gpu  the wave index's k-means (default gpu; cpu = lib/cluster, BLAS-free in this build)
 //   --wave-kv host|gpu|both|all  wave's clustered KV in pinned host memory ("wave", the paper's setting and
-//                     host path; "wave-dev", the cache's table on the GPU), in device memory ("wave-hbm",
+//                     host path; "wave-dev", the cache's table on the GPU; "wave-dev-nocache" and
+//                     "wave-dev-async": Figure 15's ablation), in device memory ("wave-hbm",
 //                     within GPU memory, the step on the device alone), both (default), or all: + "wave-hbm-host"
 //                     (device memory, host lookups and plan)
 //   --host-threads N  wave's host lookup workers (default min(8, cores - 1))
@@ -77,7 +78,7 @@ std::vector<int> int_list(const std::string& s) {
 int main(int argc, char** argv) {
     std::string out_dir = ".", filter, hardware;
     std::vector<int> contexts, batches;
-    bool kmeans_gpu = true, measured = false, wave_host = true, wave_dev = true, wave_hbm = true, wave_hbm_host = false;
+    bool kmeans_gpu = true, measured = false, wave_host = true, wave_dev = true, wave_ablation = true, wave_hbm = true, wave_hbm_host = false;
     bool seed_quest = true, seed_pq = true, seed_magicpig = true;  // --seeds
     int host_threads = 0;
     int steps = 0, warm_steps = 0;  // --steps, --warm-steps (0 steps: the layer's default)
@@ -96,7 +97,7 @@ int main(int argc, char** argv) {
                  (std::string(argv[i + 1]) == "host" || std::string(argv[i + 1]) == "gpu" ||
                   std::string(argv[i + 1]) == "both" || std::string(argv[i + 1]) == "all")) {
             const std::string v = argv[++i];
-            wave_host = wave_dev = v != "gpu", wave_hbm = v != "host", wave_hbm_host = v == "all";
+            wave_host = wave_dev = wave_ablation = v != "gpu", wave_hbm = v != "host", wave_hbm_host = v == "all";
         } else if (a == "--seeds" && i + 1 < argc) {
             const std::string v = std::string(",") + argv[++i] + ",";
             seed_quest = v.find(",quest,") != std::string::npos, seed_pq = v.find(",pq,") != std::string::npos;
@@ -270,7 +271,7 @@ int main(int argc, char** argv) {
             if (!contexts.empty()) wo.contexts = contexts;
             if (!batches.empty()) wo.batches = batches;
             wo.kmeans_on_gpu = kmeans_gpu;
-            wo.wave_host = wave_host, wo.wave_dev = wave_dev, wo.wave_hbm = wave_hbm, wo.wave_hbm_host = wave_hbm_host;
+            wo.wave_host = wave_host, wo.wave_dev = wave_dev, wo.wave_ablation = wave_ablation, wo.wave_hbm = wave_hbm, wo.wave_hbm_host = wave_hbm_host;
             wo.quest = seed_quest, wo.pq = seed_pq, wo.magicpig = seed_magicpig;
             wo.host_threads = host_threads;
             wo.launch_gate = launch_gate;

@@ -82,10 +82,14 @@ class WaveLayer {
             const int pos = s_.prompt + t;
             bool grew = false;
             for (int h = 0; h < s_.H; ++h) grew |= heads_[(size_t)h].append(kv_of(h, pos + 1), pos);
-            if (grew) layout();
+            if (grew) {
+                flush_update();  // the caches' pending update first: the table is rebuilt from them
+                layout();
+            }
             if (std::find(job_.steps.begin(), job_.steps.end(), t) == job_.steps.end()) continue;
             step(t, t == job_.steps.front());
         }
+        flush_update();
     }
 
   private:
@@ -409,6 +413,10 @@ class WaveLayer {
     /// kernel, no round trip to the host before attention; the cache's update (admission) after it.
     bool device_lookup() const { return !job_.wave_kv_on_gpu && job_.wave_device_gather; }
     bool on_device() const { return device_gather() || device_lookup(); }
+    /// device_lookup() with the cache's update of step t applied at step t+1, on the host while the GPU
+    /// ranks and estimates (GpuLayerJob::wave_async_update): the update off the step's critical path, in
+    /// the next step's window where it is not hidden.
+    bool async_update() const { return device_lookup() && job_.wave_async_update; }
 
     /// The GPU block cache's table on the device (device_lookup()), after an index change: each cluster's
     /// first entry (first_, per head: its blocks counted as if every cluster were resident) and every
@@ -449,25 +457,33 @@ class WaveLayer {
         bh_entries_.assign(bh, {});
     }
 
-    /// After a step on the device path with the KV in host memory (device_lookup()): the ranked ids and the
-    /// misses' rows read back, each cache's update on the host (the same BlockCache policy as the host path),
-    /// then the admitted clusters copied from the execution buffer into their pool blocks and the device
-    /// table's entries set (admitted) and cleared (evicted), queued on the stream before the next step.
-    /// miss_tokens: each (replica, head)'s tokens read over PCIe this step. Returns the host part's time (us).
-    double admit_device(std::vector<int64_t>& miss_tokens, std::vector<std::vector<Placed>>& misses) {
-        const auto t0 = Clock::now();
-        pool_.for_each(s_.bh(), parallel(), [&](int p) {
+    /// After a step on the device path with the KV in host memory (device_lookup()), its ranked ids and
+    /// misses' rows read back: each (replica, head)'s requests (reqs_) and misses (pending_misses_) and the
+    /// tokens it read over PCIe (miss_tokens). Cheap: what the step's report needs.
+    void collect_misses(std::vector<int64_t>& miss_tokens) {
+        pending_misses_.resize((size_t)s_.bh());
+        for (int p = 0; p < s_.bh(); ++p) {
             const WaveIndex& ix = heads_[(size_t)(p % s_.H)].index();
-            reqs_[(size_t)p].clear(), misses[(size_t)p].clear();
+            reqs_[(size_t)p].clear(), pending_misses_[(size_t)p].clear();
             miss_tokens[(size_t)p] = 0;
             for (int i = 0; i < R_; ++i) {
                 const int c = h_ranked_[(size_t)p * R_ + i], sz = ix.size(c);
                 if (sz == 0) continue;
                 reqs_[(size_t)p].push_back({c, sz, unit_slots(sz, job_.block_tokens)});
                 const int row = h_miss_[(size_t)p * R_ + i];
-                if (row >= 0) misses[(size_t)p].push_back({c, row, sz}), miss_tokens[(size_t)p] += sz;
+                if (row >= 0) pending_misses_[(size_t)p].push_back({c, row, sz}), miss_tokens[(size_t)p] += sz;
             }
-            update_cache(p, misses[(size_t)p], &bh_entries_[(size_t)p]);
+        }
+    }
+
+    /// The caches' update for the collected step (collect_misses): each cache's step on the host (the same
+    /// BlockCache policy as the host path), then the admitted clusters copied from the execution buffer into
+    /// their pool blocks and the device table's entries set (admitted) and cleared (evicted), queued on the
+    /// stream, so before any later gather. Returns the host part's time (us).
+    double apply_update() {
+        const auto t0 = Clock::now();
+        pool_.for_each(s_.bh(), parallel(), [&](int p) {
+            update_cache(p, pending_misses_[(size_t)p], &bh_entries_[(size_t)p]);
         });
         size_t n = 0;
         for (const auto& e : bh_entries_) n += e.size();
@@ -489,10 +505,21 @@ class WaveLayer {
         return ms_since(t0) * 1e3;
     }
 
+    /// The asynchronous update's pending step applied now (before an index change rebuilds the table, and
+    /// at the end of the run), synchronized.
+    void flush_update() {
+        if (!pending_) return;
+        apply_update();
+        pending_ = false;
+        stream_.synchronize();
+    }
+
     void step(int t, bool first) {
         if (parallel() && !on_device()) pool_.wake();  // the lookup workers spin: the ids arrive in ~100 us
         const int n = s_.prompt + t + 1;
-        sync_steady(n);
+        // the asynchronous update's scatter reads the last step's retrieval rows, where the steady zone
+        // grows: the steady rows are written after it (device_step)
+        if (!(async_update() && pending_)) sync_steady(n);
         const int S = steady_;
         q_.stage(t, st_);
         const bool ranked = M_ > 0 && R_ + E_ > 0;
@@ -603,6 +630,7 @@ class WaveLayer {
     template <class Rank, class Estimate, class Plan, class Attend>
     void device_step(int t, int n, int S, bool est, const Rank& rank, const Estimate& estimate, const Plan& plan,
                      const Attend& attend) {
+        double host_us = 0;
         cuda::GatherShape gs;
         gs.bh = s_.bh(), gs.clusters = M_, gs.r = R_, gs.tokens = s_.tokens, gs.capacity = X_, gs.d = s_.d;
         const bool lookup = device_lookup();
@@ -619,6 +647,13 @@ class WaveLayer {
         e_est0_.record(st_);
         estimate();
         e_est1_.record(st_);
+        if (async_update() && pending_) {  // the last step's update, while the GPU ranks and estimates
+            gate_.release();
+            host_us = apply_update();
+            pending_ = false;
+            sync_steady(n);
+            S = steady_;
+        }
         e_gather0_.record(st_);
         cuda::gather_clusters(gs, S, ranked_.get(), sizes_.get(), offsets_.get(), store_k(), store_v(), xk_.get(),
                               xv_.get(), d_lens_.get(), st_, lookup ? &gc : nullptr);
@@ -632,15 +667,16 @@ class WaveLayer {
             cuda::copy_d2h_async(h_miss_.get(), d_miss_.get(), (size_t)s_.bh() * R_ * sizeof(int32_t), st_);
         }
         e_ids_back_.record(st_);
+        if (async_update()) e_admit_.record(st_);  // the step's part of the update: the read-back alone
         gate_.release();  // before the host waits for the ids
         std::vector<int64_t> miss_tokens((size_t)s_.bh(), 0);
-        double host_us = 0;
         if (lookup && R_ > 0) {
             e_ids_back_.synchronize();
-            std::vector<std::vector<Placed>> misses((size_t)s_.bh());
-            host_us = admit_device(miss_tokens, misses);
+            collect_misses(miss_tokens);
+            if (async_update()) pending_ = true;  // applied in the next step's window
+            else host_us = apply_update();
         }
-        e_admit_.record(st_);
+        if (!async_update()) e_admit_.record(st_);
         o_.read_back(st_);
         cuda::copy_d2h_async(h_lens_.get(), d_lens_.get(), h_lens_.bytes(), st_);  // for the work accounting
         if (R_ + E_ > 0)  // replica 0's ranking, for the selections
@@ -747,6 +783,8 @@ class WaveLayer {
     cuda::DeviceBuffer<int64_t> d_at_;
     cuda::DeviceBuffer<int32_t> d_val_;
     std::vector<std::vector<std::pair<int64_t, int32_t>>> bh_entries_;
+    std::vector<std::vector<Placed>> pending_misses_;  ///< [B*H] the collected step's misses
+    bool pending_ = false;                             ///< async_update(): a collected step not applied yet
 
     cuda::LaunchGate gate_;        ///< job_.launch_gate: the step's launches queued before it runs
     bool gate_timed_out_ = false;  ///< the last step's gate ended by its timeout

@@ -33,11 +33,13 @@ BuiltWaveHeads build_index(const GpuBackend& gpu, const WaveRunOptions& o, const
 
 /// One row kind: its label, a GPU method (gpu/gpu_methods.hpp), full's kernel, wave's KV placement.
 struct Kind {
-    std::string label;  ///< full, full-cudnn, full-own, wave, wave-dev, wave-hbm, wave-hbm-host, quest, pq, magicpig
+    std::string label;  ///< full, full-cudnn, full-own, wave, wave-dev, wave-dev-async, wave-dev-nocache, wave-hbm, ...
     std::string method;
     FullKernel fk = FullKernel::library;
     bool kv_on_gpu = false;
     bool device_gather = true;  ///< GpuLayerJob::wave_device_gather (the KV in host memory: the device lookups)
+    bool async_update = false;  ///< GpuLayerJob::wave_async_update
+    bool no_cache = false;      ///< no GPU block cache (every retrieval cluster read over PCIe): the ablation's first bar
 };
 
 std::string method_label(const Kind& k) { return k.label; }
@@ -72,6 +74,7 @@ WaveRunRow run_point(const GpuBackend& gpu, const WaveRunOptions& o, const Kind&
     job.full_kernel = kind.fk;
     job.wave_kv_on_gpu = kind.kv_on_gpu;
     job.wave_device_gather = kind.device_gather;
+    job.wave_async_update = kind.async_update;
     job.host_threads = o.host_threads;
     for (const HeadSlice& h : heads) job.heads.push_back(&h);
     job.steps.resize((size_t)h0.num_steps);
@@ -83,7 +86,8 @@ WaveRunRow run_point(const GpuBackend& gpu, const WaveRunOptions& o, const Kind&
     job.magicpig = o.magicpig_params;
     job.kmeans_on_gpu = o.kmeans_on_gpu;
     job.block_tokens = cache_block_tokens(o.block_bytes, h0.head_dim, 2.0);
-    job.cache.capacity_slots = cache_capacity_slots(o.cache, 0, h0.prompt_len, h0.head_dim, 2.0, job.block_tokens);
+    job.cache.capacity_slots =
+        kind.no_cache ? 0 : cache_capacity_slots(o.cache, 0, h0.prompt_len, h0.head_dim, 2.0, job.block_tokens);
     job.warmup = o.warmup;
     job.launch_gate = o.launch_gate;
     job.wave_heads = built;
@@ -234,6 +238,10 @@ std::vector<WaveRunRow> run_wave_vs_full(const GpuBackend& gpu, const WaveRunOpt
         if (o.full_own || kinds.empty()) kinds.push_back({"full-own", "full", FullKernel::own});
         if (o.wave_host) kinds.push_back({"wave", "wave", FullKernel::library, false, false});
         if (o.wave_dev) kinds.push_back({"wave-dev", "wave", FullKernel::library, false, true});
+        if (o.wave_ablation) {  // RetroInfer's Figure 15 on the device path: no cache, cache, cache + async update
+            kinds.push_back({"wave-dev-nocache", "wave", FullKernel::library, false, true, false, true});
+            kinds.push_back({"wave-dev-async", "wave", FullKernel::library, false, true, true});
+        }
         if (o.wave_hbm) kinds.push_back({"wave-hbm", "wave", FullKernel::library, true, true});
         if (o.wave_hbm_host) kinds.push_back({"wave-hbm-host", "wave", FullKernel::library, true, false});
         if (o.quest) kinds.push_back({"quest", "quest"});

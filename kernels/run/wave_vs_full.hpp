@@ -44,6 +44,10 @@ struct WaveRunOptions {
     /// execution buffers assembled on the device: GpuLayerJob::wave_device_gather) and "wave-hbm-host", the
     /// same through the host's lookups and FlashInfer's planner (the comparison)
     bool wave_host = true, wave_dev = true, wave_hbm = true, wave_hbm_host = false;
+    /// RetroInfer's Figure 15 ablation beside "wave-dev" (the cache, its update after the step): rows
+    /// "wave-dev-nocache" (no GPU block cache: every retrieval cluster read over PCIe) and "wave-dev-async"
+    /// (the cache's update applied at the next step while the GPU ranks and estimates)
+    bool wave_ablation = true;
     /// a "quest" row: Quest on the GPU (the KV in device memory, its batch capped like full's) at `quest`'s
     /// parameters: Quest's headline budget of 2048 tokens in 16-token pages, a page list per query head
     bool quest = true;
@@ -77,7 +81,7 @@ struct WaveRunOptions {
 
 /// One (method, context, batch): means over the decode steps.
 struct WaveRunRow {
-    std::string method;  ///< "full" (FlashInfer) | "full-cudnn" | "full-own" (the own kernel) | "wave" | "wave-dev" | "wave-hbm" | "wave-hbm-host" | "quest" | "pq" | "magicpig"
+    std::string method;  ///< "full" (FlashInfer) | "full-cudnn" | "full-own" (the own kernel) | "wave" | "wave-dev" | "wave-dev-nocache" | "wave-dev-async" | "wave-hbm" | "wave-hbm-host" | "quest" | "pq" | "magicpig"
     int context = 0, batch = 0, steps = 0;
     std::string status = "ok";  ///< or "does not fit: ..." (larger batches of the method are skipped)
     GpuStepTimes measured;

@@ -50,9 +50,9 @@ bool boolean(const json& j, const char* key, const std::string& where) {
 CudaOptions CudaOptions::from_json(const json& j, const std::string& where) {
     if (!j.is_object())
         throw ConfigError(where + ": expected an object {batch, kmeans, warmup, warm_steps, full_kernel, launch_gate, "
-                                  "wave_kv, device_gather, host_threads}");
+                                  "wave_kv, device_gather, async_update, host_threads}");
     check_keys(j, {"batch", "kmeans", "warmup", "warm_steps", "full_kernel", "launch_gate", "wave_kv", "device_gather",
-                   "host_threads"},
+                   "async_update", "host_threads"},
                where);
     CudaOptions o;
     if (j.contains("batch")) {
@@ -90,6 +90,10 @@ CudaOptions CudaOptions::from_json(const json& j, const std::string& where) {
     if (j.contains("launch_gate")) o.launch_gate = boolean(j, "launch_gate", where);
     if (j.contains("wave_kv")) o.wave_kv = choice_list(j, "wave_kv", {"host", "gpu"}, where);
     if (j.contains("device_gather")) o.device_gather = boolean(j, "device_gather", where);
+    if (j.contains("async_update")) o.async_update = boolean(j, "async_update", where);
+    if (o.async_update && !o.device_gather)
+        throw ConfigError(where + ".async_update = true needs device_gather true (the update applied at the next "
+                                  "step is the device path's: the host path looks the cache up before the attention)");
     if (j.contains("host_threads")) {
         const json& t = j["host_threads"];
         if (!t.is_number_integer() || t.get<long long>() < 0 || t.get<long long>() > 256)
@@ -105,6 +109,7 @@ json CudaOptions::to_json() const {
     if (!launch_gate) j["launch_gate"] = false;
     if (wave_kv != std::vector<std::string>{"host"}) j["wave_kv"] = wave_kv;
     if (!device_gather) j["device_gather"] = false;
+    if (async_update) j["async_update"] = true;
     if (host_threads != 0) j["host_threads"] = host_threads;
     if (warm_steps != 0) j["warm_steps"] = warm_steps;
     return j;

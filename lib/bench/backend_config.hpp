@@ -29,9 +29,13 @@ struct CudaOptions {
     /// sweep axis: "host" (pinned host memory, misses over PCIe: the paper's offloaded setting) | "gpu"
     /// (device memory: the within-GPU-memory setting, misses are device copies)
     std::vector<std::string> wave_kv = {"host"};
-    /// with wave_kv "gpu": the execution buffers assembled on the device from the ranked ids (true) or by
-    /// the host's cache lookups and copy lists (false: the paper's host path, measured beside)
+    /// the execution buffers assembled on the device from the ranked ids (true; with wave_kv "host" through
+    /// the GPU block cache's table on the device) or by the host's cache lookups and copy lists (false: the
+    /// paper's host path, measured beside)
     bool device_gather = true;
+    /// wave, KV in host memory, device_gather: the GPU block cache's update of a step applied at the next
+    /// step while the GPU ranks and estimates (GpuLayerJob::wave_async_update), not after the attention
+    bool async_update = false;
     /// wave's host lookup workers (0: min(8, cores - 1); 1: the caller alone)
     int host_threads = 0;
 

@@ -88,10 +88,17 @@ struct GpuLayerJob {
     /// wave: the clustered KV in device memory (the within-GPU-memory setting: misses are device copies)
     /// instead of pinned host memory read over PCIe (the paper's offloaded setting, the default)
     bool wave_kv_on_gpu = false;
-    /// wave with wave_kv_on_gpu: the execution buffers assembled on the device from the ranked ids
-    /// (gather_clusters, lengths on the device, FlashInfer unsplit: nothing on the host's critical path)
-    /// instead of the host's cache lookups and copy lists (false: the paper's host path, measured beside)
+    /// wave: the execution buffers assembled on the device from the ranked ids (gather_clusters, lengths on
+    /// the device, FlashInfer unsplit: nothing on the host's critical path; with the KV in pinned host memory
+    /// through the GPU block cache's table on the device, hits from the pool and misses zero-copy, the cache's
+    /// update after the attention) instead of the host's cache lookups and copy lists (false: the paper's
+    /// host path, measured beside)
     bool wave_device_gather = true;
+    /// wave with its KV in host memory and wave_device_gather: the GPU block cache's update of a step (the
+    /// host's policy step, the admission copies, the table's changes) applied at the next step while the GPU
+    /// ranks and estimates, instead of after the step's attention (admit_us): RetroInfer's asynchronous
+    /// cache update (its Figure 15's third bar)
+    bool wave_async_update = false;
     int host_threads = 0;  ///< wave: host lookup workers (0: min(8, cores - 1); 1: the caller alone); magicpig, the CPU-index methods: host workers (0: cores - 1)
     FullKernel full_kernel = FullKernel::library;  ///< full: the library baseline or the own kernel
     WaveParams wave;                      ///< wave: index and zones (gqa must be sum)

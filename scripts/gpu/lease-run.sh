@@ -8,7 +8,7 @@
 #      CudaBackend.* tests on the device (the cuda backend's wave and full against the CPU methods)
 #   3. the wave decode step vs full attention per layer, beside the seed baselines on the GPU (quest, pq, and
 #      magicpig where built) and each batch's layer outside attention (cuBLAS: tokens/s per GPU, the table
-#      model-throughput.md; RETRO_SEEDS, default quest,pq: magicpig's key hashing takes minutes at 128K in
+#      model-throughput.md; Figure 15's ablation rows (wave-dev, -nocache, -async: ablation.md); RETRO_SEEDS, default quest,pq: magicpig's key hashing takes minutes at 128K in
 #      this BLAS-free build) (FlashInfer, cuDNN where libcudnn.so.9 loads —
 #      scripts/gpu/cudnn-env.sh finds PyTorch's —, the own kernel; wave with the KV in host
 #      memory, in device memory on the device alone, and in device memory through host lookups:
@@ -107,6 +107,10 @@ sed -n '/^wave decode step/,$p' "$out/wave/gpu-report.txt" 2>/dev/null || grep -
 [[ -f "$out/wave/gpu-report.json" ]] &&
   python3 -B "$root/python/retro_bench/_launch.py" retro_bench.gpu.model_throughput "$out/wave/gpu-report.json" |
   tee "$out/model-throughput.md"
+# RetroInfer's Figure 15 on the device path: no cache, the update after the step, at the next step (issue 40 #2)
+[[ -f "$out/wave/gpu-report.json" ]] &&
+  python3 -B "$root/python/retro_bench/_launch.py" retro_bench.gpu.ablation_table "$out/wave/gpu-report.json" |
+  tee "$out/ablation.md"
 left=$(( ${RETRO_LEASE_BUDGET:-560} - SECONDS ))
 if command -v ncu > /dev/null && (( left > 40 )); then
   t0=$SECONDS

@@ -212,6 +212,18 @@ TEST(BackendConfig, WaveKvPlacementIsASweepAxisAndKnobsReachTheJob) {
         bad["cuda"][key] = value;
         EXPECT_TRUE(has(error_of(bad), want)) << key << ": " << error_of(bad);
     }
+    // the asynchronous cache update reaches the job, is kept in the manifest, and needs the device path
+    json a = cuda_config();
+    a["cuda"]["async_update"] = true;
+    const RunConfig ac = parse_config(a, "");
+    EXPECT_TRUE(ac.resolved()["cuda"]["async_update"].get<bool>());
+    EXPECT_FALSE(base.resolved()["cuda"].contains("async_update"));  // the default leaves manifests as they were
+    EXPECT_TRUE(gpu_job_for(ac.runs[3], ac.cuda, "t").wave_async_update);
+    EXPECT_FALSE(gpu_job_for(base.runs[3], base.cuda, "t").wave_async_update);
+    a["cuda"]["device_gather"] = false;
+    EXPECT_TRUE(has(error_of(a), "cuda.async_update = true needs device_gather true")) << error_of(a);
+    a["cuda"]["async_update"] = "yes";
+    EXPECT_TRUE(has(error_of(a), "cuda.async_update = \"yes\": expected true or false")) << error_of(a);
 }
 
 TEST(BackendConfig, BatchIsASweepAxis) {

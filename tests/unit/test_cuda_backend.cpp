@@ -208,8 +208,9 @@ double swap_gap(const std::set<int>& a, const std::set<int>& b, const std::vecto
 // replays for the same selections; an index update in the middle (update_segment 128, window 16).
 /// The wave path with the KV in pinned host memory against the CPU method: device_lookup, the execution
 /// buffers assembled on the device by the cache's table on the GPU (GpuLayerJob::wave_device_gather, the
-/// default), else through the host's lookups and copy lists (the paper's path).
-void wave_matches_the_cpu_wave_method(bool device_lookup) {
+/// default), else through the host's lookups and copy lists (the paper's path); async_update: the cache's
+/// update of a step applied at the next one (GpuLayerJob::wave_async_update).
+void wave_matches_the_cpu_wave_method(bool device_lookup, bool async_update = false) {
     const int H = 2, prompt = 1200, steps = 160, B = 3;
     const auto heads = layer_heads(H, prompt, steps);
     const json params = resolve_params(find_method("wave"), {{"segment", 512}, {"update_segment", 128},
@@ -240,6 +241,7 @@ void wave_matches_the_cpu_wave_method(bool device_lookup) {
     job.cache = sys[0]->cache_params();
     job.block_tokens = sys[0]->block_tokens();
     job.wave_device_gather = device_lookup;
+    job.wave_async_update = async_update;
     ASSERT_GT(job.cache.capacity_slots, 0);
 
     int last = -1, reported = 0, steps_with_hits = 0, same = 0, ties = 0, order_ties = 0;
@@ -317,7 +319,7 @@ void wave_matches_the_cpu_wave_method(bool device_lookup) {
     std::printf("wave GPU path (%s) vs CPU wave: %d of %d head-steps identical (%d reordered by a near-tie), %d with a "
                 "tie swap (largest aggregate gap %.1e); worst output rel L2 %.2e, LSE %.2e; %d head-steps with "
                 "cache hits\n",
-                device_lookup ? "device lookups" : "host lookups", same, reported * H, order_ties, ties, worst_gap,
+                device_lookup ? (async_update ? "device lookups, async update" : "device lookups") : "host lookups", same, reported * H, order_ties, ties, worst_gap,
                 worst_out, worst_lse, steps_with_hits);
 }
 
@@ -331,6 +333,13 @@ BACKEND_TEST(WaveMatchesTheCpuWaveMethod) {
 BACKEND_TEST(WaveWithDeviceLookupsMatchesTheCpuWaveMethod) {
     REQUIRE_DEVICE();
     wave_matches_the_cpu_wave_method(true);
+}
+
+// The update applied at the next step (RetroInfer's asynchronous cache update): the same hits and misses,
+// so the same PCIe bytes as the model's replay, across the index update at step 128 (flushed before it).
+BACKEND_TEST(WaveWithAsyncUpdateMatchesTheCpuWaveMethod) {
+    REQUIRE_DEVICE();
+    wave_matches_the_cpu_wave_method(true, true);
 }
 
 // Quest on the GPU (issue 41 #3) against the CPU method `quest` on the same fp16 keys: the same pages for

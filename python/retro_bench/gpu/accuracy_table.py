@@ -13,22 +13,15 @@ import json
 import os
 import sys
 
-from retro_bench.gpu.summary_table import FULL_KERNEL_ROWS, ctx_name
+from retro_bench.gpu.summary_table import ctx_name, record_method
 
 METRICS = (("recall@100", "recall@100", "{:.3f}"), ("mass", "mass", "{:.3f}"), ("out_err", "out_err", "{:.4f}"))
 
 
 def row_name(r):
     """The method's row as the summary table names it (full's kernel, wave's KV placement) and its parameters."""
-    m, c = r["method"], r.get("cuda", {})
-    if m == "full":
-        m = FULL_KERNEL_ROWS.get(c.get("kernel", "flashinfer"), "full")
-    elif m == "wave" and c.get("kv") == "gpu":
-        m = "wave-hbm" if c.get("lookups", "device") == "device" else "wave-hbm-host"
-    elif m == "wave" and c.get("lookups") == "device":
-        m = "wave-dev"
     params = ", ".join(f"{k} {v}" for k, v in sorted(r.get("params", {}).items()) if k in ("k", "retrieval", "estimation", "K", "L"))
-    return m, params
+    return record_method(r), params
 
 
 def rows_of(dirs):

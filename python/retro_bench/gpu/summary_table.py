@@ -29,6 +29,24 @@ import sys
 FULL_KERNEL_ROWS = {"flashinfer": "full", "cudnn": "full-cudnn", "own": "full-own"}
 
 
+def record_method(r):
+    """A cuda record's row name, as the driver names its rows: full by its kernel, wave by its KV placement and
+    lookups (and the cache's update and presence on the device path), the others by the method."""
+    method, c = r["method"], r.get("cuda", {})
+    if method == "full":
+        return FULL_KERNEL_ROWS.get(c.get("kernel", "flashinfer"), "full")
+    if method != "wave":
+        return method
+    if c.get("kv") == "gpu":
+        return "wave-hbm" if c.get("lookups", "device") == "device" else "wave-hbm-host"
+    if c.get("lookups") != "device":  # records before 2026-11-29 have none: the host path
+        return "wave"
+    sysp = r.get("system") or {}
+    if c.get("update") == "async":
+        return "wave-dev-async"
+    return "wave-dev-nocache" if sysp.get("cache") == 0 and not sysp.get("cache_bytes") else "wave-dev"
+
+
 def record_rows(path):
     """The rows of a cuda results directory's records, in the driver's row format."""
     records = [json.loads(line) for line in open(os.path.join(path, "runs.jsonl")) if line.strip()]
@@ -38,13 +56,7 @@ def record_rows(path):
             continue
         m, c = r["metrics"], r.get("cuda", {})
         mean = lambda k: m.get(k, {}).get("mean") or 0.0  # noqa: E731
-        method = r["method"]
-        if method == "full":
-            method = FULL_KERNEL_ROWS.get(c.get("kernel", "flashinfer"), "full")
-        elif method == "wave" and c.get("kv") == "gpu":
-            method = "wave-hbm" if c.get("lookups", "device") == "device" else "wave-hbm-host"
-        elif method == "wave" and c.get("lookups") == "device":  # records before 2026-11-29 have none: the host path
-            method = "wave-dev"
+        method = record_method(r)
         total = c.get("phases", {}).get("total", {}) or c.get("phases", {}).get("step", {})
         row = {"method": method, "context": r["prompt_len"], "batch": r["batch"], "status": "ok",
                "step_us": mean("gpu_step_us"), "total_us": mean("gpu_total_us") or mean("gpu_step_us") + mean("gpu_admit_us"),
@@ -97,6 +109,14 @@ def frac(bytes_, us, peak_Bps, fallback):
     return f"{100 * fallback:.0f}% of D2D" if fallback else "-"
 
 
+# wave's rows, in column order, and their names: the KV in pinned host memory through the host's lookups (the
+# paper's path), through the cache's table on the GPU (its update after the step, at the next step, or no
+# cache: Figure 15's ablation), in device memory on the device alone or through the host's lookups
+WAVES = ("wave", "wave-dev", "wave-dev-async", "wave-dev-nocache", "wave-hbm", "wave-hbm-host")
+WAVE_NAMES = {"wave": "wave", "wave-dev": "wave, device lookups", "wave-dev-async": "wave, device lookups, async update",
+              "wave-dev-nocache": "wave, device lookups, no cache", "wave-hbm": "wave, KV in HBM",
+              "wave-hbm-host": "wave, KV in HBM, host lookups"}
+
 # the seed baselines' rows of retro_gpu_check's wave-vs-full run, in column order
 SPARSE = {"quest": "Quest", "pq": "PQCache", "magicpig": "MagicPIG", "faiss_flat": "FAISS flat", "faiss_ivf": "FAISS IVF",
           "faiss_hnsw": "FAISS HNSW", "retrieval_attention": "RetrievalAttention"}
@@ -125,12 +145,11 @@ def main(argv=None):
         if r.get("status") == "ok":
             by[(r["method"], r["context"], r["batch"])] = r
     points = sorted({(r["context"], r["batch"]) for r in rows} | set(sdpa))
-    waves = [m for m in ("wave", "wave-dev", "wave-hbm", "wave-hbm-host") if any(k[0] == m for k in by)] or ["wave"]
+    waves = [m for m in WAVES if any(k[0] == m for k in by)] or ["wave"]
     fulls = [m for m in ("full", "full-cudnn", "full-own") if m != "full-cudnn" or any(k[0] == m for k in by)]
     full_names = {"full": "full (FlashInfer)", "full-cudnn": "full (cuDNN)", "full-own": "full (own kernel)"}
     head = ["context", "batch", "torch SDPA (best)"] + [full_names[m] for m in fulls]
-    names = {"wave": "wave", "wave-dev": "wave, device lookups", "wave-hbm": "wave, KV in HBM",
-             "wave-hbm-host": "wave, KV in HBM, host lookups"}
+    names = WAVE_NAMES
     for m in waves:
         head += [names[m], f"{names[m]} vs full"]
     sparse = [m for m in SPARSE if any(k[0] == m for k in by)]
