@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Packs the main build's retro-bench (the whole tool: every method, FAISS, HDF5, the cuda backend) with every
+# Packs the main build's retro-bench (the whole tool: every method, FAISS, HDF5, the cuda backend) and, where
+# built, its GTest binary (retro_unit_tests: the CudaBackend.* tests on the device) with every
 # shared library a bare GPU machine lacks — OpenBLAS, HDF5 and its dependencies, libpython, libstdc++ —
 # into one compressed file, build-gpu/retro-bench.tar.xz (~20 MB, inside the device's 64 MiB carry), so that
 # `retro-bench run` itself runs on a lent GPU machine (no Debian libraries, no network there): the GPU
@@ -12,16 +13,21 @@ set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 build=${1:-$root/build}
 bin=$build/retro-bench
+tests=$build/tests/retro_unit_tests  # packed too where built: its CudaBackend.* tests run on the device
 out=$root/build-gpu
 [[ -x $bin ]] || { echo "carry-retro-bench: $bin missing: build it first (ninja -C $build retro-bench)" >&2; exit 2; }
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage/rb/bin" "$stage/rb/lib" "$out"
 skip='^(libc\.so|libm\.so|libresolv|libpthread|libdl|librt|linux-vdso|ld-linux)'
-ldd "$bin" | awk '/=>/{print $1, $3}' | while read -r name path; do
-  [[ $name =~ $skip ]] || cp -L "$path" "$stage/rb/lib/$name"
+bins=("$bin")
+[[ -x $tests ]] && bins+=("$tests")
+for b in "${bins[@]}"; do
+  ldd "$b" | awk '/=>/{print $1, $3}' | while read -r name path; do
+    [[ $name =~ $skip ]] || cp -L "$path" "$stage/rb/lib/$name"
+  done
+  cp "$b" "$stage/rb/bin/"
 done
-cp "$bin" "$stage/rb/bin/retro-bench"
 cat > "$stage/rb/retro-bench" <<'EOF'
 #!/bin/sh
 # retro-bench with the libraries packed beside it (scripts/gpu/carry-retro-bench.sh)
@@ -29,12 +35,14 @@ d=$(cd "$(dirname "$0")" && pwd)
 LD_LIBRARY_PATH="$d/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" exec "$d/bin/retro-bench" "$@"
 EOF
 chmod +x "$stage/rb/retro-bench"
-missing=$(LD_LIBRARY_PATH=$stage/rb/lib ldd "$stage/rb/bin/retro-bench" | grep "not found" || true)
-[[ -z $missing ]] || { echo "carry-retro-bench: unresolved: $missing" >&2; exit 1; }
-# every library but glibc's resolves inside the pack
-outside=$(LD_LIBRARY_PATH=$stage/rb/lib ldd "$stage/rb/bin/retro-bench" | awk '/=>/{print $1, $3}' |
-  grep -vE "$skip" | grep -v " $stage/rb/lib/" || true)
-[[ -z $outside ]] || { echo "carry-retro-bench: resolved outside the pack: $outside" >&2; exit 1; }
+for b in "$stage"/rb/bin/*; do
+  missing=$(LD_LIBRARY_PATH=$stage/rb/lib ldd "$b" | grep "not found" || true)
+  [[ -z $missing ]] || { echo "carry-retro-bench: unresolved ($b): $missing" >&2; exit 1; }
+  # every library but glibc's resolves inside the pack
+  outside=$(LD_LIBRARY_PATH=$stage/rb/lib ldd "$b" | awk '/=>/{print $1, $3}' | grep -vE "$skip" |
+    grep -v " $stage/rb/lib/" || true)
+  [[ -z $outside ]] || { echo "carry-retro-bench: resolved outside the pack ($b): $outside" >&2; exit 1; }
+done
 git -C "$root" describe --always --dirty --abbrev=12 > "$stage/rb/REVISION" 2>/dev/null || echo unknown > "$stage/rb/REVISION"
 tar -C "$stage" -cf - rb | xz -T0 -6 > "$out/retro-bench.tar.xz.tmp"
 mv "$out/retro-bench.tar.xz.tmp" "$out/retro-bench.tar.xz"

@@ -60,9 +60,15 @@ if (( rc != 0 )) && grep -E "^failed" "$out/checks/gpu-report.txt" | grep -qv Cu
   echo "checks (prev): exit $?"; grep -E "^failed|^checks:" "$out/checks-prev/gpu-report.txt"
   bin=$bin.prev
 fi
-if [[ -x $root/build-gpu/retro_unit_tests ]]; then
+# the GTest binary: carry-tests.sh's (build-gpu/retro_unit_tests + lib/) or the retro-bench pack's
+tests_bin=$root/build-gpu/retro_unit_tests tests_lib=$root/build-gpu/lib
+if [[ ! -x $tests_bin && -f $root/build-gpu/retro-bench.tar.xz ]] &&
+  bash "$root/scripts/gpu/unpack-retro-bench.sh" > /dev/null 2> "$out/unpack.log"; then
+  tests_bin=$root/build-gpu/rb/bin/retro_unit_tests tests_lib=$root/build-gpu/rb/lib
+fi
+if [[ -x $tests_bin ]]; then
   t0=$SECONDS
-  LD_LIBRARY_PATH=$root/build-gpu/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} timeout "${RETRO_TESTS_TIMEOUT:-90}" "$root/build-gpu/retro_unit_tests" \
+  LD_LIBRARY_PATH=$tests_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} timeout "${RETRO_TESTS_TIMEOUT:-90}" "$tests_bin" \
     --gtest_filter='CudaBackend.*' > "$out/gtest-cuda.log" 2>&1
   echo "gtest CudaBackend.*: exit $? ($((SECONDS - t0)) s)"; grep -E "^\[  (PASSED|FAILED|SKIPPED) |tests ran" "$out/gtest-cuda.log"
 fi
