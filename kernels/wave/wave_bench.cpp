@@ -63,6 +63,54 @@ std::vector<BenchRow> wave_benches(const BenchContext& ctx) {
         rows.push_back(bw_row("gather_zero_copy", p, us, bytes, c.h2d_pinned_bytes_per_s, "pinned H2D"));
         us = median_us([&] { copy_segments_memcpy(segs.data(), (int)segs.size(), kD); }, std::min(reps, 5));
         rows.push_back(bw_row("gather_memcpy_async", p, us, bytes, c.h2d_pinned_bytes_per_s, "pinned H2D"));
+
+        // ---- the device path's gather (issue 40 #2): one gather_clusters with the cache's table, hits from
+        // the pool (device memory), misses zero-copy from the pinned store, at three hit ratios (inputs: the
+        // run path measures its own) — the miss bytes against pinned H2D, what the offloaded step's
+        // "GPU phases + miss bytes at the PCIe rate" bound needs ----
+        const int bh = 64, N = (int)(cpu_tokens / bh), M = N / kTokensPerCluster, bt = 8;
+        const int r = std::min(M, 128), X = kSteady + r * kTokensPerCluster, nb = M * (kTokensPerCluster / bt);
+        std::vector<int32_t> sizes((size_t)bh * M, kTokensPerCluster), offsets(sizes.size()), first(sizes.size()),
+            ranked(sizes.size());
+        for (int q = 0; q < bh; ++q)
+            for (int j = 0; j < M; ++j) {
+                const size_t at = (size_t)q * M + j;
+                offsets[at] = j * kTokensPerCluster, first[at] = j * (kTokensPerCluster / bt), ranked[at] = j;
+            }
+        for (int q = 0; q < bh; ++q) std::shuffle(ranked.begin() + (ptrdiff_t)q * M, ranked.begin() + (ptrdiff_t)(q + 1) * M, rng);
+        auto dsizes = upload(sizes), doffsets = upload(offsets), dfirst = upload(first), dranked = upload(ranked);
+        const int64_t pool_rows = (int64_t)r * kTokensPerCluster;
+        DeviceBuffer<uint16_t> pk((size_t)bh * pool_rows * kD), pv(pk.size());
+        dev_memset(pk.get(), 0x3c, pk.bytes()), dev_memset(pv.get(), 0x38, pv.bytes());
+        DeviceBuffer<uint16_t> xk((size_t)bh * X * kD), xv(xk.size());
+        DeviceBuffer<int32_t> lens((size_t)bh), miss((size_t)bh * r);
+        GatherShape gs;
+        gs.bh = bh, gs.clusters = M, gs.r = r, gs.tokens = N, gs.capacity = X, gs.d = kD;
+        const std::string pc = shape("%ld pairs x %ld ranked clusters of %ld tokens of %ld, d=%ld, K+V", bh, r,
+                                     kTokensPerCluster, N, kD);
+        for (const double hit : {0.0, 0.8, 1.0}) {
+            std::vector<int32_t> blocks((size_t)bh * nb, -1);
+            const int hits = (int)std::lround(hit * r);
+            for (int q = 0; q < bh; ++q)  // the first `hits` ranked clusters resident, in pool order
+                for (int i = 0; i < hits; ++i)
+                    for (int b = 0; b < kTokensPerCluster / bt; ++b)
+                        blocks[(size_t)q * nb + first[(size_t)q * M + ranked[(size_t)q * M + i]] + b] =
+                            i * (kTokensPerCluster / bt) + b;
+            auto dblocks = upload(blocks);
+            GatherCache gc;
+            gc.first = dfirst.get(), gc.blocks = dblocks.get(), gc.nb = nb, gc.block_tokens = bt;
+            gc.pool_k = pk.get(), gc.pool_v = pv.get(), gc.pool_rows = pool_rows, gc.miss_rows = miss.get();
+            const double t = median_us([&] {
+                gather_clusters(gs, kSteady, dranked.get(), dsizes.get(), doffsets.get(), h_k, h_v, xk.get(), xv.get(),
+                                lens.get(), nullptr, &gc);
+            }, reps);
+            const double miss_bytes = 2.0 * bh * (r - hits) * kTokensPerCluster * kD * 2;
+            const double all_bytes = 2.0 * bh * r * kTokensPerCluster * kD * 2;
+            char name[64];
+            std::snprintf(name, sizeof(name), "gather_cached_hit%.2f", hit);
+            rows.push_back(hits < r ? bw_row(name, pc + " (rate: miss bytes)", t, miss_bytes, c.h2d_pinned_bytes_per_s, "pinned H2D")
+                                    : bw_row(name, pc + " (rate: all bytes, from the pool)", t, all_bytes, c.d2d_bytes_per_s, "D2D"));
+        }
     }
 
     for (const int N : ctx.contexts) {
