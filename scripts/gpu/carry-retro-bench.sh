@@ -7,14 +7,15 @@
 # records are then the runner's own (one record format), and the methods that need FAISS or BLAS (the
 # CPU-index methods, MagicPIG's key hashing, PQCache's codebooks) run there at full speed. glibc (libc, libm,
 # the loader) is the machine's own, as for the carried GPU-only build.
-# usage: bash scripts/gpu/carry-retro-bench.sh [BUILD_DIR]   (default build/); on the device:
+# usage: bash scripts/gpu/carry-retro-bench.sh [BUILD_DIR]   (default build/; RETRO_CARRY_DIR: the output
+# folder, default build-gpu); on the device:
 #   bash scripts/gpu/unpack-retro-bench.sh    -> build-gpu/rb/retro-bench (a launcher setting the library path)
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 build=${1:-$root/build}
 bin=$build/retro-bench
 tests=$build/tests/retro_unit_tests  # packed too where built: its CudaBackend.* tests run on the device
-out=$root/build-gpu
+out=${RETRO_CARRY_DIR:-$root/build-gpu}  # where the pack goes (the test sets a scratch folder)
 [[ -x $bin ]] || { echo "carry-retro-bench: $bin missing: build it first (ninja -C $build retro-bench)" >&2; exit 2; }
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
@@ -44,6 +45,6 @@ for b in "$stage"/rb/bin/*; do
   [[ -z $outside ]] || { echo "carry-retro-bench: resolved outside the pack ($b): $outside" >&2; exit 1; }
 done
 git -C "$root" describe --always --dirty --abbrev=12 > "$stage/rb/REVISION" 2>/dev/null || echo unknown > "$stage/rb/REVISION"
-tar -C "$stage" -cf - rb | xz -T0 -6 > "$out/retro-bench.tar.xz.tmp"
+tar -C "$stage" -cf - rb | xz -T0 "-${RETRO_XZ_LEVEL:-6}" > "$out/retro-bench.tar.xz.tmp"
 mv "$out/retro-bench.tar.xz.tmp" "$out/retro-bench.tar.xz"
 echo "carry-retro-bench: $out/retro-bench.tar.xz ($(du -h "$out/retro-bench.tar.xz" | cut -f1), revision $(cat "$stage/rb/REVISION"))"
