@@ -36,10 +36,7 @@ void run_full_layer(const GpuLayerJob& job, const StepFn& on_step) {
     ds.split = decode_split((int)N, s.bh());
     const size_t need = (job.offloaded ? 0 : kv_bytes) + cuda::decode_workspace_floats(ds) * sizeof(float) +
                         (size_t)s.B * s.hq() * (2 * d + 2) * sizeof(float);
-    if (need > cuda::device_free_bytes())
-        throw GpuMemoryError("full attention at batch " + std::to_string(s.B) + " needs " +
-                             std::to_string(need >> 20) + " MiB of GPU memory; " +
-                             std::to_string(cuda::device_free_bytes() >> 20) + " MiB free");
+    require_device_memory("full attention", s.B, need);
 
     const LayerKv kv = upload_layer_kv(job, s, N, job.offloaded, "full attention");
     const uint16_t* K = kv.K;

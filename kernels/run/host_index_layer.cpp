@@ -42,10 +42,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double us_since(Clock::time_point t0) {
-    return 1e-3 * (double)std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count();
-}
-
 /// One instance of the CPU method per (replica b, KV head h) at b * H + h: replica 0's built over the prompt
 /// (build_ms: their wall time), the others copies of them.
 std::vector<std::unique_ptr<Method>> build_instances(const GpuLayerJob& job, const LayerShape& s, int ib, int ie,
@@ -101,9 +97,7 @@ void run_host_index_layer(const GpuLayerJob& job, const StepFn& on_step) {
     const size_t need = StaticKv::bytes_for(s, ib, ie) + (size_t)s.bh() * (srows + 1) * sizeof(int32_t) +
                         cuda::decode_workspace_floats(ds) * sizeof(float) +
                         (size_t)s.B * s.hq() * (3 * (size_t)s.d + 2) * sizeof(float);
-    if (need > cuda::device_free_bytes())
-        throw GpuMemoryError(job.method + " at batch " + std::to_string(s.B) + " needs " + std::to_string(need >> 20) +
-                             " MiB of GPU memory; " + std::to_string(cuda::device_free_bytes() >> 20) + " MiB free");
+    require_device_memory(job.method, s.B, need);
 
     double build_ms = 0;
     std::vector<std::unique_ptr<Method>> methods = build_instances(job, s, ib, ie, build_ms);

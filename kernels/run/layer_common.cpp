@@ -154,6 +154,12 @@ MethodContext head_context(const HeadSlice& h, const std::function<unsigned(int,
     return ctx;
 }
 
+void require_device_memory(const std::string& what, int batch, size_t need) {
+    if (need > cuda::device_free_bytes())
+        throw GpuMemoryError(what + " at batch " + std::to_string(batch) + " needs " + std::to_string(need >> 20) +
+                             " MiB of GPU memory; " + std::to_string(cuda::device_free_bytes() >> 20) + " MiB free");
+}
+
 int decode_split(int capacity, int bh) {
     const long target = (long)capacity * std::max(1, bh) / 528;
     return (int)std::max(64L, std::min(512L, target / 64 * 64));

@@ -126,6 +126,16 @@ std::vector<Head> build_method_heads(const GpuLayerJob& job, const LayerShape& s
 /// Microseconds between two recorded events.
 inline double us_between(cuda::Event& a, cuda::Event& b) { return 1e3 * (double)b.ms_since(a); }
 
+/// Host wall-clock microseconds since t0 (steady clock).
+inline double us_since(std::chrono::steady_clock::time_point t0) {
+    return 1e-3 * (double)std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0)
+                      .count();
+}
+
+/// Throws GpuMemoryError "<what> at batch <batch> needs N MiB of GPU memory; M MiB free" when `need` bytes
+/// exceed the device's free memory (the runner skips that batch point).
+void require_device_memory(const std::string& what, int batch, size_t need);
+
 /// Tokens per split for decode_attention: short buffers (the execution buffer) get smaller splits so
 /// that B*H*splits blocks fill the GPU (~528 blocks: 4 per SM of an H100), between 64 and 512.
 int decode_split(int capacity, int bh);

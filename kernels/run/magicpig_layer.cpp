@@ -34,10 +34,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double us_since(Clock::time_point t0) {
-    return 1e-3 * (double)std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count();
-}
-
 }  // namespace
 
 void run_magicpig_layer(const GpuLayerJob& job, const StepFn& on_step) {
@@ -60,9 +56,7 @@ void run_magicpig_layer(const GpuLayerJob& job, const StepFn& on_step) {
                         (size_t)s.B * s.hq() * L * sizeof(uint32_t) + (size_t)s.bh() * (srows + 1) * sizeof(int32_t) +
                         cuda::decode_workspace_floats(ds) * sizeof(float) +
                         (size_t)s.B * s.hq() * (2 * (size_t)s.d + 2) * sizeof(float);
-    if (need > cuda::device_free_bytes())
-        throw GpuMemoryError("magicpig at batch " + std::to_string(s.B) + " needs " + std::to_string(need >> 20) +
-                             " MiB of GPU memory; " + std::to_string(cuda::device_free_bytes() >> 20) + " MiB free");
+    require_device_memory("magicpig", s.B, need);
     const StaticKv skv = upload_static_kv(job, s, ib, ie);
     cuda::MagicpigShape ms;
     ms.seqs = s.bh(), ms.heads = s.H, ms.group = s.g, ms.d = s.d, ms.K = K, ms.L = L;

@@ -62,9 +62,7 @@ void run_pq_layer(const GpuLayerJob& job, const StepFn& on_step) {
                         cuda::pq_select_scratch_bytes(ps) + (size_t)ps.lists() * (width + 1) * sizeof(int32_t) +
                         cuda::decode_workspace_floats(ds) * sizeof(float) +
                         (size_t)s.B * s.hq() * (2 * (size_t)s.d + 2) * sizeof(float);
-    if (need > cuda::device_free_bytes())
-        throw GpuMemoryError("pq at batch " + std::to_string(s.B) + " needs " + std::to_string(need >> 20) +
-                             " MiB of GPU memory; " + std::to_string(cuda::device_free_bytes() >> 20) + " MiB free");
+    require_device_memory("pq", s.B, need);
     const LayerKv kv = upload_layer_kv(job, s, rows, false, "pq");
 
     cuda::Stream stream;

@@ -51,9 +51,7 @@ void run_quest_layer(const GpuLayerJob& job, const StepFn& on_step) {
                         cuda::quest_select_scratch_bytes(qs) + (size_t)qs.lists() * (width + 1) * sizeof(int32_t) +
                         cuda::decode_workspace_floats(ds) * sizeof(float) +
                         (size_t)s.B * s.hq() * (2 * d + 2) * sizeof(float);
-    if (need > cuda::device_free_bytes())
-        throw GpuMemoryError("quest at batch " + std::to_string(s.B) + " needs " + std::to_string(need >> 20) +
-                             " MiB of GPU memory; " + std::to_string(cuda::device_free_bytes() >> 20) + " MiB free");
+    require_device_memory("quest", s.B, need);
     const LayerKv kv = upload_layer_kv(job, s, (size_t)qs.capacity, false, "quest");
 
     cuda::Stream stream;

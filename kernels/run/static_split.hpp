@@ -17,7 +17,6 @@ namespace retro::gpu_run {
 struct StaticKv {
     int ib = 0, ie = 0, rows = 0;
     cuda::DeviceBuffer<uint16_t> k, v;
-    size_t bytes() const { return 2 * k.size() * sizeof(uint16_t); }
     /// Bytes of StaticKv for a job before it is made (the callers' memory checks).
     static size_t bytes_for(const LayerShape& s, int ib, int ie) {
         return 2 * (size_t)s.bh() * (size_t)(ib + (s.tokens - ie)) * s.d * sizeof(uint16_t);
