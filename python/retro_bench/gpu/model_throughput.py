@@ -5,7 +5,7 @@ its admission) and the layer's work outside attention timed with cuBLAS at the s
 (dense_us), so tokens/s per GPU = batch / (layers x (total_us + dense_us)). This table adds the memory model:
 
     full, full-*, quest, pq, wave-hbm (KV in HBM):  weights + B x layers x KV(N)          <= GPU memory
-    wave, wave-dev (KV in pinned host memory):       weights + B x layers x r x KV(N)      <= GPU memory
+    wave, wave-dev* (KV in pinned host memory):      weights + B x layers x r x KV(N)      <= GPU memory
                                                      B x layers x KV(N)                    <= host memory
     KV(N) = N x kv_heads x head_dim x 2 (K, V) x 2 bytes, one sequence's KV of one layer
 
@@ -24,7 +24,7 @@ import json
 import sys
 
 HBM_METHODS = ("full", "full-cudnn", "full-own", "quest", "pq", "wave-hbm", "wave-hbm-host")
-OFFLOADED = ("wave", "wave-dev")
+OFFLOADED = ("wave", "wave-dev", "wave-dev-async", "wave-dev-nocache")  # every row with the KV in host memory
 
 
 def load(paths):
