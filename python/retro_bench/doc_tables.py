@@ -14,7 +14,7 @@ same files on any machine.
     python -m retro_bench.doc_tables --check [FILE.md ...]   # exit 1 naming every block that differs
     python -m retro_bench.doc_tables --write [FILE.md ...]   # rewrite the blocks in place (atomically)
 
-Default files: every docs/*.md and README.md. A number in a doc outside such a block is prose; a table a
+Default files: every Markdown file under docs/ (docs/methods/ too) and README.md. A number in a doc outside such a block is prose; a table a
 doc shows without a block has no file behind it."""
 
 import argparse
@@ -84,7 +84,7 @@ def regenerate(text, where, root=ROOT):
 
 
 def default_files(root=ROOT):
-    return sorted(glob.glob(os.path.join(root, "docs", "*.md"))) + [os.path.join(root, "README.md")]
+    return sorted(glob.glob(os.path.join(root, "docs", "**", "*.md"), recursive=True)) + [os.path.join(root, "README.md")]
 
 
 def main(argv=None):
@@ -92,7 +92,7 @@ def main(argv=None):
     mode = ap.add_mutually_exclusive_group(required=True)
     mode.add_argument("--check", action="store_true", help="exit 1 when a block differs from its command's output")
     mode.add_argument("--write", action="store_true", help="rewrite every block with its command's output")
-    ap.add_argument("files", nargs="*", help="Markdown files (default: docs/*.md and README.md)")
+    ap.add_argument("files", nargs="*", help="Markdown files (default: every docs/**/*.md and README.md)")
     ap.add_argument("--root", default=ROOT, help="the repository root the commands run in")
     args = ap.parse_args(argv)
     files = args.files or default_files(args.root)

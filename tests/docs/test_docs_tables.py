@@ -1,6 +1,6 @@
 """Every generated table of the docs equals what its command prints from the files in the repository
-(issue 42 #3; python/retro_bench/doc_tables.py): `python -m retro_bench.doc_tables --check` over docs/*.md
-and README.md, with at least the blocks this test knows of; and the check can fail: a changed digit inside
+(issue 42 #3; python/retro_bench/doc_tables.py): `python -m retro_bench.doc_tables --check` over every
+Markdown file under docs/ (docs/methods/ too) and README.md, with at least the blocks this test knows of; and the check can fail: a changed digit inside
 a block, a block without its end and a command that is neither a package module nor a repository script
 are each refused; the performance tables' generators (retro_bench.tools.gbench_table, runs_table) on small
 made-up files. Debian's /usr/bin/python3 with NumPy; no build needed."""
@@ -16,8 +16,9 @@ import unittest
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 LAUNCH = os.path.join(ROOT, "python", "retro_bench", "_launch.py")
-MIN_BLOCKS = 25  # docs/closed-loop.md's 10 (the 32K and 16K tables, costs, claims, Spearman, SmolLM2's) and
-#                  docs/performance.md's 15 (the CPU tables from docs/measurements/cpu-*, the GPU recount, cache locality)
+MIN_BLOCKS = 26  # docs/closed-loop.md's 10 (the 32K and 16K tables, costs, claims, Spearman, SmolLM2's),
+#                  docs/performance.md's 15 (the CPU tables from docs/measurements/cpu-*, the GPU recount, cache
+#                  locality) and docs/methods/pq.md's quantizer-vs-FAISS table
 
 
 def check(*args):
@@ -31,6 +32,14 @@ class DocTables(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         n = int(re.search(r"checked (\d+) generated table", r.stdout).group(1))
         self.assertGreaterEqual(n, MIN_BLOCKS, r.stdout)
+        # every block of every doc is checked, a method's page too (pq.md's table once sat unfilled, its
+        # folder outside the default files)
+        docs = [os.path.join(d, f) for d, _, fs in os.walk(os.path.join(ROOT, "docs")) for f in fs if f.endswith(".md")]
+        present = 0
+        for path in docs + [os.path.join(ROOT, "README.md")]:
+            with open(path) as f:
+                present += len(re.findall(r"^<!-- generated: ", f.read(), re.M))
+        self.assertEqual(n, present, r.stdout)
 
     def test_a_changed_number_is_found(self):
         tmp = tempfile.mkdtemp(prefix="retro-doc-tables-")
