@@ -185,3 +185,68 @@ void pq_select(const PqShape& s, const float* scores, const PqLists& l, int32_t*
 }
 
 }  // namespace retro::cuda
+
+// ---------------------------------------------------------------------------------------------------
+// The chosen tokens' rows through the block cache (the KV offloaded)
+// ---------------------------------------------------------------------------------------------------
+
+namespace retro::cuda {
+
+namespace {
+
+constexpr int kRowThreads = 256;
+
+// grid (blocks per list, lists), block 256: the list's rows as one flat range of 16-byte pieces (row e / vec,
+// piece e % vec), each piece read from the static store, the pool or the pinned store (through UVA) and
+// written to the execution buffer. Neighbouring threads read one row's pieces: a row is d*2 contiguous bytes
+// wherever it lies.
+__global__ void __launch_bounds__(kRowThreads)
+    pq_gather_rows_kernel(PqRowSources s, const int32_t* __restrict__ table, const int32_t* __restrict__ lens,
+                          int width, uint16_t* __restrict__ xk, uint16_t* __restrict__ xv) {
+    const int l = blockIdx.y, seq = l / s.per, vec = s.d / 8;
+    const int64_t pieces = (int64_t)min(lens[l], width) * vec, stride = (int64_t)gridDim.x * kRowThreads;
+    const int32_t* tl = table + (int64_t)l * width;
+    const int ub = s.unit_tokens / s.block_tokens, units = (s.kv_rows + s.unit_tokens - 1) / s.unit_tokens;
+    const int32_t* bl = s.blocks ? s.blocks + (int64_t)seq * units * ub : nullptr;
+    uint4* dk = reinterpret_cast<uint4*>(xk) + (int64_t)l * width * vec;
+    uint4* dv = reinterpret_cast<uint4*>(xv) + (int64_t)l * width * vec;
+    for (int64_t e = (int64_t)blockIdx.x * kRowThreads + threadIdx.x; e < pieces; e += stride) {
+        const int i = (int)(e / vec), part = (int)(e % vec);
+        const int t = tl[i] - seq * s.kv_rows;
+        const uint4 *k, *v;
+        if (t < s.sink_end || t >= s.coded_end) {
+            const int64_t row = (int64_t)seq * s.static_rows + (t < s.sink_end ? t : s.sink_end + t - s.static_from);
+            k = reinterpret_cast<const uint4*>(s.static_k) + row * vec;
+            v = reinterpret_cast<const uint4*>(s.static_v) + row * vec;
+        } else {
+            const int u = t / s.unit_tokens, w = t % s.unit_tokens;
+            const int b = bl ? bl[u * ub + w / s.block_tokens] : -1;
+            if (b >= 0) {
+                const int64_t row = (int64_t)seq * s.pool_rows + (int64_t)b * s.block_tokens + w % s.block_tokens;
+                k = reinterpret_cast<const uint4*>(s.pool_k) + row * vec;
+                v = reinterpret_cast<const uint4*>(s.pool_v) + row * vec;
+            } else {
+                const int64_t row = (int64_t)seq * s.kv_rows + t;
+                k = reinterpret_cast<const uint4*>(s.store_k) + row * vec;
+                v = reinterpret_cast<const uint4*>(s.store_v) + row * vec;
+            }
+        }
+        dk[e] = k[part], dv[e] = v[part];
+    }
+}
+
+}  // namespace
+
+void pq_gather_rows(const PqRowSources& s, const int32_t* table, const int32_t* lens, int lists, int width,
+                    uint16_t* xk, uint16_t* xv, void* stream) {
+    if (const char* e = pq_row_sources_error(s, lists, width); *e)
+        throw ParamError(std::string("cuda pq_gather_rows: ") + e);
+    if (width == 0) return;
+    // ~1024 blocks in all, 1..64 per list (a list is width * d * 4 bytes: a few MB at 128K)
+    const int per_list = std::max(1, std::min(64, 1024 / lists));
+    pq_gather_rows_kernel<<<dim3((unsigned)per_list, (unsigned)lists), kRowThreads, 0, st(stream)>>>(s, table, lens,
+                                                                                                   width, xk, xv);
+    check_launch("pq_gather_rows");
+}
+
+}  // namespace retro::cuda

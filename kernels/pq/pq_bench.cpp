@@ -2,7 +2,9 @@
 // tables, scores, the group's max, the top-k) and decode_attention_pages over the chosen tokens (page 1),
 // at the model shape on the B x N grid with the method's defaults (m = 2, nbits = 6: PQCache's LongBench
 // setting; k = 1/5 of the tokens, 4 initial + 64 local tokens; one list per KV head, gqa max), random
-// codebooks and codes. Each row's time is its kernels' alone; the step row times both together.
+// codebooks and codes. Each row's time is its kernels' alone; the step row times both together. The
+// offloaded rows (pq_gather_hit*) gather the same lists' rows from pinned host memory and a block cache.
+#include <algorithm>
 #include <random>
 #include <vector>
 
@@ -17,6 +19,50 @@ namespace {
 using namespace bench_util;
 
 constexpr int kPqM = 2, kPqBits = 6, kPqSink = 4, kPqWindow = 64;
+
+/// PQCache offloaded (pq_gather_rows): the rows of pq_select's lists (d_table, d_lens: B * Hkv lists, written by
+/// the step's select) into execution buffers, the initial and local ones from device memory, the coded ones
+/// from a pinned host store (zero-copy) or, for the units resident in a block cache of 128-token units in
+/// 8-row blocks, from its pool: pq_gather_hit0.00 (no cache; rate: the bytes read over PCIe against pinned
+/// H2D) and pq_gather_hit0.50 (every other unit resident; rate: every byte gathered against D2D). Left out where
+/// the batch's pinned store would pass 2 GiB (a lent machine's pinned memory is shared with the rest).
+void gather_rows(const BenchContext& ctx, int B, int N, const PqLists& l, const int32_t* d_table, const int32_t* d_lens,
+                 const std::string& p, std::vector<BenchRow>& rows) {
+    constexpr int kUnit = 128, kBt = 8;
+    const size_t seqs = (size_t)B * kHkv, row = (size_t)kD;
+    if (seqs * N * row * 2 * sizeof(uint16_t) > (size_t(2) << 30)) return;
+    PinnedBuffer<uint16_t> hk(seqs * N * row), hv(hk.size());
+    std::fill(hk.get(), hk.get() + hk.size(), uint16_t{0x3C00});
+    std::fill(hv.get(), hv.get() + hv.size(), uint16_t{0x3800});
+    const int srows = l.sink_end + (N - l.coded_end);
+    DeviceBuffer<uint16_t> sk(seqs * srows * row), sv(sk.size());
+    dev_memset(sk.get(), 0x3C, sk.bytes()), dev_memset(sv.get(), 0x38, sv.bytes());
+    const int units = (N + kUnit - 1) / kUnit, ub = kUnit / kBt;
+    const int64_t pool_rows = (int64_t)(units + 1) / 2 * kUnit;  // every other unit
+    DeviceBuffer<uint16_t> pk(seqs * pool_rows * row), pv(pk.size());
+    dev_memset(pk.get(), 0x3C, pk.bytes()), dev_memset(pv.get(), 0x38, pv.bytes());
+    std::vector<int32_t> blocks(seqs * units * ub, -1);
+    for (size_t q = 0; q < seqs; ++q)
+        for (int u = 0, next = 0; u < units; u += 2)
+            for (int j = 0; j < ub; ++j) blocks[(q * units + u) * ub + j] = next++;
+    const auto d_blocks = upload(blocks);
+    DeviceBuffer<uint16_t> xk(seqs * l.width * row), xv(xk.size());
+    PqRowSources src;
+    src.seqs = (int)seqs, src.per = 1, src.d = kD, src.kv_rows = l.kv_rows, src.sink_end = l.sink_end;
+    src.coded_end = l.coded_end, src.static_from = l.coded_end, src.static_rows = srows;
+    src.static_k = sk.get(), src.static_v = sv.get(), src.store_k = hk.get(), src.store_v = hv.get();
+    src.unit_tokens = kUnit, src.block_tokens = kBt;
+    const double coded = (double)seqs * l.k * 2 * row * sizeof(uint16_t), all = (double)seqs * l.width * 2 * row * 2;
+    for (const bool cached : {false, true}) {
+        if (cached) src.blocks = d_blocks.get(), src.pool_k = pk.get(), src.pool_v = pv.get(), src.pool_rows = pool_rows;
+        const double us = median_us([&] { pq_gather_rows(src, d_table, d_lens, (int)seqs, l.width, xk.get(), xv.get()); },
+                                    ctx.reps);
+        rows.push_back(cached ? bw_row("pq_gather_hit0.50", p + " (rate: all bytes gathered)", us, all,
+                                       ctx.ceilings.d2d_bytes_per_s, "D2D copy")
+                              : bw_row("pq_gather_hit0.00", p + " (rate: the coded rows over PCIe)", us, coded,
+                                       ctx.ceilings.h2d_pinned_bytes_per_s, "pinned H2D"));
+    }
+}
 
 std::vector<BenchRow> pq_bench(const BenchContext& ctx) {
     if (!ctx.want("pq_step")) return {};
@@ -62,6 +108,7 @@ std::vector<BenchRow> pq_bench(const BenchContext& ctx) {
                                   "D2D copy"));
             rows.push_back(bw_row("pq_step", p, median_us([&] { select(), attend(); }, ctx.reps), sel_bytes + kv_bytes,
                                   ctx.ceilings.d2d_bytes_per_s, "D2D copy"));
+            gather_rows(ctx, B, N, l, table.get(), lens.get(), p, rows);  // the lists of this B's select
         }
     });
 }

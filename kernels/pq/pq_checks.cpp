@@ -5,6 +5,7 @@
 // method's order: the GPU must retrieve exactly what the method `pq` retrieves. Host code.
 #include <algorithm>
 #include <cstring>
+#include <numeric>
 #include <random>
 #include <string>
 #include <vector>
@@ -183,8 +184,123 @@ void check_select(Checker& c) {
     }
 }
 
+// pq_gather_rows against the loop it stands for: every list's rows equal the K and V of its entries, each
+// read from where the sources say (static store, pool block, pinned host store), bit for bit; rows past a
+// list's length untouched. Per case: lists per sequence, the cache (none, or some units resident in scattered
+// blocks) and the store in pinned host memory (zero-copy) or device memory.
+void check_gather_rows(Checker& c) {
+    struct Case {
+        int seqs, per, d, sink, coded_end, n, unit, bt, resident_every;  // resident_every 0: no cache
+        bool pinned;
+    };
+    const Case cases[] = {{2, 1, 128, 4, 900, 964, 128, 16, 2, true},
+                          {3, 4, 64, 0, 700, 716, 64, 16, 3, true},
+                          {1, 2, 128, 4, 1000, 1064, 128, 8, 0, false},
+                          {2, 1, 256, 4, 1200, 1264, 128, 128, 1, false}};
+    std::mt19937 rng(5);
+    for (const Case& k : cases) {
+        PqRowSources s;
+        s.seqs = k.seqs, s.per = k.per, s.d = k.d, s.kv_rows = k.n + 7, s.sink_end = k.sink, s.coded_end = k.coded_end;
+        s.static_from = k.coded_end - 20, s.static_rows = s.sink_end + s.kv_rows - s.static_from;
+        s.unit_tokens = k.unit, s.block_tokens = k.bt;
+        const size_t d = (size_t)k.d, lists = (size_t)k.seqs * k.per;
+        const Half store_k = random_half((size_t)k.seqs * s.kv_rows * d, rng), store_v = random_half(store_k.bits.size(), rng);
+        const Half stat_k = random_half((size_t)k.seqs * s.static_rows * d, rng), stat_v = random_half(stat_k.bits.size(), rng);
+        // the cache: every resident_every-th unit resident, its blocks in a shuffled order of the pool
+        const int units = s.units(), ub = s.unit_blocks();
+        std::vector<int32_t> blocks((size_t)k.seqs * units * ub, -1);
+        int used = 0;
+        if (k.resident_every > 0)
+            for (int seq = 0; seq < k.seqs; ++seq) {
+                std::vector<int32_t> free((size_t)units * ub);
+                std::iota(free.begin(), free.end(), 0);
+                std::shuffle(free.begin(), free.end(), rng);
+                int next = 0;
+                for (int u = 0; u < units; u += k.resident_every)
+                    for (int j = 0; j < ub; ++j) blocks[((size_t)seq * units + u) * ub + j] = free[(size_t)next++];
+                used = std::max(used, next);
+            }
+        s.pool_rows = (int64_t)units * ub * k.bt;
+        const Half pool_k = random_half((size_t)k.seqs * s.pool_rows * d, rng), pool_v = random_half(pool_k.bits.size(), rng);
+        // the lists: static tokens, then coded ones in a random order (pq_select's layout), lengths varied
+        const int width = k.sink + (k.n - k.coded_end) + 300;
+        std::vector<int32_t> table(lists * width, -1), lens(lists);
+        for (size_t l = 0; l < lists; ++l) {
+            const int seq = (int)l / k.per;
+            std::vector<int32_t> coded((size_t)(k.coded_end - k.sink));
+            std::iota(coded.begin(), coded.end(), k.sink);
+            std::shuffle(coded.begin(), coded.end(), rng);
+            int r = 0;
+            for (int t = 0; t < k.sink; ++t) table[l * width + r++] = seq * s.kv_rows + t;
+            for (int t = k.coded_end; t < k.n; ++t) table[l * width + r++] = seq * s.kv_rows + t;
+            for (int i = 0; r < width - (int)(l % 3) * 50; ++i) table[l * width + r++] = seq * s.kv_rows + coded[(size_t)i];
+            lens[l] = r;
+        }
+        auto dsk = upload(stat_k.bits), dsv = upload(stat_v.bits), dpk = upload(pool_k.bits), dpv = upload(pool_v.bits);
+        auto dbl = upload(blocks), dt = upload(table), dn = upload(lens);
+        DeviceBuffer<uint16_t> dstk, dstv;
+        uint16_t *hk = nullptr, *hv = nullptr;
+        if (k.pinned) {
+            hk = static_cast<uint16_t*>(pinned_alloc(store_k.bits.size() * 2));
+            hv = static_cast<uint16_t*>(pinned_alloc(store_v.bits.size() * 2));
+            std::copy(store_k.bits.begin(), store_k.bits.end(), hk);
+            std::copy(store_v.bits.begin(), store_v.bits.end(), hv);
+        } else {
+            dstk = upload(store_k.bits), dstv = upload(store_v.bits);
+        }
+        s.static_k = dsk.get(), s.static_v = dsv.get();
+        s.store_k = k.pinned ? hk : dstk.get(), s.store_v = k.pinned ? hv : dstv.get();
+        if (k.resident_every > 0) s.blocks = dbl.get(), s.pool_k = dpk.get(), s.pool_v = dpv.get();
+        DeviceBuffer<uint16_t> xk(lists * width * d), xv(lists * width * d);
+        poison(xk), poison(xv);
+        pq_gather_rows(s, dt.get(), dn.get(), (int)lists, width, xk.get(), xv.get());
+        synchronize();
+        const auto gk = download(xk), gv = download(xv);
+        if (k.pinned) pinned_free(hk), pinned_free(hv);
+        size_t wrong = 0, untouched = 0, hits = 0, misses = 0;
+        std::vector<uint16_t> poisoned(d);
+        std::memset(poisoned.data(), kPoisonByte, d * 2);
+        for (size_t l = 0; l < lists; ++l) {
+            const int seq = (int)l / k.per;
+            for (int i = 0; i < width; ++i) {
+                const uint16_t* ok = gk.data() + (l * width + i) * d;
+                const uint16_t* ov = gv.data() + (l * width + i) * d;
+                if (i >= lens[l]) {
+                    untouched += std::equal(ok, ok + d, poisoned.data()) && std::equal(ov, ov + d, poisoned.data());
+                    continue;
+                }
+                const int t = table[l * width + i] - seq * s.kv_rows;
+                const uint16_t *wk, *wv;
+                if (t < k.sink || t >= k.coded_end) {
+                    const size_t row = (size_t)seq * s.static_rows + (t < k.sink ? t : k.sink + t - s.static_from);
+                    wk = stat_k.bits.data() + row * d, wv = stat_v.bits.data() + row * d;
+                } else {
+                    const int b = k.resident_every > 0 ? blocks[((size_t)seq * units + t / k.unit) * ub + t % k.unit / k.bt] : -1;
+                    const size_t row = b >= 0 ? (size_t)seq * s.pool_rows + (size_t)b * k.bt + t % k.bt
+                                              : (size_t)seq * s.kv_rows + t;
+                    wk = (b >= 0 ? pool_k : store_k).bits.data() + row * d;
+                    wv = (b >= 0 ? pool_v : store_v).bits.data() + row * d;
+                    ++(b >= 0 ? hits : misses);
+                }
+                wrong += !std::equal(ok, ok + d, wk) || !std::equal(ov, ov + d, wv);
+            }
+        }
+        size_t past = 0;
+        for (size_t l = 0; l < lists; ++l) past += (size_t)(width - lens[l]);
+        const std::string tag = fmt("pq_gather_rows seqs=%g per=%g d=%g unit=%g bt=%g", k.seqs, k.per, k.d, k.unit, k.bt) +
+                                (k.resident_every ? fmt(" (every %g-th unit cached)", k.resident_every) : " (no cache)") +
+                                (k.pinned ? ", store pinned" : ", store on the device");
+        c.expect(wrong == 0, tag + fmt(": %g rows differ from their source's", (double)wrong));
+        c.expect(untouched == past, tag + fmt(": %g of %g rows past the lengths were written", (double)(past - untouched), (double)past));
+        c.expect(k.resident_every == 0 || (k.resident_every == 1 ? misses == 0 && hits > 0 : hits > 0 && misses > 0),
+                 tag + ": the case reads where it was built to (both the pool and the store; all cached: the pool only)");
+        c.note(tag + fmt(": %g rows compared bit for bit (%g from the pool, %g from the store)",
+                         (double)(hits + misses), (double)hits, (double)misses));
+    }
+}
+
 }  // namespace
 
-RETRO_KERNEL_CHECKS(pq, 26, {{"PqScores", check_scores}, {"PqSelect", check_select}});
+RETRO_KERNEL_CHECKS(pq, 26, {{"PqScores", check_scores}, {"PqSelect", check_select}, {"PqGatherRows", check_gather_rows}});
 
 }  // namespace retro::cuda

@@ -3,10 +3,13 @@
 // This file: PQCache's selection (pq_api.hpp).
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
+#include <string>
 #include <numeric>
 #include <vector>
 
 #include "common/registry.hpp"
+#include "core/error.hpp"
 #include "cuda_api.hpp"
 
 namespace retro::cuda {
@@ -57,6 +60,34 @@ void pq_select(const PqShape& s, const float* scores, const PqLists& l, int32_t*
         for (int t = l.coded_end; t < l.n; ++t) out[r++] = seq * l.kv_rows + t;
         for (int i = 0; i < l.k; ++i) out[r++] = seq * l.kv_rows + l.sink_end + order[(size_t)i];
         lens[list] = r;
+    }
+}
+
+void pq_gather_rows(const PqRowSources& s, const int32_t* table, const int32_t* lens, int lists, int width,
+                    uint16_t* xk, uint16_t* xv, void*) {
+    if (const char* e = pq_row_sources_error(s, lists, width); *e)
+        throw ParamError(std::string("cuda pq_gather_rows: ") + e);
+    const size_t d = (size_t)s.d;
+    for (int l = 0; l < lists; ++l) {
+        const int seq = l / s.per;
+        for (int i = 0; i < std::min(lens[l], width); ++i) {
+            const int t = table[(size_t)l * width + i] - seq * s.kv_rows;
+            const uint16_t *k, *v;
+            if (t < s.sink_end || t >= s.coded_end) {
+                const size_t row = (size_t)seq * s.static_rows + (size_t)(t < s.sink_end ? t : s.sink_end + t - s.static_from);
+                k = s.static_k + row * d, v = s.static_v + row * d;
+            } else {
+                const int ub = s.unit_tokens / s.block_tokens;
+                const int b = s.blocks ? s.blocks[((size_t)seq * s.units() + t / s.unit_tokens) * ub +
+                                                  (t % s.unit_tokens) / s.block_tokens]
+                                       : -1;
+                const size_t row = b >= 0 ? (size_t)seq * s.pool_rows + (size_t)b * s.block_tokens + t % s.block_tokens
+                                          : (size_t)seq * s.kv_rows + t;
+                k = (b >= 0 ? s.pool_k : s.store_k) + row * d, v = (b >= 0 ? s.pool_v : s.store_v) + row * d;
+            }
+            std::memcpy(xk + ((size_t)l * width + i) * d, k, d * 2);
+            std::memcpy(xv + ((size_t)l * width + i) * d, v, d * 2);
+        }
     }
 }
 

@@ -121,17 +121,26 @@ SelectAttendStep::SelectAttendStep(size_t lists, int width, size_t lists0, const
 
 GpuStep SelectAttendStep::run(const GpuLayerJob& job, int t, int n, bool first, const std::function<void()>& select,
                               const std::function<void()>& attend, size_t table_ints, LayerOutputs& o,
-                              cuda::Stream& stream) {
+                              cuda::Stream& stream, const std::function<void()>& gather,
+                              const std::function<double()>& update) {
     void* st = stream.get();
     if (first)
-        for (int w = 0; w < job.warmup; ++w) select(), attend();
+        for (int w = 0; w < job.warmup; ++w) {
+            select();
+            if (gather) gather();
+            attend();
+        }
     if (job.launch_gate) gate_.hold(st);
     e0_.record(st);
     select();
     e1_.record(st);
+    if (gather) gather();
+    eg_.record(st);
     attend();
     e2_.record(st);
     gate_.release();
+    const double host_us = update ? update() : 0.0;  // after the attention, on the stream: the next step waits
+    e3_.record(st);
     cuda::copy_d2h_async(h_table_.get(), table_.get(), table_ints * sizeof(int32_t), st);
     cuda::copy_d2h_async(h_lens_.get(), lens_.get(), h_lens_.bytes(), st);
     o.read_back(st);
@@ -140,8 +149,11 @@ GpuStep SelectAttendStep::run(const GpuLayerJob& job, int t, int n, bool first, 
     r.step = t, r.n = n;
     r.out = o.h_out.get(), r.lse = o.h_lse.get();
     r.times.select_us = us_between(e0_, e1_);
-    r.times.attend_us = us_between(e1_, e2_);
+    r.times.gather_us = us_between(e1_, eg_);
+    r.times.attend_us = us_between(eg_, e2_);
     r.times.step_us = us_between(e0_, e2_);
+    r.times.admit_us = us_between(e2_, e3_);
+    r.times.host_us = host_us;
     r.times.gate_timed_out = gate_.timed_out();
     return r;
 }

@@ -80,15 +80,18 @@ struct LayerOutputs {
 /// A selecting method's lists and timed step (quest, pq). Holds the page tables d_table [lists, width]
 /// int32 and their lengths d_lens [lists] (what the selection writes and decode_attention_pages reads),
 /// replica 0's host copies (its first lists0 lists) and the attention's workspace for `ds`. run(): on the
-/// first step job.warmup untimed select + attend, then select and attend between CUDA events behind the
-/// launch gate (job.launch_gate), replica 0's lists (`table_ints` of the table, lists0 lengths) and the
-/// outputs read back, synchronized; returns step t's GpuStep with n, the outputs and the times
-/// (select_us, attend_us, step_us).
+/// first step job.warmup untimed select (+ gather) + attend, then select, the optional gather (the chosen
+/// rows into execution buffers: pq offloaded) and attend between CUDA events behind the launch gate
+/// (job.launch_gate), then the optional update (the block cache's, after the attention on the same stream:
+/// it returns its host time), replica 0's lists (`table_ints` of the table, lists0 lengths) and the outputs
+/// read back, synchronized; returns step t's GpuStep with n, the outputs and the times (select_us,
+/// gather_us, attend_us, step_us; admit_us = the update's span, host_us its host part).
 class SelectAttendStep {
   public:
     SelectAttendStep(size_t lists, int width, size_t lists0, const cuda::DecodeShape& ds);
     GpuStep run(const GpuLayerJob& job, int t, int n, bool first, const std::function<void()>& select,
-                const std::function<void()>& attend, size_t table_ints, LayerOutputs& o, cuda::Stream& stream);
+                const std::function<void()>& attend, size_t table_ints, LayerOutputs& o, cuda::Stream& stream,
+                const std::function<void()>& gather = {}, const std::function<double()>& update = {});
     int32_t* table() const { return table_.get(); }
     int32_t* lens() const { return lens_.get(); }
     float* work() const { return work_.get(); }
@@ -99,7 +102,7 @@ class SelectAttendStep {
     cuda::DeviceBuffer<int32_t> table_, lens_;
     cuda::PinnedBuffer<int32_t> h_table_, h_lens_;
     cuda::DeviceBuffer<float> work_;
-    cuda::Event e0_, e1_, e2_;
+    cuda::Event e0_, e1_, eg_, e2_, e3_;
     cuda::LaunchGate gate_;
 };
 

@@ -5,20 +5,27 @@
 //           uploaded, [B*H, m, 2^b, d/m] f32 and [B*H, tokens, m] uint16
 //   append  each decode token on the host as the CPU method's append: the token leaving the local window
 //           encoded with the same codebooks (bit for bit the CPU's codes), its code row uploaded (untimed)
-//   KV      every (replica, KV head)'s keys and values in device memory, fp16 [B*H, tokens, d]: the
-//           within-GPU-memory setting (the CPU method models PQCache's offloaded KV: its h2d accounting,
-//           reported in the selections, is the model's; nothing of the KV crosses PCIe here)
+//   KV      offloaded (the default, job.kv_on_gpu false; PQCache's setting): every (replica, KV head)'s K
+//           and V in pinned host memory, the static tokens' rows and the GPU block cache in device memory
+//           (run/pq_offload); or in device memory, fp16 [B*H, tokens, d] (the within-GPU-memory setting)
 //   a step  pq_scores (lookup table per query head, every coded token's score) -> pq_select (the group's
-//           ranking, the top-k, the lists sink + local + top-k) -> decode_attention_pages with page 1
-//           over the lists' token rows. One stream, CUDA events: select_us = tables + scores + top-k.
-// The lists equal the CPU method's id for id (kernels/pq/pq_checks.cpp; the backend test
-// PqMatchesTheCpuPqMethod).
+//           ranking, the top-k, the lists sink + local + top-k) -> offloaded: pq_gather_rows (static rows,
+//           cache hits from the pool, misses zero-copy from the pinned store) and decode_attention over
+//           the execution buffers, then the cache's update (the lists read back, the policy's step on the
+//           host, the admitted 128-token units copied into the pool: admit_us); in device memory:
+//           decode_attention_pages with page 1 over the lists' token rows. One stream, CUDA events:
+//           select_us = tables + scores + top-k.
+// The lists equal the CPU method's id for id (kernels/pq/pq_checks.cpp; the backend tests
+// PqMatchesTheCpuPqMethod, PqOffloadedMatchesTheCpuPqMethodAndTheSystemModel).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <functional>
+#include <memory>
 #include <string>
 
 #include "methods/pq_head.hpp"
+#include "run/pq_offload.hpp"
 #include "run/layer_common.hpp"
 #include "run/layer_runs.hpp"
 
@@ -55,15 +62,23 @@ void run_pq_layer(const GpuLayerJob& job, const StepFn& on_step) {
     cuda::DecodeShape ds;  // per_head: every query head its own list
     ds.batch = s.B, ds.kv_heads = s.H * per, ds.group = s.g / per, ds.d = s.d, ds.capacity = width;
     ds.split = decode_split(ds.capacity, s.B * ds.kv_heads);
-    const size_t rows = (size_t)s.tokens, book = (size_t)M * K * ps.dsub();
-    const size_t need = 2 * (size_t)s.bh() * rows * s.d * sizeof(uint16_t) + (size_t)s.bh() * book * sizeof(float) +
+    // offloaded: the pinned rows per pair are whole cache units (an admission copies a unit whole)
+    const bool offloaded = !job.kv_on_gpu;
+    const int unit = std::max(1, job.unit_tokens);
+    const size_t rows = offloaded ? ((size_t)s.tokens + unit - 1) / unit * unit : (size_t)s.tokens;
+    const size_t book = (size_t)M * K * ps.dsub();
+    const size_t kv_bytes = offloaded ? PqOffload::device_bytes(job, s, (int)rows, s_end, ce0, ps.lists(), width)
+                                      : 2 * (size_t)s.bh() * rows * s.d * sizeof(uint16_t);
+    const size_t need = kv_bytes + (size_t)s.bh() * book * sizeof(float) +
                         (size_t)s.bh() * ps.capacity * M * sizeof(uint16_t) +
                         (size_t)s.B * s.hq() * ((size_t)M * K + ps.capacity) * sizeof(float) +
                         cuda::pq_select_scratch_bytes(ps) + (size_t)ps.lists() * (width + 1) * sizeof(int32_t) +
                         cuda::decode_workspace_floats(ds) * sizeof(float) +
                         (size_t)s.B * s.hq() * (2 * (size_t)s.d + 2) * sizeof(float);
     require_device_memory("pq", s.B, need);
-    const LayerKv kv = upload_layer_kv(job, s, rows, false, "pq");
+    const LayerKv kv = upload_layer_kv(job, s, rows, offloaded, "pq");
+    std::unique_ptr<PqOffload> off;
+    if (offloaded) off = std::make_unique<PqOffload>(job, s, kv, (int)rows, s_end, ce0, per, width);
 
     cuda::Stream stream;
     void* st = stream.get();
@@ -128,12 +143,26 @@ void run_pq_layer(const GpuLayerJob& job, const StepFn& on_step) {
             cuda::pq_select(ps, scores.get(), l, timed.table(), timed.lens(), scratch.get(), st);
         };
         const auto attend = [&] {
-            cuda::decode_attention_pages(ds, q.device(), kv.K, kv.V, timed.table(), 1, width, timed.lens(), o.out.get(),
-                                         o.lse.get(), timed.work(), st);
+            if (off)
+                cuda::decode_attention(ds, q.device(), off->xk(), off->xv(), timed.lens(), nullptr, nullptr,
+                                       o.out.get(), o.lse.get(), timed.work(), st);
+            else
+                cuda::decode_attention_pages(ds, q.device(), kv.K, kv.V, timed.table(), 1, width, timed.lens(),
+                                             o.out.get(), o.lse.get(), timed.work(), st);
         };
-        GpuStep r = timed.run(job, t, n, i == 0, select, attend, lists0 * width, o, stream);
-        r.index_build_ms = build_ms;
         const int fixed = s_end + (n - l.coded_end);
+        PqOffload::Update upd;
+        std::function<void()> gather;
+        std::function<double()> update;
+        if (off) {
+            gather = [&] { off->gather(timed.table(), timed.lens(), l.coded_end, st); };
+            update = [&] {
+                upd = off->update(timed.table(), timed.lens(), fixed, n, stream);
+                return upd.host_us;
+            };
+        }
+        GpuStep r = timed.run(job, t, n, i == 0, select, attend, lists0 * width, o, stream, gather, update);
+        r.index_build_ms = build_ms;
         double attended = 0;
         for (int h = 0; h < s.H; ++h) {
             Selection& sel = sels[(size_t)h];
@@ -159,8 +188,17 @@ void run_pq_layer(const GpuLayerJob& job, const StepFn& on_step) {
         r.work.attend_bytes = attended;
         // the codes read by the scoring and the codebooks by the tables, replica 0
         r.work.index_bytes = (double)s.H * ((double)coded * M * sizeof(uint16_t) + (double)book * sizeof(float));
-        r.batch_h2d_bytes = codes_h2d;  // the newly coded tokens' codes (and codebooks when first fit)
-        r.head_h2d_bytes.assign((size_t)s.H, 0.0);  // no KV over PCIe: the KV is in device memory
+        // the newly coded tokens' codes (and codebooks when first fit); offloaded: with the tokens the gather read
+        // from host memory (every replica's) and the admitted units' copies into the pool
+        r.batch_h2d_bytes = codes_h2d;
+        r.head_h2d_bytes.assign((size_t)s.H, 0.0);  // in device memory: no KV over PCIe
+        if (off) {
+            for (int h = 0; h < s.H; ++h) r.head_h2d_bytes[(size_t)h] = (double)upd.miss_tokens[(size_t)h] * token_bytes;
+            for (int64_t m : upd.miss_tokens) r.batch_h2d_bytes += (double)m * token_bytes;
+            for (double b : r.head_h2d_bytes) r.work.h2d_bytes += b;
+            r.batch_h2d_bytes += upd.fill_bytes;
+            r.batch_d2h_bytes = upd.d2h_bytes;  // the lengths and lists read back for the cache's update
+        }
         on_step(r);
     }
 }

@@ -4,7 +4,7 @@
 //            method's own code; k-means by segmented_kmeans or segmented_kmeans_gpu) and shared by the
 //            replicas; its meta index goes to the GPU per (replica, head) as cent, vsum: [B*H, M, d]
 //            fp16, sizes: [B*H, M] int32, valid: [B*H, M] uint8; the clustered KV is laid out cluster
-//            after cluster in pinned host memory (or device memory: job.wave_kv_on_gpu), store:
+//            after cluster in pinned host memory (or device memory: job.kv_on_gpu), store:
 //            [B*H, N, d] fp16 (K and V)
 //   steady   sink + every token after the index, kept at the front of each execution buffer
 //            x: [B*H, X, d] fp16
@@ -14,7 +14,7 @@
 //            as full's library baseline, where it takes the shape; else decode_attention) merged with
 //            the estimation by LSE;
 //            then the cache admission scatter (off the critical path). One stream, CUDA events.
-//   device   with the KV in device memory (job.wave_kv_on_gpu, job.wave_device_gather): cluster_select ->
+//   device   with the KV in device memory (job.kv_on_gpu, job.wave_device_gather): cluster_select ->
 //            estimate_attention -> gather_clusters (the ranked clusters' rows from the device store, the
 //            lengths on the device) -> FlashInfer over lengths and a split schedule built on the device
 //            (LibraryDecode::plan_device): no ranked ids to the host, no lookup, no host planner, no cache
@@ -111,7 +111,7 @@ class WaveLayer {
             heads_ = std::move(b.heads);
             build_ms_ = b.build_ms;
         }
-        if (job_.wave_kv_on_gpu) {
+        if (job_.kv_on_gpu) {
             const size_t need = 2 * bh_rows(s_.tokens) * sizeof(uint16_t);
             if (need > cuda::device_free_bytes())
                 throw GpuMemoryError("wave at batch " + std::to_string(s_.B) + ": the KV store needs " +
@@ -218,7 +218,7 @@ class WaveLayer {
     /// written in place in pinned memory, or staged there and copied to the device store.
     void fill_store() {
         const size_t d = (size_t)s_.d, N = (size_t)s_.tokens;
-        const bool dev = job_.wave_kv_on_gpu;
+        const bool dev = job_.kv_on_gpu;
         for (int h = 0; h < s_.H; ++h) {
             const auto& mem = heads_[(size_t)h].index().member_array();
             const size_t from = (size_t)stored_[(size_t)h], count = mem.size() - from;
@@ -241,8 +241,8 @@ class WaveLayer {
             stored_[(size_t)h] = (int)mem.size();
         }
     }
-    uint16_t* store_k() { return job_.wave_kv_on_gpu ? dstore_k_.get() : store_k_.get(); }
-    uint16_t* store_v() { return job_.wave_kv_on_gpu ? dstore_v_.get() : store_v_.get(); }
+    uint16_t* store_k() { return job_.kv_on_gpu ? dstore_k_.get() : store_k_.get(); }
+    uint16_t* store_v() { return job_.kv_on_gpu ? dstore_v_.get() : store_v_.get(); }
 
     void upload_index(const ClusterScoreShape& cs) {
         const size_t H = (size_t)s_.H, M = (size_t)M_, d = (size_t)s_.d, bh = (size_t)s_.bh();
@@ -407,11 +407,11 @@ class WaveLayer {
         return gather_lists(h_adm_, longest);
     }
 
-    bool device_gather() const { return job_.wave_kv_on_gpu && job_.wave_device_gather; }
+    bool device_gather() const { return job_.kv_on_gpu && job_.wave_device_gather; }
     /// The KV in pinned host memory, the execution buffers assembled on the device from the ranked ids and
     /// the cache's table on the GPU (issue 40 #2): hits from the pool, misses zero-copy from the store in one
     /// kernel, no round trip to the host before attention; the cache's update (admission) after it.
-    bool device_lookup() const { return !job_.wave_kv_on_gpu && job_.wave_device_gather; }
+    bool device_lookup() const { return !job_.kv_on_gpu && job_.wave_device_gather; }
     bool on_device() const { return device_gather() || device_lookup(); }
     /// device_lookup() with the cache's update of step t applied at step t+1, on the host while the GPU
     /// ranks and estimates (GpuLayerJob::wave_async_update): the update off the step's critical path, in
@@ -708,7 +708,7 @@ class WaveLayer {
         r.times.gate_timed_out = gate_timed_out_;
         r.times.admit_us = us_between(e_attend_, e_admit_);
         const double tb = s_.token_bytes(), d = s_.d;
-        const double pcie = job_.wave_kv_on_gpu ? 0.0 : 1.0;  // misses from device memory cross no bus
+        const double pcie = job_.kv_on_gpu ? 0.0 : 1.0;  // misses from device memory cross no bus
         const bool ranked = M_ > 0 && R_ + E_ > 0;
         r.selections.resize((size_t)s_.H);
         r.head_h2d_bytes.assign((size_t)s_.H, 0.0);
@@ -753,7 +753,7 @@ class WaveLayer {
     cuda::DeviceBuffer<char> rank_work_;
     cuda::PinnedBuffer<int32_t> h_ranked_, h_rank0_, h_lens_;  ///< [B*H, R], [H, R+E] (replica 0), [B*H]
     cuda::PinnedBuffer<uint16_t> store_k_, store_v_;            ///< [B*H, N, d], cluster order (host KV)
-    cuda::DeviceBuffer<uint16_t> dstore_k_, dstore_v_;          ///< the same on the device (wave_kv_on_gpu)
+    cuda::DeviceBuffer<uint16_t> dstore_k_, dstore_v_;          ///< the same on the device (kv_on_gpu)
     std::vector<int> stored_;                                   ///< store rows filled per head
     int X_ = 0, steady_ = 0;  ///< execution-buffer rows per (replica, head); steady rows at its front
     cuda::DeviceBuffer<uint16_t> xk_, xv_, pool_k_, pool_v_;

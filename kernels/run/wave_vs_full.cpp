@@ -72,7 +72,7 @@ WaveRunRow run_point(const GpuBackend& gpu, const WaveRunOptions& o, const Kind&
     GpuLayerJob job;
     job.method = m.name;
     job.full_kernel = kind.fk;
-    job.wave_kv_on_gpu = kind.kv_on_gpu;
+    job.kv_on_gpu = kind.kv_on_gpu;
     job.wave_device_gather = kind.device_gather;
     job.wave_async_update = kind.async_update;
     job.host_threads = o.host_threads;
@@ -86,6 +86,7 @@ WaveRunRow run_point(const GpuBackend& gpu, const WaveRunOptions& o, const Kind&
     job.magicpig = o.magicpig_params;
     job.kmeans_on_gpu = o.kmeans_on_gpu;
     job.block_tokens = cache_block_tokens(o.block_bytes, h0.head_dim, 2.0);
+    job.unit_tokens = o.token_block;
     job.cache.capacity_slots =
         kind.no_cache ? 0 : cache_capacity_slots(o.cache, 0, h0.prompt_len, h0.head_dim, 2.0, job.block_tokens);
     job.warmup = o.warmup;
@@ -245,7 +246,10 @@ std::vector<WaveRunRow> run_wave_vs_full(const GpuBackend& gpu, const WaveRunOpt
         if (o.wave_hbm) kinds.push_back({"wave-hbm", "wave", FullKernel::library, true, true});
         if (o.wave_hbm_host) kinds.push_back({"wave-hbm-host", "wave", FullKernel::library, true, false});
         if (o.quest) kinds.push_back({"quest", "quest"});
-        if (o.pq) kinds.push_back({"pq", "pq"});
+        if (o.pq) {  // offloaded through the block cache (PQCache's setting) and with its KV in HBM
+            kinds.push_back({"pq", "pq"});
+            kinds.push_back({"pq-hbm", "pq", FullKernel::library, true});
+        }
         if (o.magicpig) kinds.push_back({"magicpig", "magicpig"});
         const size_t first_row = rows.size();
         // the wave indexes over the prompt, built once for every batch point (in the GPU-only build the

@@ -25,6 +25,7 @@ struct WaveRunOptions {
     // per mapping-table lookup.
     double cache = 0.05;
     int block_bytes = 2048;
+    int token_block = 128;  ///< pq offloaded: tokens per block-cache unit (PQCache's 128-token blocks)
     double lookup_ns = 50;
     int warmup = 1;
     /// Decode steps run in full (selection, gather, attention, cache admission) but left out of the

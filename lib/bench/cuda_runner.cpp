@@ -43,6 +43,11 @@ void check_cuda_trace(const PreparedTrace& t, const RunConfig& cfg, const GpuBac
         if (!why.empty())
             throw ConfigError(t.spec.path + ": backend 'cuda' full attention with cuda.full_kernel \"cudnn\": " + why);
     }
+    for (const MethodRun& r : cfg.runs)  // a point the GPU twin refuses for this trace's shape (pq's cache units)
+        if (r.batch > 0) {
+            GpuLayerJob job = gpu_job_for(r, cfg.cuda, t.spec.path + ": run " + r.label());
+            set_job_cache(r, t.info.head_dim, t.info.prompt_len, job, t.spec.path + ": run " + r.label());
+        }
     if (cfg.cuda.warm_steps >= (int)t.steps.size())
         throw ConfigError(t.spec.path + ": cuda.warm_steps = " + std::to_string(cfg.cuda.warm_steps) +
                           " leaves no timed step: the trace has " + std::to_string(t.steps.size()) +
@@ -104,8 +109,7 @@ void run_cuda_layer(const RunConfig& cfg, const PreparedTrace& tr, const TraceRe
         }
         gj.heads = ptrs;
         gj.steps = tr.steps;
-        gj.cache = heads[0].sys->cache_params();
-        gj.block_tokens = heads[0].sys->block_tokens();
+        set_job_cache(mr, d, slices[0].prompt_len, gj, "run " + mr.label());  // as the system model sizes it
         if (gm.shared_build) {
             const std::string key = mr.params.dump();
             auto it = built.find(key);

@@ -10,6 +10,7 @@
 #include "methods/params.hpp"
 #include "methods/pq.hpp"
 #include "methods/wave.hpp"
+#include "system/head_system.hpp"
 
 namespace retro {
 
@@ -79,7 +80,7 @@ GpuLayerJob gpu_job_for(const MethodRun& r, const CudaOptions& o, const std::str
     job.launch_gate = o.launch_gate;
     job.full_kernel = full_kernel_of(r.kernel);
     job.batch = r.batch > 0 ? r.batch : 1;
-    job.wave_kv_on_gpu = r.kv == "gpu";
+    job.kv_on_gpu = r.kv == "gpu";
     job.wave_device_gather = o.device_gather;
     job.wave_async_update = o.async_update;
     job.host_threads = o.host_threads;
@@ -97,6 +98,17 @@ GpuLayerJob gpu_job_for(const MethodRun& r, const CudaOptions& o, const std::str
         throw ConfigError(w + ": " + e.what());
     }
     return job;
+}
+
+void set_job_cache(const MethodRun& r, int head_dim, int prompt_len, GpuLayerJob& job, const std::string& where) {
+    const SystemParams sp = r.system.is_null() ? SystemParams{} : SystemParams::from_json(r.system, "system");
+    job.cache = head_cache_params(sp, head_dim, 2.0, prompt_len, job.block_tokens);  // fp16 KV on the GPU
+    job.unit_tokens = sp.token_block;
+    try {
+        find_gpu_method(job.method)->check(job);
+    } catch (const ParamError& e) {
+        throw ConfigError(where + ": backend 'cuda': " + e.what());
+    }
 }
 
 }  // namespace retro

@@ -17,4 +17,10 @@ namespace retro {
 /// twin's check).
 GpuLayerJob gpu_job_for(const MethodRun& r, const CudaOptions& o, const std::string& where);
 
+/// The job's GPU block cache for a trace of `head_dim`, `prompt_len`: r.system's cache per KV head (as the
+/// system model's HeadSystem sizes it: head_cache_params), its block tokens and its transfer unit
+/// (system.token_block); then the GPU twin's check again, which may look at them (pq with its KV in host
+/// memory needs whole blocks per unit). ConfigError naming `where` on a refused point.
+void set_job_cache(const MethodRun& r, int head_dim, int prompt_len, GpuLayerJob& job, const std::string& where);
+
 }  // namespace retro

@@ -85,9 +85,10 @@ struct GpuLayerJob {
     std::vector<int> steps;               ///< decode steps evaluated, ascending (the others only append)
     int batch = 1;                        ///< B replicas of the request, each with its own KV copy
     bool offloaded = false;               ///< full: KV in pinned host memory, read over PCIe every step
-    /// wave: the clustered KV in device memory (the within-GPU-memory setting: misses are device copies)
-    /// instead of pinned host memory read over PCIe (the paper's offloaded setting, the default)
-    bool wave_kv_on_gpu = false;
+    /// wave, pq (the methods with GpuMethodInfo::kv_axis): the KV in device memory (the within-GPU-memory
+    /// setting: wave's misses are device copies, pq reads its chosen tokens in place) instead of pinned host
+    /// memory read over PCIe through the GPU block cache (the papers' offloaded setting, the default)
+    bool kv_on_gpu = false;
     /// wave: the execution buffers assembled on the device from the ranked ids (gather_clusters, lengths on
     /// the device, FlashInfer unsplit: nothing on the host's critical path; with the KV in pinned host memory
     /// through the GPU block cache's table on the device, hits from the pool and misses zero-copy, the cache's
@@ -103,12 +104,15 @@ struct GpuLayerJob {
     FullKernel full_kernel = FullKernel::library;  ///< full: the library baseline or the own kernel
     WaveParams wave;                      ///< wave: index and zones (gqa must be sum)
     QuestGpuParams quest;                 ///< quest: budget, page size, GQA; the KV in device memory
-    PqGpuParams pq;                       ///< pq: quantizer, budget, layout, GQA; the KV in device memory
+    PqGpuParams pq;                       ///< pq: quantizer, budget, layout, GQA
     MagicPigGpuParams magicpig;           ///< magicpig: hashing and layout; static KV on the GPU, the rest on the host
     HostIndexGpuParams host_index;        ///< faiss_*, retrieval_attention: the CPU method; static KV on the GPU
     bool kmeans_on_gpu = false;           ///< wave: index blocks clustered by segmented_kmeans_gpu
-    CacheParams cache;                    ///< wave: GPU block cache per (sequence, KV head); 0 slots = none
-    int block_tokens = 8;                 ///< wave: cache block in tokens (cache_block_tokens)
+    CacheParams cache;                    ///< wave, pq: GPU block cache per (sequence, KV head); 0 slots = none
+    int block_tokens = 8;                 ///< wave, pq: cache block in tokens (cache_block_tokens)
+    /// pq with its KV in host memory: tokens per transfer unit of the block cache (system.token_block;
+    /// PQCache's 128), a multiple of block_tokens when the cache has room
+    int unit_tokens = 1;
     int warmup = 1;                       ///< untimed runs of the first selected step's kernels
     /// Each timed step behind a launch gate (nvbench's blocking kernel, cuda_api.hpp LaunchGate): its
     /// launches are queued before the GPU starts it, so the events time the GPU's work and not the host's

@@ -29,6 +29,7 @@ GpuMethodInfo wave_gpu_method() {
     m.gpu_selects = true;
     m.shared_build = true;
     m.kv_axis = true;
+    m.lookup_axis = true;
     m.overlap = [](const GpuLayerJob&) { return Overlap::wave; };
     m.check = [](const GpuLayerJob& job) {
         if (job.wave.gqa != GroupRank::sum)
@@ -59,15 +60,18 @@ GpuMethodInfo quest_gpu_method() {
 
 // pq (PQCache): lookup tables, asymmetric-distance scores, the group's ranking, the top-k and the attention
 // over the chosen tokens on the GPU; the codebooks and codes built on the CPU by the method's own quantizer;
-// the KV in device memory, where the CPU method models PQCache's offloaded KV (docs/methods/pq.md, "On the
-// GPU"). softmax_sum is refused: its exp would not match the CPU's std::exp bit for bit.
+// the KV offloaded to pinned host memory (the paper's setting, cuda.wave_kv "host": the chosen tokens read
+// through the GPU block cache of 128-token units, misses zero-copy over PCIe, the cache updated after the
+// step) or in device memory ("gpu") (docs/methods/pq.md, "On the GPU"). softmax_sum is refused: its exp
+// would not match the CPU's std::exp bit for bit.
 GpuMethodInfo pq_gpu_method() {
     GpuMethodInfo m;
     m.name = "pq";
     m.summary = "PQCache: lookup tables, PQ scores, top-k and attention over the chosen tokens on the GPU; codes from "
-                "the CPU method's quantizer; KV in HBM";
+                "the CPU method's quantizer; KV offloaded through the GPU block cache, or in HBM";
     m.gpu_selects = true;
-    m.overlap = [](const GpuLayerJob&) { return Overlap::serial; };
+    m.kv_axis = true;
+    m.overlap = [](const GpuLayerJob&) { return Overlap::serial; };  // select -> the misses over PCIe -> attention
     m.check = [](const GpuLayerJob& job) {
         const PqHeadParams& p = job.pq.head;
         if (p.gqa == PqGqa::softmax_sum)
@@ -76,6 +80,10 @@ GpuMethodInfo pq_gpu_method() {
         if (p.nbits < 1 || p.nbits > 13 || p.m * (1 << p.nbits) > 12288)
             throw ParamError("pq on the GPU: m * 2^nbits <= 12288 is needed (a query head's lookup table in shared "
                              "memory); got m = " + std::to_string(p.m) + ", nbits = " + std::to_string(p.nbits));
+        if (job.kv_on_gpu) return;
+        if (job.wave_async_update)
+            throw ParamError("pq with its KV in host memory: cuda.async_update is built for wave only (pq's cache "
+                             "update follows the step's attention); set it false or cuda.wave_kv \"gpu\"");
     };
     return m;
 }

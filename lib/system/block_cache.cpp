@@ -234,4 +234,21 @@ std::vector<StepTraffic> simulate_cache(const std::vector<std::vector<UnitReques
     return out;
 }
 
+void token_unit_requests(const std::vector<int32_t>& fetch_tokens, int token_block, bool needed_only, int n,
+                         std::vector<UnitRequest>& out) {
+    out.clear();
+    std::unordered_map<int64_t, size_t> at;
+    for (int32_t tok : fetch_tokens) {
+        const int64_t u = tok / token_block;
+        const auto [it, fresh] = at.emplace(u, out.size());
+        if (fresh) {
+            const int32_t begin = (int32_t)(u * token_block);
+            const int32_t moved = needed_only ? 1 : std::min(token_block, std::max(1, n - begin));
+            out.push_back({u, moved, token_block});
+        } else if (needed_only) {
+            ++out[it->second].tokens;  // one more requested token of this unit
+        }
+    }
+}
+
 }  // namespace retro

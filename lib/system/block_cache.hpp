@@ -64,6 +64,14 @@ inline int32_t unit_slots(int32_t tokens, int block_tokens) {
     return (tokens + block_tokens - 1) / block_tokens * block_tokens;
 }
 
+/// The transfer units of a token-granular method's fetch list (Selection::fetch_tokens, its order): units of
+/// `token_block` consecutive positions, in the order of their first requested token, each once, slots =
+/// token_block; `tokens` what a miss moves: the unit's requested tokens (needed_only: PQCache's SyncFetchKV)
+/// or the whole unit's visible positions (min(token_block, n - first position), at least 1). out is
+/// replaced. Shared by the system model (HeadSystem) and the GPU's block cache (kernels/run/pq_offload).
+void token_unit_requests(const std::vector<int32_t>& fetch_tokens, int token_block, bool needed_only, int n,
+                         std::vector<UnitRequest>& out);
+
 /// An online cache (every policy but Belady; Belady needs `next_use`).
 class BlockCache {
   public:

@@ -2,19 +2,23 @@
 
 #include <algorithm>
 #include <cmath>
-#include <unordered_map>
 #include <unordered_set>
 
 namespace retro {
 
+CacheParams head_cache_params(const SystemParams& sp, int head_dim, double elem_bytes, int prompt_len, int& block_tokens) {
+    // One block holds block_bytes of keys (and a parallel block the values): 2 KB = 8 x 128 x fp16.
+    block_tokens = cache_block_tokens(sp.block_bytes, head_dim, elem_bytes);
+    CacheParams c;
+    c.capacity_slots = cache_capacity_slots(sp.cache, sp.cache_bytes, prompt_len, head_dim, elem_bytes, block_tokens);
+    c.policy = sp.cache_policy();
+    c.admit_cap_slots = (int64_t)sp.admit_cap * block_tokens;
+    return c;
+}
+
 HeadSystem::HeadSystem(const SystemParams& sp, const HardwareProfile& hw, const HeadSystemContext& c)
     : sp_(sp), hw_(hw), c_(c), overlap_(overlap_for_method(c.method, c.params)) {
-    // One block holds block_bytes of keys (and a parallel block the values): 2 KB = 8 x 128 x fp16.
-    block_tokens_ = cache_block_tokens(sp_.block_bytes, c_.head_dim, c_.elem_bytes);
-    cache_.capacity_slots =
-        cache_capacity_slots(sp_.cache, sp_.cache_bytes, c_.prompt_len, c_.head_dim, c_.elem_bytes, block_tokens_);
-    cache_.policy = sp_.cache_policy();
-    cache_.admit_cap_slots = (int64_t)sp_.admit_cap * block_tokens_;
+    cache_ = head_cache_params(sp_, c_.head_dim, c_.elem_bytes, c_.prompt_len, block_tokens_);
 }
 
 void HeadSystem::record(const Selection& sel, int n, const Footprint& fp) {
@@ -45,20 +49,7 @@ void HeadSystem::record(const Selection& sel, int n, const Footprint& fp) {
             r.needed_tokens += t;
         }
     } else if (!sel.fetch_tokens.empty()) {
-        const int tb = sp_.token_block;
-        const bool needed_only = sp_.miss_moves == "needed";
-        std::unordered_map<int64_t, size_t> at;
-        for (int32_t tok : sel.fetch_tokens) {
-            const int64_t u = tok / tb;
-            const auto [it, fresh] = at.emplace(u, req.size());
-            if (fresh) {
-                const int32_t begin = (int32_t)(u * tb);
-                const int32_t moved = needed_only ? 1 : std::min(tb, std::max(1, n - begin));
-                req.push_back({u, moved, tb});
-            } else if (needed_only) {
-                ++req[it->second].tokens;  // one more requested token of this unit
-            }
-        }
+        token_unit_requests(sel.fetch_tokens, sp_.token_block, sp_.miss_moves == "needed", n, req);
         r.needed_tokens = (double)sel.fetch_tokens.size();
     }
     if (!req.empty()) uses_cache_ = true;

@@ -24,6 +24,11 @@ struct HeadSystemContext {
     int num_kv_heads = 1;   ///< KV heads of the layer (model_us assumes each behaves like this one)
 };
 
+/// The GPU block cache of one KV head under `sp` (what HeadSystem replays and the GPU runs): its capacity
+/// (sp.cache of the prompt's KV, or sp.cache_bytes) in token slots of whole blocks, the policy and the
+/// per-step admission cap; block_tokens receives the block's tokens (block_bytes of keys per block).
+CacheParams head_cache_params(const SystemParams& sp, int head_dim, double elem_bytes, int prompt_len, int& block_tokens);
+
 class HeadSystem {
   public:
     HeadSystem(const SystemParams& sp, const HardwareProfile& hw, const HeadSystemContext& c);

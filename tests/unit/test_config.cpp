@@ -198,8 +198,8 @@ TEST(BackendConfig, WaveKvPlacementIsASweepAxisAndKnobsReachTheJob) {
     EXPECT_EQ(run_id_for(t, c.runs[3], c), run_id_for(t, base.runs[3], base));
     EXPECT_NE(run_id_for(t, c.runs[4], c), run_id_for(t, c.runs[3], c));
     const GpuLayerJob host = gpu_job_for(c.runs[3], c.cuda, "t"), gpu = gpu_job_for(c.runs[4], c.cuda, "t");
-    EXPECT_FALSE(host.wave_kv_on_gpu);
-    EXPECT_TRUE(gpu.wave_kv_on_gpu);
+    EXPECT_FALSE(host.kv_on_gpu);
+    EXPECT_TRUE(gpu.kv_on_gpu);
     EXPECT_FALSE(gpu.wave_device_gather);
     EXPECT_EQ(gpu.host_threads, 3);
     for (const auto& [key, value, want] :
@@ -224,6 +224,27 @@ TEST(BackendConfig, WaveKvPlacementIsASweepAxisAndKnobsReachTheJob) {
     EXPECT_TRUE(has(error_of(a), "cuda.async_update = true needs device_gather true")) << error_of(a);
     a["cuda"]["async_update"] = "yes";
     EXPECT_TRUE(has(error_of(a), "cuda.async_update = \"yes\": expected true or false")) << error_of(a);
+}
+
+// pq's KV placement is the same axis (issue 41 #3: PQCache offloaded through the block cache, or in HBM); its
+// records say the placement but not wave's lookups; the asynchronous update is wave's alone.
+TEST(BackendConfig, PqTakesTheKvPlacementAxis) {
+    json j = json::parse(R"({"name": "t", "traces": ["x.h5"], "backend": "cuda", "cuda": {"batch": 1,
+        "wave_kv": ["host", "gpu"]}, "methods": [{"name": "pq"}, {"name": "quest", "params": {"placement": "gpu"}}]})");
+    const RunConfig c = parse_config(j, "");
+    ASSERT_EQ(c.runs.size(), 3u);  // pq on host and gpu, quest without the axis
+    EXPECT_EQ(c.runs[0].kv, "");
+    EXPECT_EQ(c.runs[1].kv, "gpu");
+    EXPECT_TRUE(has(c.runs[1].label(), "kv=gpu")) << c.runs[1].label();
+    EXPECT_FALSE(gpu_job_for(c.runs[0], c.cuda, "t").kv_on_gpu);
+    EXPECT_TRUE(gpu_job_for(c.runs[1], c.cuda, "t").kv_on_gpu);
+    EXPECT_TRUE(find_gpu_method("pq")->kv_axis);
+    EXPECT_FALSE(find_gpu_method("pq")->lookup_axis);
+    EXPECT_TRUE(find_gpu_method("wave")->lookup_axis);
+    j["cuda"]["async_update"] = true;
+    EXPECT_TRUE(has(error_of(j), "cuda.async_update is built for wave only")) << error_of(j);
+    j["cuda"]["wave_kv"] = "gpu";  // in device memory pq has no cache to update: accepted
+    EXPECT_EQ(parse_config(j, "").runs.size(), 2u);
 }
 
 TEST(BackendConfig, BatchIsASweepAxis) {

@@ -79,7 +79,7 @@ TEST_P(GpuKernel, MatchesCpuReference) {
 // is not one of them).
 const std::vector<std::string> kKernelChecks = {
     "ClusterRank",   "ClusterSelect", "EstimateAttention", "CopySegments",  "GatherClusters", "SetEntries",
-    "DecodeAttention", "DecodeAttentionPages", "QuestPageMeta", "QuestSelect", "PqScores", "PqSelect", "MagicpigHash",
+    "DecodeAttention", "DecodeAttentionPages", "QuestPageMeta", "QuestSelect", "PqScores", "PqSelect", "PqGatherRows", "MagicpigHash",
     "LibraryDecode", "CudnnDecode",   "DenseLayer",    "KMeansAssign",  "KMeansSegmented",   "LaunchGate"};
 
 INSTANTIATE_TEST_SUITE_P(Cuda, GpuKernel, testing::ValuesIn(kKernelChecks),

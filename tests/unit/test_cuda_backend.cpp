@@ -164,6 +164,16 @@ Selection cpu_select(Method& m, const HeadSlice& hs, const GpuStep& st) {
     return want;
 }
 
+/// Step st's selection of KV head h against the CPU method m's at the same step (cpu_select): the exact lists
+/// equal, counted in `same`; returns the CPU's selection.
+Selection expect_cpu_lists(Method& m, const HeadSlice& hs, const GpuStep& st, int h, int& same) {
+    Selection want = cpu_select(m, hs, st);
+    const Selection& got = st.selections[(size_t)h];
+    EXPECT_EQ(got.exact, want.exact) << "step " << st.step << " head " << h;
+    same += got.exact == want.exact;
+    return want;
+}
+
 /// The CPU ranking aggregate of every cluster of `w` for group queries q: [g, d] (sum of softmax).
 std::vector<float> cpu_aggregates(const WaveHead& w, const float* q, int g, int d) {
     const WaveIndex& ix = w.index();
@@ -376,10 +386,8 @@ BACKEND_TEST(QuestMatchesTheCpuQuestMethod) {
             last = st.step;
             for (int h = 0; h < H; ++h) {
                 const HeadSlice& hs = heads[(size_t)h];
-                const Selection want = cpu_select(*cpu[(size_t)h], hs, st);
                 const Selection& got = st.selections[(size_t)h];
-                EXPECT_EQ(got.exact, want.exact) << "step " << st.step << " head " << h;
-                same += got.exact == want.exact;
+                const Selection want = expect_cpu_lists(*cpu[(size_t)h], hs, st, h, same);
                 EXPECT_EQ(got.scan_ops, want.scan_ops);
                 EXPECT_EQ(got.h2d_bytes, 0.0);  // the KV in HBM (placement gpu): nothing over PCIe
                 EXPECT_EQ(want.h2d_bytes, 0.0);
@@ -407,7 +415,7 @@ BACKEND_TEST(QuestMatchesTheCpuQuestMethod) {
 // budget beyond the coded tokens, and a prompt too short to code whose codebooks are fit at the first
 // eviction; the same accounting (fetch order, scan_ops, the offloaded model's h2d/d2h bytes, footprints);
 // outputs of the GPU's attention over its lists within fp16 tolerance of the CPU's over the same ids;
-// replicas alike; no KV over PCIe (the KV in device memory).
+// replicas alike; no KV over PCIe (the KV in device memory, cuda.wave_kv "gpu").
 BACKEND_TEST(PqMatchesTheCpuPqMethod) {
     REQUIRE_DEVICE();
     const int H = 2, prompt = 1000, steps = 40, B = 2;
@@ -422,8 +430,9 @@ BACKEND_TEST(PqMatchesTheCpuPqMethod) {
         SCOPED_TRACE(given.dump());
         const json params = resolve_params(find_method("pq"), given);
         MethodRun mr;
-        mr.method = "pq", mr.params = params, mr.batch = B;
+        mr.method = "pq", mr.params = params, mr.batch = B, mr.kv = "gpu";  // the KV in device memory
         GpuLayerJob job = gpu_job_for(mr, CudaOptions{}, "test");
+        ASSERT_TRUE(job.kv_on_gpu);
         for (const HeadSlice& h : heads) job.heads.push_back(&h);
         job.steps = {0, 5, 7, 23, 24, 39};
         std::vector<std::unique_ptr<Method>> cpu;
@@ -443,10 +452,8 @@ BACKEND_TEST(PqMatchesTheCpuPqMethod) {
             last = st.step;
             for (int h = 0; h < H; ++h) {
                 const HeadSlice& hs = heads[(size_t)h];
-                const Selection want = cpu_select(*cpu[(size_t)h], hs, st);
                 const Selection& got = st.selections[(size_t)h];
-                EXPECT_EQ(got.exact, want.exact) << "step " << st.step << " head " << h;
-                same += got.exact == want.exact;
+                const Selection want = expect_cpu_lists(*cpu[(size_t)h], hs, st, h, same);
                 EXPECT_EQ(got.fetch_tokens, want.fetch_tokens);
                 EXPECT_EQ(got.scan_ops, want.scan_ops);
                 EXPECT_EQ(got.h2d_bytes, want.h2d_bytes);
@@ -465,6 +472,120 @@ BACKEND_TEST(PqMatchesTheCpuPqMethod) {
         EXPECT_LT(worst_out, 5e-3) << "fp16 KV vs float32";
         EXPECT_LT(worst_lse, 5e-3);
     }
+}
+
+// PQCache with its KV offloaded (the default placement; issue 41 #3): the KV in pinned host memory, the static
+// tokens on the device, the chosen tokens read through the GPU block cache of token_block-position units
+// (hits from the pool, misses zero-copy from host memory), the cache's update after each step. The lists
+// equal the CPU method's as in the device-memory case; the outputs over the gathered rows are within fp16
+// tolerance of the CPU's (a row read from a wrong place — a stale pool block, a wrong unit — moves them far
+// more); the KV bytes read from host memory per head equal the system model's replay of the same selections
+// through the same cache (its h2d_bytes less the codes, which the GPU holds), with hits served; with one
+// list per KV head (max) exactly, and per_head (each list gathers its own rows) at least the model's; without
+// a cache every retrieved token is read over PCIe; units of whole cache blocks (64 tokens), a token-level cache
+// (token_block 1) and units of another size (24) alike; an asynchronous update is refused by name.
+BACKEND_TEST(PqOffloadedMatchesTheCpuPqMethodAndTheSystemModel) {
+    REQUIRE_DEVICE();
+    const int H = 2, prompt = 1000, steps = 40, B = 2;
+    auto heads = layer_heads(H, prompt, steps);
+    round_kv_to_half(heads);
+    const HardwareProfile hw = load_hardware_profile("h100-sxm-pcie5");
+    struct Case {
+        json params;
+        double cache;
+        int token_block;  // d 64: 16-token blocks; 64 = 4 blocks a unit, 1 and 24 a pool block of their own
+    };
+    const Case cases[] = {{{{"k", 60}}, 0.25, 64},
+                          {{{"k", 0.05}, {"gqa", "per_head"}}, 0.25, 64},
+                          {{{"k", 40}, {"gqa", "mean"}}, 0.03, 1},
+                          {{{"k", 40}}, 0.25, 24},
+                          {{{"k", 40}}, 0.0, 64}};
+    for (const Case& c : cases) {
+        SCOPED_TRACE(c.params.dump() + " cache " + std::to_string(c.cache) + " token_block " + std::to_string(c.token_block));
+        const json params = resolve_params(find_method("pq"), c.params);
+        SystemParams sp;
+        sp.cache = c.cache, sp.token_block = c.token_block, sp.miss_moves = "needed";
+        MethodRun mr;
+        mr.method = "pq", mr.params = params, mr.batch = B, mr.system = sp.to_json();  // kv "": host memory
+        GpuLayerJob job = gpu_job_for(mr, CudaOptions{}, "test");
+        ASSERT_FALSE(job.kv_on_gpu);
+        set_job_cache(mr, kD, prompt, job, "test");
+        EXPECT_EQ(job.unit_tokens, c.token_block);
+        EXPECT_EQ(job.cache.capacity_slots > 0, c.cache > 0);
+        for (const HeadSlice& h : heads) job.heads.push_back(&h);
+        job.steps = {0, 1, 2, 3, 5, 8, 13, 21, 34, 39};
+        std::vector<std::unique_ptr<Method>> cpu;
+        std::vector<std::unique_ptr<HeadSystem>> sys;
+        for (const HeadSlice& h : heads) {
+            MethodContext ctx = context_of(h);
+            ctx.seed = job.pq.seed(h.layer, h.kv_head);
+            cpu.push_back(make_method("pq", params));
+            cpu.back()->build(ctx, KVView{h.keys.data(), h.values.data(), prompt, kD});
+            HeadSystemContext sc;
+            sc.method = "pq", sc.params = params, sc.head_dim = kD, sc.group = kG, sc.prompt_len = prompt;
+            sc.num_kv_heads = H;
+            sys.push_back(std::make_unique<HeadSystem>(sp, hw, sc));
+        }
+        const bool per_head = params.at("gqa") == "per_head";
+        int last = -1, reported = 0, same = 0, steps_with_hits = 0;
+        double worst_out = 0, worst_lse = 0;
+        std::vector<std::vector<double>> measured((size_t)H), codes((size_t)H);
+        gpu_run::make_cuda_backend()->run_layer(job, [&](const GpuStep& st) {
+            ++reported;
+            append_steps(cpu, heads, prompt, last, st.step);
+            last = st.step;
+            double h2d = 0;
+            for (int h = 0; h < H; ++h) {
+                const HeadSlice& hs = heads[(size_t)h];
+                const Selection& got = st.selections[(size_t)h];
+                const Selection want = expect_cpu_lists(*cpu[(size_t)h], hs, st, h, same);
+                EXPECT_EQ(got.fetch_tokens, want.fetch_tokens);
+                compare_head_outputs(st, hs, h, H, B, got, worst_out, worst_lse);
+                sys[(size_t)h]->record(got, st.n, st.footprints[(size_t)h]);
+                const double tok = 2.0 * kD * 2;
+                measured[(size_t)h].push_back(st.head_h2d_bytes[(size_t)h]);
+                codes[(size_t)h].push_back(got.h2d_bytes - (double)got.fetch_tokens.size() * tok);
+                if (st.head_h2d_bytes[(size_t)h] < (double)got.fetch_tokens.size() * tok) ++steps_with_hits;
+                if (c.cache == 0 && !per_head)
+                    EXPECT_EQ(st.head_h2d_bytes[(size_t)h], (double)got.fetch_tokens.size() * tok) << "no cache: all over PCIe";
+                h2d += st.head_h2d_bytes[(size_t)h];
+            }
+            EXPECT_DOUBLE_EQ(st.work.h2d_bytes, h2d);
+            EXPECT_GE(st.batch_h2d_bytes, B * h2d) << "every replica's misses (and the cache's fills) counted";
+            if (c.cache > 0) EXPECT_GT(st.batch_d2h_bytes, 0) << "the lists read back for the cache's update";
+        });
+        EXPECT_EQ(reported, (int)job.steps.size());
+        EXPECT_EQ(same, reported * H) << "the GPU's lists differ from the CPU method's";
+        EXPECT_LT(worst_out, 5e-3) << "a row gathered from the wrong place";
+        EXPECT_LT(worst_lse, 5e-3);
+        if (c.cache > 0) EXPECT_GT(steps_with_hits, 0) << "the GPU cache served no hit: the pool path was not exercised";
+        else EXPECT_EQ(steps_with_hits, 0);
+        for (int h = 0; h < H; ++h) {
+            std::map<std::string, std::vector<double>> kv;
+            sys[(size_t)h]->finish(kv);
+            ASSERT_EQ(kv["h2d_bytes"].size(), measured[(size_t)h].size());
+            for (size_t i = 0; i < measured[(size_t)h].size(); ++i) {
+                const double model = kv["h2d_bytes"][i] - codes[(size_t)h][i];  // the model's KV misses
+                if (per_head) EXPECT_GE(measured[(size_t)h][i], model - 1e-6) << "step " << i << " head " << h;
+                else EXPECT_NEAR(measured[(size_t)h][i], model, 1e-6) << "measured vs the model's replay, step " << i << " head " << h;
+            }
+        }
+        std::printf("pq offloaded (%s, cache %.2f, token_block %d): %d head-steps with cache hits of %d\n",
+                    params.at("gqa").get<std::string>().c_str(), c.cache, c.token_block, steps_with_hits, reported * H);
+    }
+    // the cache's update follows the attention: an asynchronous update is refused by name (wave's only)
+    MethodRun mr;
+    mr.method = "pq", mr.params = resolve_params(find_method("pq"), json::object()), mr.batch = 1;
+    CudaOptions async;
+    async.async_update = true;
+    try {
+        gpu_job_for(mr, async, "run pq");
+        ADD_FAILURE() << "pq offloaded with cuda.async_update accepted";
+    } catch (const ConfigError& e) {
+        EXPECT_NE(std::string(e.what()).find("async_update"), std::string::npos) << e.what();
+    }
+    mr.kv = "gpu";  // in device memory there is no cache to update
+    EXPECT_NO_THROW(gpu_job_for(mr, async, "run pq"));
 }
 
 // MagicPIG on the GPU and the host (issue 41 #3) against the CPU method `magicpig` on the same fp16 keys, built
@@ -604,10 +725,8 @@ BACKEND_TEST(HostIndexMatchesTheCpuMethod) {
             last = st.step;
             for (int h = 0; h < H; ++h) {
                 const HeadSlice& hs = heads[(size_t)h];
-                const Selection want = cpu_select(*cpu[(size_t)h], hs, st);
                 const Selection& got = st.selections[(size_t)h];
-                EXPECT_EQ(got.exact, want.exact) << "step " << st.step << " head " << h;
-                same += got.exact == want.exact;
+                const Selection want = expect_cpu_lists(*cpu[(size_t)h], hs, st, h, same);
                 for (const auto& l : got.exact)
                     for (int32_t id : l) retrieved += id >= ib && id < ie;  // from the index (prompt tokens)
                 EXPECT_EQ(got.scan_ops, want.scan_ops);
@@ -648,7 +767,7 @@ BACKEND_TEST(HostIndexMatchesTheCpuMethod) {
 
 // Indexes built once for the layer (build_wave_heads, as the driver shares them across batch points) give
 // the same steps as a run that builds its own: outputs, selections and index build time carried over; so
-// does a run with the KV in device memory (wave_kv_on_gpu), whose misses cross no bus, both with the
+// does a run with the KV in device memory (kv_on_gpu), whose misses cross no bus, both with the
 // execution buffers assembled on the device (gather_clusters: no host work, no lookups, no ids read back)
 // and through the host's lookups.
 BACKEND_TEST(PrebuiltWaveHeadsGiveTheSameSteps) {
@@ -690,7 +809,7 @@ BACKEND_TEST(PrebuiltWaveHeadsGiveTheSameSteps) {
     // the clustered KV in device memory (the within-GPU-memory setting) and the host work on the caller
     // alone: the same selections and outputs; misses cross no bus
     GpuLayerJob on_gpu = job;
-    on_gpu.wave_kv_on_gpu = true;
+    on_gpu.kv_on_gpu = true;
     on_gpu.host_threads = 1;
     ASSERT_TRUE(on_gpu.wave_device_gather);  // the default: the device path
     const auto hbm = run(on_gpu);
@@ -821,11 +940,16 @@ BACKEND_TEST(RunMatchesTheCpuBackend) {
             EXPECT_EQ(c["metrics"]["recall@100"], g["metrics"]["recall@100"]);
         }
         EXPECT_NEAR(mean(c, "out_err"), mean(g, "out_err"), 2e-3);
-        // pq: the KV in HBM, the method's h2d_bytes model PQCache's offloaded KV; magicpig, faiss_hnsw,
-        // retrieval_attention: the sampled or retrieved KV attended on the host, the method's h2d_bytes are the
-        // partial outputs' return
-        if (g["method"] == "pq" || g["method"] == "magicpig" || g["method"] == "faiss_hnsw" ||
-            g["method"] == "retrieval_attention")
+        // pq: the KV offloaded (cuda.wave_kv "host", the default) through a token-level cache (token_block 1):
+        // the KV the GPU read over PCIe is the model's h2d_bytes less the codes (held on the GPU; at most
+        // m * nbits / 8 bytes per visible token); magicpig, faiss_hnsw, retrieval_attention: the sampled or
+        // retrieved KV attended on the host, the method's h2d_bytes are the partial outputs' return
+        if (g["method"] == "pq") {
+            EXPECT_EQ(g["cuda"]["kv"], "host");
+            EXPECT_GT(mean(g, "gpu_head_h2d_bytes"), 0.0);
+            EXPECT_GE(mean(g, "h2d_bytes") - mean(g, "gpu_head_h2d_bytes"), 0.0);
+            EXPECT_LE(mean(g, "h2d_bytes") - mean(g, "gpu_head_h2d_bytes"), (2048 + 3) * 2 * 6 / 8.0);
+        } else if (g["method"] == "magicpig" || g["method"] == "faiss_hnsw" || g["method"] == "retrieval_attention")
             EXPECT_EQ(mean(g, "gpu_head_h2d_bytes"), 0.0);
         else
             EXPECT_NEAR(mean(g, "gpu_head_h2d_bytes"), mean(g, "h2d_bytes"), 1e-9);

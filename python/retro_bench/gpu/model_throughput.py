@@ -23,8 +23,8 @@ import argparse
 import json
 import sys
 
-HBM_METHODS = ("full", "full-cudnn", "full-own", "quest", "pq", "wave-hbm", "wave-hbm-host")
-OFFLOADED = ("wave", "wave-dev", "wave-dev-async", "wave-dev-nocache")  # every row with the KV in host memory
+HBM_METHODS = ("full", "full-cudnn", "full-own", "quest", "pq-hbm", "wave-hbm", "wave-hbm-host")
+OFFLOADED = ("wave", "wave-dev", "wave-dev-async", "wave-dev-nocache", "pq")  # every row with the KV in host memory
 
 
 def load(paths):

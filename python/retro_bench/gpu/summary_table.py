@@ -31,10 +31,13 @@ FULL_KERNEL_ROWS = {"flashinfer": "full", "cudnn": "full-cudnn", "own": "full-ow
 
 def record_method(r):
     """A cuda record's row name, as the driver names its rows: full by its kernel, wave by its KV placement and
-    lookups (and the cache's update and presence on the device path), the others by the method."""
+    lookups (and the cache's update and presence on the device path), pq by its KV placement, the others by
+    the method."""
     method, c = r["method"], r.get("cuda", {})
     if method == "full":
         return FULL_KERNEL_ROWS.get(c.get("kernel", "flashinfer"), "full")
+    if method == "pq":  # records before 2026-11-29 have no kv: PQCache's KV was in HBM then
+        return "pq-hbm" if c.get("kv", "gpu") == "gpu" else "pq"
     if method != "wave":
         return method
     if c.get("kv") == "gpu":
@@ -118,7 +121,7 @@ WAVE_NAMES = {"wave": "wave", "wave-dev": "wave, device lookups", "wave-dev-asyn
               "wave-hbm-host": "wave, KV in HBM, host lookups"}
 
 # the seed baselines' rows of retro_gpu_check's wave-vs-full run, in column order
-SPARSE = {"quest": "Quest", "pq": "PQCache", "magicpig": "MagicPIG", "faiss_flat": "FAISS flat", "faiss_ivf": "FAISS IVF",
+SPARSE = {"quest": "Quest", "pq": "PQCache", "pq-hbm": "PQCache, KV in HBM", "magicpig": "MagicPIG", "faiss_flat": "FAISS flat", "faiss_ivf": "FAISS IVF",
           "faiss_hnsw": "FAISS HNSW", "retrieval_attention": "RetrievalAttention"}
 
 
