@@ -121,25 +121,29 @@ SelectAttendStep::SelectAttendStep(size_t lists, int width, size_t lists0, const
 
 GpuStep SelectAttendStep::run(const GpuLayerJob& job, int t, int n, bool first, const std::function<void()>& select,
                               const std::function<void()>& attend, size_t table_ints, LayerOutputs& o,
-                              cuda::Stream& stream, const std::function<void()>& gather,
-                              const std::function<double()>& update) {
+                              cuda::Stream& stream, const StepHooks& hooks) {
     void* st = stream.get();
     if (first)
         for (int w = 0; w < job.warmup; ++w) {
             select();
-            if (gather) gather();
+            if (hooks.gather) hooks.gather();
             attend();
         }
     if (job.launch_gate) gate_.hold(st);
     e0_.record(st);
     select();
     e1_.record(st);
-    if (gather) gather();
+    double host_us = 0;
+    if (hooks.before_gather) {  // host work while the GPU selects: the gate opens first, so it runs meanwhile
+        gate_.release();
+        host_us += hooks.before_gather();
+    }
+    if (hooks.gather) hooks.gather();
     eg_.record(st);
     attend();
     e2_.record(st);
     gate_.release();
-    const double host_us = update ? update() : 0.0;  // after the attention, on the stream: the next step waits
+    if (hooks.after_attend) host_us += hooks.after_attend();  // on the stream: the next step waits for it
     e3_.record(st);
     cuda::copy_d2h_async(h_table_.get(), table_.get(), table_ints * sizeof(int32_t), st);
     cuda::copy_d2h_async(h_lens_.get(), lens_.get(), h_lens_.bytes(), st);

@@ -77,21 +77,31 @@ struct LayerOutputs {
     cuda::PinnedBuffer<float> h_out, h_lse;
 };
 
+/// What a selecting method's step does besides select and attend (pq with its KV offloaded), each optional.
+struct StepHooks {
+    std::function<void()> gather;          ///< between select and attend: the chosen rows into execution buffers
+    /// after select is queued, the launch gate released: host work overlapped with the GPU's select (an
+    /// asynchronous cache update's apply, its copies queued before the gather); returns its host us
+    std::function<double()> before_gather;
+    /// after the attention, on the same stream (the cache's update, or an asynchronous one's collect: the
+    /// next step waits for it, so it is admit_us); returns its host us
+    std::function<double()> after_attend;
+};
+
 /// A selecting method's lists and timed step (quest, pq). Holds the page tables d_table [lists, width]
 /// int32 and their lengths d_lens [lists] (what the selection writes and decode_attention_pages reads),
 /// replica 0's host copies (its first lists0 lists) and the attention's workspace for `ds`. run(): on the
-/// first step job.warmup untimed select (+ gather) + attend, then select, the optional gather (the chosen
-/// rows into execution buffers: pq offloaded) and attend between CUDA events behind the launch gate
-/// (job.launch_gate), then the optional update (the block cache's, after the attention on the same stream:
-/// it returns its host time), replica 0's lists (`table_ints` of the table, lists0 lengths) and the outputs
-/// read back, synchronized; returns step t's GpuStep with n, the outputs and the times (select_us,
-/// gather_us, attend_us, step_us; admit_us = the update's span, host_us its host part).
+/// first step job.warmup untimed select (+ gather) + attend, then between CUDA events behind the launch gate
+/// (job.launch_gate) select, the hooks' before_gather and gather, attend, then after_attend, replica 0's
+/// lists (`table_ints` of the table, lists0 lengths) and the outputs read back, synchronized; returns step
+/// t's GpuStep with n, the outputs and the times (select_us, gather_us, attend_us, step_us; admit_us =
+/// after_attend's span; host_us = the hooks' host time).
 class SelectAttendStep {
   public:
     SelectAttendStep(size_t lists, int width, size_t lists0, const cuda::DecodeShape& ds);
     GpuStep run(const GpuLayerJob& job, int t, int n, bool first, const std::function<void()>& select,
                 const std::function<void()>& attend, size_t table_ints, LayerOutputs& o, cuda::Stream& stream,
-                const std::function<void()>& gather = {}, const std::function<double()>& update = {});
+                const StepHooks& hooks = {});
     int32_t* table() const { return table_.get(); }
     int32_t* lens() const { return lens_.get(); }
     float* work() const { return work_.get(); }

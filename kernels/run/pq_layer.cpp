@@ -12,7 +12,8 @@
 //           ranking, the top-k, the lists sink + local + top-k) -> offloaded: pq_gather_rows (static rows,
 //           cache hits from the pool, misses zero-copy from the pinned store) and decode_attention over
 //           the execution buffers, then the cache's update (the lists read back, the policy's step on the
-//           host, the admitted 128-token units copied into the pool: admit_us); in device memory:
+//           host, the admitted 128-token units copied into the pool: admit_us; with job.async_update
+//           applied at the next step while the GPU selects, PQCache's asynchronous update); in device memory:
 //           decode_attention_pages with page 1 over the lists' token rows. One stream, CUDA events:
 //           select_us = tables + scores + top-k.
 // The lists equal the CPU method's id for id (kernels/pq/pq_checks.cpp; the backend tests
@@ -152,16 +153,24 @@ void run_pq_layer(const GpuLayerJob& job, const StepFn& on_step) {
         };
         const int fixed = s_end + (n - l.coded_end);
         PqOffload::Update upd;
-        std::function<void()> gather;
-        std::function<double()> update;
+        PqOffload::Applied applied;
+        StepHooks hooks;
         if (off) {
-            gather = [&] { off->gather(timed.table(), timed.lens(), l.coded_end, st); };
-            update = [&] {
-                upd = off->update(timed.table(), timed.lens(), fixed, n, stream);
-                return upd.host_us;
+            hooks.gather = [&] { off->gather(timed.table(), timed.lens(), l.coded_end, st); };
+            // the last step's update while the GPU selects (async_update), else this step's after its attention
+            if (job.async_update && off->pending())
+                hooks.before_gather = [&] {
+                    applied = off->apply(stream);
+                    return applied.host_us;
+                };
+            hooks.after_attend = [&] {
+                upd = off->collect(timed.table(), timed.lens(), fixed, n, stream);
+                if (job.async_update) return upd.host_us;
+                applied = off->apply(stream);
+                return upd.host_us + applied.host_us;
             };
         }
-        GpuStep r = timed.run(job, t, n, i == 0, select, attend, lists0 * width, o, stream, gather, update);
+        GpuStep r = timed.run(job, t, n, i == 0, select, attend, lists0 * width, o, stream, hooks);
         r.index_build_ms = build_ms;
         double attended = 0;
         for (int h = 0; h < s.H; ++h) {
@@ -196,7 +205,7 @@ void run_pq_layer(const GpuLayerJob& job, const StepFn& on_step) {
             for (int h = 0; h < s.H; ++h) r.head_h2d_bytes[(size_t)h] = (double)upd.miss_tokens[(size_t)h] * token_bytes;
             for (int64_t m : upd.miss_tokens) r.batch_h2d_bytes += (double)m * token_bytes;
             for (double b : r.head_h2d_bytes) r.work.h2d_bytes += b;
-            r.batch_h2d_bytes += upd.fill_bytes;
+            r.batch_h2d_bytes += applied.fill_bytes;  // the units this step admitted (async: the last step's)
             r.batch_d2h_bytes = upd.d2h_bytes;  // the lengths and lists read back for the cache's update
         }
         on_step(r);

@@ -97,8 +97,8 @@ void PqOffload::gather(const int32_t* d_table, const int32_t* d_lens, int coded_
     cuda::pq_gather_rows(src_, d_table, d_lens, lists_, width_, xk_.get(), xv_.get(), stream);
 }
 
-PqOffload::Update PqOffload::update(const int32_t* d_table, const int32_t* d_lens, int fixed, int n,
-                                    cuda::Stream& stream) {
+PqOffload::Update PqOffload::collect(const int32_t* d_table, const int32_t* d_lens, int fixed, int n,
+                                     cuda::Stream& stream) {
     Update u;
     u.miss_tokens.assign((size_t)s_.bh(), 0);
     const auto t0 = std::chrono::steady_clock::now();
@@ -112,12 +112,8 @@ PqOffload::Update PqOffload::update(const int32_t* d_table, const int32_t* d_len
         u.host_us = us_since(t0);
         return u;
     }
-    const int ut = src_.unit_tokens, bt = block_rows_;
-    const size_t d = (size_t)s_.d, ub = (size_t)(ut / bt);
-    const int64_t per_pair = (int64_t)((kv_rows_ + ut - 1) / ut) * (int64_t)ub;
-    const size_t token_row = d * sizeof(uint16_t);
-    size_t n_adm = 0, n_at = 0;
-    std::vector<int64_t> admitted, evicted;
+    const int ut = src_.unit_tokens;
+    pending_reqs_.resize((size_t)s_.bh());
     found_.resize((size_t)per_);
     for (int p = 0; p < s_.bh(); ++p) {
         for (int j = 0; j < per_; ++j) {  // the pair's retrieved tokens per list, best first
@@ -126,14 +122,32 @@ PqOffload::Update PqOffload::update(const int32_t* d_table, const int32_t* d_len
             found_[(size_t)j].clear();
             for (int i = fixed; i < h_lens_[l]; ++i) found_[(size_t)j].push_back(row[i] - p * kv_rows_);
         }
-        GpuCacheMap& cache = caches_[(size_t)p];
+        const GpuCacheMap& cache = caches_[(size_t)p];
         for (const std::vector<int32_t>& f : found_)  // what the gather read from host memory: every list's
             for (int32_t t : f)                       // tokens whose unit was not resident (per list: per_head
                 u.miss_tokens[(size_t)p] += cache.find(t / ut) ? 0 : 1;  // lists read their own)
         fetch_.clear();  // (append_interleaved_unique appends)
         append_interleaved_unique(found_, fetch_);
-        token_unit_requests(fetch_, ut, /*needed_only=*/true, n, req_);
-        cache.step(req_, admitted, &evicted);
+        token_unit_requests(fetch_, ut, /*needed_only=*/true, n, pending_reqs_[(size_t)p]);
+    }
+    pending_ = true;
+    u.host_us = us_since(t0);
+    return u;
+}
+
+PqOffload::Applied PqOffload::apply(cuda::Stream& stream) {
+    Applied a;
+    if (!pending_) return a;
+    const auto t0 = std::chrono::steady_clock::now();
+    void* st = stream.get();
+    const int ut = src_.unit_tokens, bt = block_rows_;
+    const size_t d = (size_t)s_.d, ub = (size_t)(ut / bt);
+    const int64_t per_pair = (int64_t)((kv_rows_ + ut - 1) / ut) * (int64_t)ub;
+    size_t n_adm = 0, n_at = 0;
+    std::vector<int64_t> admitted, evicted;
+    for (int p = 0; p < s_.bh(); ++p) {
+        GpuCacheMap& cache = caches_[(size_t)p];
+        cache.step(pending_reqs_[(size_t)p], admitted, &evicted);
         for (int64_t id : evicted)
             for (size_t j = 0; j < ub; ++j) h_at_[n_at] = p * per_pair + id * (int64_t)ub + (int64_t)j, h_val_[n_at++] = -1;
         for (int64_t id : admitted) {  // the whole unit from the pinned store into its blocks
@@ -144,7 +158,7 @@ PqOffload::Update PqOffload::update(const int32_t* d_table, const int32_t* d_len
                 h_adm_[n_adm++] = {src_.store_k + from, src_.store_v + from, pool_k_.get() + to, pool_v_.get() + to, bt};
                 h_at_[n_at] = p * per_pair + id * (int64_t)ub + (int64_t)j, h_val_[n_at++] = blocks[j];
             }
-            u.fill_bytes += 2.0 * (double)ut * (double)token_row;
+            a.fill_bytes += 2.0 * (double)ut * (double)d * sizeof(uint16_t);
         }
     }
     if (n_adm > h_adm_.size() || n_at > h_at_.size())
@@ -158,8 +172,9 @@ PqOffload::Update PqOffload::update(const int32_t* d_table, const int32_t* d_len
         cuda::copy_h2d_async(d_val_.get(), h_val_.get(), n_at * sizeof(int32_t), st);
         cuda::set_entries(d_at_.get(), d_val_.get(), (int)n_at, blocks_.get(), st);
     }
-    u.host_us = us_since(t0);
-    return u;
+    pending_ = false;
+    a.host_us = us_since(t0);
+    return a;
 }
 
 }  // namespace retro::gpu_run

@@ -6,9 +6,10 @@
 // job.block_tokens rows, whose hits, misses, admissions and evictions the system model's BlockCache decides
 // (GpuCacheMap: the same policy code the model replays) and whose table lives on the GPU. A step's chosen
 // rows are gathered into execution buffers on the device (pq_gather_rows: static rows, pool hits, misses
-// zero-copy from the pinned store); after its attention the lists are read back and each cache's update
-// is applied (admitted units copied whole from the pinned store into their pool blocks, the table's entries
-// set and cleared), on the same stream: the next step's gather sees it.
+// zero-copy from the pinned store); after its attention the lists are read back (collect) and each cache's
+// update is applied (apply: admitted units copied whole from the pinned store into their pool blocks, the
+// table's entries set and cleared), on the same stream, right away or at the next step while the GPU selects
+// (job.async_update): either way before the next step's gather.
 #include <cstdint>
 #include <vector>
 
@@ -37,23 +38,31 @@ class PqOffload {
     const uint16_t* xk() const { return xk_.get(); }  ///< [lists, width, d] fp16
     const uint16_t* xv() const { return xv_.get(); }
 
-    /// What a step's update found: per (replica, KV head) the tokens the gather read from host memory (each
-    /// list's retrieved tokens whose unit was not resident before the update: with one list per pair the
-    /// BlockCache's miss tokens; per_head lists each read their own), the admitted units' bytes copied over
-    /// PCIe into the pool, the bytes read back (lengths, and the lists when there is a cache), the host's
-    /// time.
+    /// What a step's lists found: per (replica, KV head) the tokens the gather read from host memory (each
+    /// list's retrieved tokens whose unit was not resident: with one list per pair the BlockCache's miss
+    /// tokens; per_head lists each read their own), the bytes read back (lengths, and the lists when there
+    /// is a cache), the host's time.
     struct Update {
         std::vector<int64_t> miss_tokens;  ///< [B*H]
-        double fill_bytes = 0;
         double d2h_bytes = 0;
         double host_us = 0;
     };
-    /// After the step's attention: every list read back (d_table, d_lens), each (replica, KV head)'s
-    /// requested units (its lists' coded tokens, rank by rank over its lists, each once: the CPU method's
-    /// fetch order; needed tokens per unit) through its cache's step, the admitted units' rows and the
-    /// table's changes queued on `stream`. `fixed`: the static entries at the front of every list.
-    /// Synchronizes the stream once (the lists' read-back).
-    Update update(const int32_t* d_table, const int32_t* d_lens, int fixed, int n, cuda::Stream& stream);
+    /// After the step's attention: every list read back (d_table, d_lens; synchronizes the stream once) and
+    /// each (replica, KV head)'s requested units made (its lists' coded tokens, rank by rank over its lists,
+    /// each once: the CPU method's fetch order; needed tokens per unit), pending for apply(). `fixed`: the
+    /// static entries at the front of every list.
+    Update collect(const int32_t* d_table, const int32_t* d_lens, int fixed, int n, cuda::Stream& stream);
+
+    /// The pending requests through each cache's policy step, the admitted units' rows copied whole from the
+    /// pinned store into their pool blocks and the table's entries set and cleared, queued on `stream` (so
+    /// before any later gather): after collect() (the update after the attention) or at the next step while
+    /// the GPU selects (job.async_update). Nothing pending (no cache, or applied): nothing done.
+    struct Applied {
+        double fill_bytes = 0;  ///< the admitted units' K and V copied over PCIe
+        double host_us = 0;
+    };
+    Applied apply(cuda::Stream& stream);
+    bool pending() const { return pending_; }
 
     int64_t pool_rows() const { return C_; }
 
@@ -74,7 +83,8 @@ class PqOffload {
     int64_t C_ = 0;       ///< pool rows per (replica, KV head)
     int block_rows_ = 1;  ///< rows per pool block (block_tokens, or the unit's when it is not whole blocks)
     std::vector<GpuCacheMap> caches_;
-    std::vector<UnitRequest> req_;
+    std::vector<std::vector<UnitRequest>> pending_reqs_;  ///< [B*H] the collected step's requests
+    bool pending_ = false;
     std::vector<int32_t> fetch_;
     std::vector<std::vector<int32_t>> found_;
 };

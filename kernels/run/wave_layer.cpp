@@ -414,9 +414,9 @@ class WaveLayer {
     bool device_lookup() const { return !job_.kv_on_gpu && job_.wave_device_gather; }
     bool on_device() const { return device_gather() || device_lookup(); }
     /// device_lookup() with the cache's update of step t applied at step t+1, on the host while the GPU
-    /// ranks and estimates (GpuLayerJob::wave_async_update): the update off the step's critical path, in
+    /// ranks and estimates (GpuLayerJob::async_update): the update off the step's critical path, in
     /// the next step's window where it is not hidden.
-    bool async_update() const { return device_lookup() && job_.wave_async_update; }
+    bool async_update() const { return device_lookup() && job_.async_update; }
 
     /// The GPU block cache's table on the device (device_lookup()), after an index change: each cluster's
     /// first entry (first_, per head: its blocks counted as if every cluster were resident) and every

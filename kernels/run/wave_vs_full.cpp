@@ -38,7 +38,7 @@ struct Kind {
     FullKernel fk = FullKernel::library;
     bool kv_on_gpu = false;
     bool device_gather = true;  ///< GpuLayerJob::wave_device_gather (the KV in host memory: the device lookups)
-    bool async_update = false;  ///< GpuLayerJob::wave_async_update
+    bool async_update = false;  ///< GpuLayerJob::async_update
     bool no_cache = false;      ///< no GPU block cache (every retrieval cluster read over PCIe): the ablation's first bar
 };
 
@@ -74,7 +74,7 @@ WaveRunRow run_point(const GpuBackend& gpu, const WaveRunOptions& o, const Kind&
     job.full_kernel = kind.fk;
     job.kv_on_gpu = kind.kv_on_gpu;
     job.wave_device_gather = kind.device_gather;
-    job.wave_async_update = kind.async_update;
+    job.async_update = kind.async_update;
     job.host_threads = o.host_threads;
     for (const HeadSlice& h : heads) job.heads.push_back(&h);
     job.steps.resize((size_t)h0.num_steps);

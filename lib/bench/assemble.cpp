@@ -125,10 +125,8 @@ std::vector<json> write_run_summaries(const SweepSummaryInput& in) {
                     rec["cuda"]["kv"] = mr.kv.empty() ? "host" : mr.kv;  // wave, pq: host | gpu
                     // how the execution buffers were assembled: on the device (the cache's table on the GPU
                     // with the KV in host memory), or through the host's lookups (cuda.device_gather false)
-                    if (t->lookup_axis) {
-                        rec["cuda"]["lookups"] = cfg.cuda.device_gather ? "device" : "host";
-                        if (cfg.cuda.async_update) rec["cuda"]["update"] = "async";  // applied at the next step
-                    }
+                    if (t->lookup_axis) rec["cuda"]["lookups"] = cfg.cuda.device_gather ? "device" : "host";
+                    if (cfg.cuda.async_update) rec["cuda"]["update"] = "async";  // applied at the next step
                 }
             }
             if (!cfg.throughput.is_null())  // decode throughput vs batch (lib/system/cost_model.hpp)

@@ -34,7 +34,7 @@ struct CudaOptions {
     /// paper's host path, measured beside)
     bool device_gather = true;
     /// wave, KV in host memory, device_gather: the GPU block cache's update of a step applied at the next
-    /// step while the GPU ranks and estimates (GpuLayerJob::wave_async_update), not after the attention
+    /// step while the GPU ranks and estimates (GpuLayerJob::async_update), not after the attention
     bool async_update = false;
     /// wave's host lookup workers (0: min(8, cores - 1); 1: the caller alone)
     int host_threads = 0;

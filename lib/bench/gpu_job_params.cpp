@@ -82,7 +82,7 @@ GpuLayerJob gpu_job_for(const MethodRun& r, const CudaOptions& o, const std::str
     job.batch = r.batch > 0 ? r.batch : 1;
     job.kv_on_gpu = r.kv == "gpu";
     job.wave_device_gather = o.device_gather;
-    job.wave_async_update = o.async_update;
+    job.async_update = o.async_update;
     job.host_threads = o.host_threads;
     for (const auto& [name, value] : m->required_params) {
         const auto it = r.params.find(name);

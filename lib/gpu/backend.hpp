@@ -95,11 +95,11 @@ struct GpuLayerJob {
     /// update after the attention) instead of the host's cache lookups and copy lists (false: the paper's
     /// host path, measured beside)
     bool wave_device_gather = true;
-    /// wave with its KV in host memory and wave_device_gather: the GPU block cache's update of a step (the
-    /// host's policy step, the admission copies, the table's changes) applied at the next step while the GPU
-    /// ranks and estimates, instead of after the step's attention (admit_us): RetroInfer's asynchronous
-    /// cache update (its Figure 15's third bar)
-    bool wave_async_update = false;
+    /// wave (with wave_device_gather) and pq with their KV in host memory: the GPU block cache's update of a
+    /// step (the host's policy step, the admission copies, the table's changes) applied at the next step while
+    /// the GPU ranks (and estimates), instead of after the step's attention (admit_us): RetroInfer's
+    /// asynchronous cache update (its Figure 15's third bar), PQCache's asynchronous cache update (§3.4)
+    bool async_update = false;
     int host_threads = 0;  ///< wave: host lookup workers (0: min(8, cores - 1); 1: the caller alone); magicpig, the CPU-index methods: host workers (0: cores - 1)
     FullKernel full_kernel = FullKernel::library;  ///< full: the library baseline or the own kernel
     WaveParams wave;                      ///< wave: index and zones (gqa must be sum)

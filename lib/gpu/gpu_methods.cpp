@@ -62,7 +62,7 @@ GpuMethodInfo quest_gpu_method() {
 // over the chosen tokens on the GPU; the codebooks and codes built on the CPU by the method's own quantizer;
 // the KV offloaded to pinned host memory (the paper's setting, cuda.wave_kv "host": the chosen tokens read
 // through the GPU block cache of 128-token units, misses zero-copy over PCIe, the cache updated after the
-// step) or in device memory ("gpu") (docs/methods/pq.md, "On the GPU"). softmax_sum is refused: its exp
+// step or, with cuda.async_update, at the next step while the GPU selects) or in device memory ("gpu") (docs/methods/pq.md, "On the GPU"). softmax_sum is refused: its exp
 // would not match the CPU's std::exp bit for bit.
 GpuMethodInfo pq_gpu_method() {
     GpuMethodInfo m;
@@ -80,10 +80,6 @@ GpuMethodInfo pq_gpu_method() {
         if (p.nbits < 1 || p.nbits > 13 || p.m * (1 << p.nbits) > 12288)
             throw ParamError("pq on the GPU: m * 2^nbits <= 12288 is needed (a query head's lookup table in shared "
                              "memory); got m = " + std::to_string(p.m) + ", nbits = " + std::to_string(p.nbits));
-        if (job.kv_on_gpu) return;
-        if (job.wave_async_update)
-            throw ParamError("pq with its KV in host memory: cuda.async_update is built for wave only (pq's cache "
-                             "update follows the step's attention); set it false or cuda.wave_kv \"gpu\"");
     };
     return m;
 }

@@ -30,8 +30,8 @@ struct GpuMethodInfo {
     bool kernel_axis = false;
     /// Its KV placement is a sweep axis (cuda.wave_kv: pinned host memory or device memory): wave, pq.
     bool kv_axis = false;
-    /// cuda.device_gather (the host's lookups or the cache's table on the GPU) and cuda.async_update apply
-    /// to it, and its records say which it ran: wave.
+    /// cuda.device_gather (the host's lookups or the cache's table on the GPU) applies to it, and its records
+    /// say which it ran: wave. (cuda.async_update applies to every method with kv_axis.)
     bool lookup_axis = false;
     /// String parameters of the CPU twin the GPU path takes only at one value, (name, value): quest's
     /// placement "gpu" (the KV in device memory, as Quest's code keeps it). gpu_job_for refuses another

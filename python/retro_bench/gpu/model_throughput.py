@@ -24,7 +24,7 @@ import json
 import sys
 
 HBM_METHODS = ("full", "full-cudnn", "full-own", "quest", "pq-hbm", "wave-hbm", "wave-hbm-host")
-OFFLOADED = ("wave", "wave-dev", "wave-dev-async", "wave-dev-nocache", "pq")  # every row with the KV in host memory
+OFFLOADED = ("wave", "wave-dev", "wave-dev-async", "wave-dev-nocache", "pq", "pq-async")  # every row with the KV in host memory
 
 
 def load(paths):

@@ -37,7 +37,9 @@ def record_method(r):
     if method == "full":
         return FULL_KERNEL_ROWS.get(c.get("kernel", "flashinfer"), "full")
     if method == "pq":  # records before 2026-11-29 have no kv: PQCache's KV was in HBM then
-        return "pq-hbm" if c.get("kv", "gpu") == "gpu" else "pq"
+        if c.get("kv", "gpu") == "gpu":
+            return "pq-hbm"
+        return "pq-async" if c.get("update") == "async" else "pq"
     if method != "wave":
         return method
     if c.get("kv") == "gpu":
@@ -121,7 +123,7 @@ WAVE_NAMES = {"wave": "wave", "wave-dev": "wave, device lookups", "wave-dev-asyn
               "wave-hbm-host": "wave, KV in HBM, host lookups"}
 
 # the seed baselines' rows of retro_gpu_check's wave-vs-full run, in column order
-SPARSE = {"quest": "Quest", "pq": "PQCache", "pq-hbm": "PQCache, KV in HBM", "magicpig": "MagicPIG", "faiss_flat": "FAISS flat", "faiss_ivf": "FAISS IVF",
+SPARSE = {"quest": "Quest", "pq": "PQCache", "pq-async": "PQCache, async update", "pq-hbm": "PQCache, KV in HBM", "magicpig": "MagicPIG", "faiss_flat": "FAISS flat", "faiss_ivf": "FAISS IVF",
           "faiss_hnsw": "FAISS HNSW", "retrieval_attention": "RetrievalAttention"}
 
 
