@@ -73,10 +73,11 @@ __global__ void finish_merge_kernel(const half* o16, const float* lse2, const fl
 
 // The page table of the unsplit path from lengths on the device (LibraryDecode::plan_device): block r
 // sums the pages of the requests before it (a few hundred at most) for its indptr entry, then writes its
-// own page indices (request r's pages are r * pages_per_request + p, as plan() lays them out) and the
-// length of its last page.
+// own page indices (request r's pages are r * pages_per_request + p, as plan() lays them out, or the
+// caller's: `given` [requests, given_stride], Quest's chosen pages) and the length of its last page.
 __global__ void page_table_kernel(const int32_t* lens, int requests, int page, int pages_per_request,
-                                  int32_t* indptr, int32_t* last, int32_t* indices) {
+                                  const int32_t* given, int given_stride, int32_t* indptr, int32_t* last,
+                                  int32_t* indices) {
     __shared__ int32_t sums[128];
     const int r = blockIdx.x;
     int32_t acc = 0;
@@ -93,7 +94,8 @@ __global__ void page_table_kernel(const int32_t* lens, int requests, int page, i
         last[r] = lens[r] - (pages - 1) * page;
         if (r == requests - 1) indptr[requests] = start + pages;
     }
-    for (int p = threadIdx.x; p < pages; p += blockDim.x) indices[start + p] = r * pages_per_request + p;
+    for (int p = threadIdx.x; p < pages; p += blockDim.x)
+        indices[start + p] = given ? given[(size_t)r * given_stride + p] : r * pages_per_request + p;
 }
 
 // The schedule of plan_device from the lengths on the device, as FlashInfer's planner chooses it on the
@@ -302,9 +304,13 @@ void LibraryDecode::plan(const int32_t* lens, void* stream) {
     m.on_device = false;
 }
 
-void LibraryDecode::plan_device(const int32_t* d_lens, void* stream, int max_tiles) {
+void LibraryDecode::plan_device(const int32_t* d_lens, void* stream, int max_tiles, const int32_t* d_pages,
+                                int page_stride) {
     Impl& m = *impl_;
     const int R = m.requests;
+    if (d_pages && (page_stride < 1 || page_stride > m.pages_per_request))
+        throw ParamError("library decode: plan_device's page table stride " + std::to_string(page_stride) +
+                         " outside 1.." + std::to_string(m.pages_per_request) + " (capacity / page)");
     if (R > kScheduleThreads * kSchedulePer)
         throw ParamError("library decode: plan_device schedules at most " +
                          std::to_string(kScheduleThreads * kSchedulePer) + " (b, kv head) requests, not " +
@@ -334,8 +340,8 @@ void LibraryDecode::plan_device(const int32_t* d_lens, void* stream, int max_til
                                                                    sc + 2 * (size_t)G + R + 1);
     ok(cudaGetLastError(), "device schedule");
     int32_t* indptr = m.d_table2.get();
-    page_table_kernel<<<R, 128, 0, st(stream)>>>(d_lens, R, m.P, m.pages_per_request, indptr, indptr + R + 1,
-                                                  indptr + 2 * R + 1);
+    page_table_kernel<<<R, 128, 0, st(stream)>>>(d_lens, R, m.P, m.pages_per_request, d_pages, page_stride, indptr,
+                                                  indptr + R + 1, indptr + 2 * R + 1);
     ok(cudaGetLastError(), "page table");
     m.on_device = true;
     m.indptr = indptr, m.last = indptr + R + 1, m.indices = indptr + 2 * R + 1;

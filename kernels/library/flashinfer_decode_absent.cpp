@@ -17,7 +17,7 @@ LibraryDecode::LibraryDecode(const DecodeShape& s, int) : impl_(nullptr) {
 }
 LibraryDecode::~LibraryDecode() = default;
 void LibraryDecode::plan(const int32_t*, void*) {}
-void LibraryDecode::plan_device(const int32_t*, void*, int) {}
+void LibraryDecode::plan_device(const int32_t*, void*, int, const int32_t*, int) {}
 void LibraryDecode::run(const float*, const uint16_t*, const uint16_t*, float*, float*, void*, const float*,
                         const float*) {}
 

@@ -43,7 +43,14 @@ class LibraryDecode {
     /// grid with the unused blocks masked off (FlashInfer's CUDA-graph padding) and the tiles merged by
     /// FlashInfer. At most 4096 requests. Replaces the last plan() until the next plan(); buffers are
     /// sized at the first call for a grid (call it once before timing).
-    void plan_device(const int32_t* d_lens, void* stream = nullptr, int max_tiles = 0);
+    ///
+    /// With d_pages ([requests, page_stride] int32 in device memory: decode_attention_pages' page table,
+    /// each entry a page of the K/V pool viewed as [*, page_tokens, d]; request r's first
+    /// ceil(d_lens[r] / page_tokens) entries read, every page but its last full) the requests attend those
+    /// pages where they lie (Quest's chosen pages), copied into the plan's table now; capacity then bounds
+    /// a request's pages (page_stride * page_tokens at most).
+    void plan_device(const int32_t* d_lens, void* stream = nullptr, int max_tiles = 0, const int32_t* d_pages = nullptr,
+                     int page_stride = 0);
     /// The attention for the last plan's lengths. With d_extra_out/d_extra_lse (a second normalized
     /// state per query head, [B, Hkv*g, d] and [B, Hkv*g] natural log, -inf = empty: wave's estimation
     /// zone) the two are merged by their LSEs, as decode_attention's extra does.

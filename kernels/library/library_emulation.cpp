@@ -27,13 +27,16 @@ std::string library_decode_unsupported(int d, int g) {
 }
 struct LibraryDecode::Impl {
     DecodeShape s;
+    int page = 16;
     std::vector<int32_t> lens;
+    std::vector<int32_t> pages;  ///< plan_device's given page table [requests, stride], copied at the plan
+    int stride = 0;
 };
 LibraryDecode::LibraryDecode(const DecodeShape& s, int page) : impl_(nullptr) {
     const std::string why = library_decode_unsupported(s.d, s.group);
     if (!why.empty()) throw ParamError("library decode: " + why);
     if (page < 1 || s.capacity < 1 || s.capacity % page) throw ParamError("library decode: capacity not a multiple of the page");
-    impl_ = new Impl{s, {}};
+    impl_ = new Impl{s, page, {}, {}, 0};
 }
 LibraryDecode::~LibraryDecode() { delete impl_; }
 void LibraryDecode::plan(const int32_t* lens, void*) {
@@ -41,15 +44,31 @@ void LibraryDecode::plan(const int32_t* lens, void*) {
     for (int i = 0; i < n; ++i)
         if (lens[i] < 1 || lens[i] > impl_->s.capacity) throw ParamError("library decode: length out of range");
     impl_->lens.assign(lens, lens + n);
+    impl_->pages.clear(), impl_->stride = 0;
 }
-void LibraryDecode::plan_device(const int32_t* lens, void* st, int) { plan(lens, st); }  // "device" memory is host memory
+void LibraryDecode::plan_device(const int32_t* lens, void* st, int, const int32_t* pages, int stride) {
+    plan(lens, st);  // "device" memory is host memory
+    if (!pages) return;
+    const int n = impl_->s.batch * impl_->s.kv_heads;
+    if (stride < 1 || stride * impl_->page > impl_->s.capacity) throw ParamError("library decode: page table stride out of range");
+    for (int i = 0; i < n; ++i)
+        if (impl_->lens[(size_t)i] > stride * impl_->page) throw ParamError("library decode: length past the page table");
+    impl_->pages.assign(pages, pages + (size_t)n * stride), impl_->stride = stride;
+}
 void LibraryDecode::run(const float* q, const uint16_t* K, const uint16_t* V, float* out, float* lse, void* st,
                         const float* xo, const float* xl) {
     if (impl_->lens.empty()) throw Error("library decode: run() before plan()");
     const DecodeShape& s = impl_->s;
     const size_t rows = (size_t)s.batch * s.kv_heads * s.group, d = (size_t)s.d;
     std::vector<float> l(rows);
-    decode_attention(s, q, K, V, impl_->lens.data(), nullptr, nullptr, out, l.data(), nullptr, st);
+    if (impl_->stride > 0) {  // the given pages where they lie
+        DecodeShape ps = s;
+        ps.capacity = impl_->stride * impl_->page;
+        decode_attention_pages(ps, q, K, V, impl_->pages.data(), impl_->page, impl_->stride, impl_->lens.data(), out,
+                               l.data(), nullptr, st);
+    } else {
+        decode_attention(s, q, K, V, impl_->lens.data(), nullptr, nullptr, out, l.data(), nullptr, st);
+    }
     for (size_t i = 0; i < rows * d; ++i) out[i] = half_to_float(float_to_half(out[i]));  // the fp16 output
     for (size_t r = 0; r < rows; ++r) {  // the merge with a second state, in float (finish_kernel)
         if (xo && xl[r] != -INFINITY) {

@@ -176,6 +176,11 @@ void require_device_memory(const std::string& what, int batch, size_t need) {
                              " MiB of GPU memory; " + std::to_string(cuda::device_free_bytes() >> 20) + " MiB free");
 }
 
+bool library_takes(const GpuLayerJob& job, int d, int group, int requests) {
+    return job.full_kernel == FullKernel::library && cuda::library_decode_unsupported(d, group).empty() &&
+           requests <= 4096;  // LibraryDecode::plan_device's bound
+}
+
 int decode_split(int capacity, int bh) {
     const long target = (long)capacity * std::max(1, bh) / 528;
     return (int)std::max(64L, std::min(512L, target / 64 * 64));

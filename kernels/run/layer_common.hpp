@@ -149,6 +149,11 @@ inline double us_since(std::chrono::steady_clock::time_point t0) {
 /// exceed the device's free memory (the runner skips that batch point).
 void require_device_memory(const std::string& what, int batch, size_t need);
 
+/// Whether a selecting method's attention runs on the library decode (FlashInfer, cuda::LibraryDecode) as full
+/// attention's baseline does: job.full_kernel is the library (the default; "own" keeps the project's kernel),
+/// the library takes (d, group) and plan_device schedules the `requests` ((sequence, list) pairs).
+bool library_takes(const GpuLayerJob& job, int d, int group, int requests);
+
 /// Tokens per split for decode_attention: short buffers (the execution buffer) get smaller splits so
 /// that B*H*splits blocks fill the GPU (~528 blocks: 4 per SM of an H100), between 64 and 512.
 int decode_split(int capacity, int bh);

@@ -10,8 +10,8 @@
 //           (run/pq_offload); or in device memory, fp16 [B*H, tokens, d] (the within-GPU-memory setting)
 //   a step  pq_scores (lookup table per query head, every coded token's score) -> pq_select (the group's
 //           ranking, the top-k, the lists sink + local + top-k) -> offloaded: pq_gather_rows (static rows,
-//           cache hits from the pool, misses zero-copy from the pinned store) and decode_attention over
-//           the execution buffers, then the cache's update (the lists read back, the policy's step on the
+//           cache hits from the pool, misses zero-copy from the pinned store) and FlashInfer's decode
+//           over the execution buffers (decode_attention where the library does not take the shape), then the cache's update (the lists read back, the policy's step on the
 //           host, the admitted 128-token units copied into the pool: admit_us; with job.async_update
 //           applied at the next step while the GPU selects, PQCache's asynchronous update); in device memory:
 //           decode_attention_pages with page 1 over the lists' token rows. One stream, CUDA events:
@@ -60,11 +60,15 @@ void run_pq_layer(const GpuLayerJob& job, const StepFn& on_step) {
               : p.head.gqa == PqGqa::mean   ? cuda::PqRank::sum
                                             : cuda::PqRank::max;
     const int per = ps.per(), M = ps.m, K = ps.ksub();
+    const bool offloaded = !job.kv_on_gpu;
+    // offloaded: the attention over the execution buffers by FlashInfer's decode (as full attention's baseline
+    // and wave's), read in place as whole 16-token pages: the lists' row stride rounded up to a page
+    const bool library = offloaded && library_takes(job, s.d, s.g / per, s.B * s.H * per);
+    if (library) width = (width + kLibraryPage - 1) / kLibraryPage * kLibraryPage;
     cuda::DecodeShape ds;  // per_head: every query head its own list
     ds.batch = s.B, ds.kv_heads = s.H * per, ds.group = s.g / per, ds.d = s.d, ds.capacity = width;
     ds.split = decode_split(ds.capacity, s.B * ds.kv_heads);
     // offloaded: the pinned rows per pair are whole cache units (an admission copies a unit whole)
-    const bool offloaded = !job.kv_on_gpu;
     const int unit = std::max(1, job.unit_tokens);
     const size_t rows = offloaded ? ((size_t)s.tokens + unit - 1) / unit * unit : (size_t)s.tokens;
     const size_t book = (size_t)M * K * ps.dsub();
@@ -80,6 +84,8 @@ void run_pq_layer(const GpuLayerJob& job, const StepFn& on_step) {
     const LayerKv kv = upload_layer_kv(job, s, rows, offloaded, "pq");
     std::unique_ptr<PqOffload> off;
     if (offloaded) off = std::make_unique<PqOffload>(job, s, kv, (int)rows, s_end, ce0, per, width);
+    std::unique_ptr<cuda::LibraryDecode> lib;
+    if (library) lib = std::make_unique<cuda::LibraryDecode>(ds, kLibraryPage);
 
     cuda::Stream stream;
     void* st = stream.get();
@@ -144,12 +150,16 @@ void run_pq_layer(const GpuLayerJob& job, const StepFn& on_step) {
             cuda::pq_select(ps, scores.get(), l, timed.table(), timed.lens(), scratch.get(), st);
         };
         const auto attend = [&] {
-            if (off)
+            if (lib) {  // planned on the device from the lists' lengths: no host round trip
+                lib->plan_device(timed.lens(), st);
+                lib->run(q.device(), off->xk(), off->xv(), o.out.get(), o.lse.get(), st);
+            } else if (off) {
                 cuda::decode_attention(ds, q.device(), off->xk(), off->xv(), timed.lens(), nullptr, nullptr,
                                        o.out.get(), o.lse.get(), timed.work(), st);
-            else
+            } else {
                 cuda::decode_attention_pages(ds, q.device(), kv.K, kv.V, timed.table(), 1, width, timed.lens(),
                                              o.out.get(), o.lse.get(), timed.work(), st);
+            }
         };
         const int fixed = s_end + (n - l.coded_end);
         PqOffload::Update upd;

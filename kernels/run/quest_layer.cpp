@@ -7,12 +7,16 @@
 //           over the prompt's whole pages before the steps (the CPU method's build) and extended in each
 //           step by the pages completed since the last one (its append)
 //   a step  quest_select (the bound of every whole page per query head, the top budget - 1 pages, the
-//           last page) -> decode_attention_pages over the chosen pages where they lie (no gather).
+//           last page) -> the attention over the chosen pages where they lie (no gather): FlashInfer's
+//           decode over the page table (LibraryDecode::plan_device with the pages), or where it does not take
+//           the shape (or job.full_kernel is "own") decode_attention_pages.
 //           Nothing on the host, nothing over PCIe. One stream, CUDA events.
 // The selection equals the CPU method's page for page (kernels/quest/quest_checks.cpp; the backend
 // test QuestMatchesTheCpuQuestMethod).
 #include <algorithm>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "methods/quest_pages.hpp"
 #include "run/layer_common.hpp"
@@ -63,6 +67,18 @@ void run_quest_layer(const GpuLayerJob& job, const StepFn& on_step) {
     const size_t lists0 = (size_t)s.H * per;  // replica 0's lists: its selection, read back for the harness
     SelectAttendStep timed((size_t)qs.lists(), width, lists0, ds);
 
+    // the attention over the chosen pages: FlashInfer's decode reading them where they lie (the library full
+    // attention and wave use; Quest's own kernels are FlashInfer's), planned on the device from the lengths
+    // and the page table; the project's kernel where the library does not take the shape
+    std::unique_ptr<cuda::LibraryDecode> lib;
+    if (library_takes(job, s.d, ds.group, s.B * ds.kv_heads)) {
+        lib = std::make_unique<cuda::LibraryDecode>(ds, P);
+        const std::vector<int32_t> one((size_t)qs.lists(), 1), zero((size_t)qs.lists() * width, 0);
+        cuda::copy_h2d(timed.lens(), one.data(), one.size() * sizeof(int32_t));
+        cuda::copy_h2d(timed.table(), zero.data(), zero.size() * sizeof(int32_t));
+        lib->plan_device(timed.lens(), st, 0, timed.table(), width);  // its buffers sized here, not in a timed step
+    }
+
     // the build: the prompt's whole pages (the first step's last page is the one holding token `prompt`)
     int meta_done = s.prompt / P;
     cuda::quest_page_meta(qs, kv.K, 0, meta_done, meta.get(), st);
@@ -82,8 +98,13 @@ void run_quest_layer(const GpuLayerJob& job, const StepFn& on_step) {
         cuda::DecodeShape step_ds = ds;  // this step's lists hold at most `budget` pages (the workspace: width's)
         step_ds.capacity = budget * P;
         const auto attend = [&] {
-            cuda::decode_attention_pages(step_ds, q.device(), kv.K, kv.V, timed.table(), P, budget, timed.lens(),
-                                         o.out.get(), o.lse.get(), timed.work(), st);
+            if (lib) {
+                lib->plan_device(timed.lens(), st, 0, timed.table(), budget);
+                lib->run(q.device(), kv.K, kv.V, o.out.get(), o.lse.get(), st);
+            } else {
+                cuda::decode_attention_pages(step_ds, q.device(), kv.K, kv.V, timed.table(), P, budget, timed.lens(),
+                                             o.out.get(), o.lse.get(), timed.work(), st);
+            }
         };
         GpuStep r = timed.run(job, t, n, i == 0, select, attend, lists0 * budget, o, stream);
         meta_done = std::max(meta_done, last);
