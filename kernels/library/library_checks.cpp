@@ -82,32 +82,39 @@ void check_library_decode(Checker& c) {
                 c.expect_close(t + " lse", lse.data(), rlse.data(), lse.size(), kTolLse);
             }
         }
-        // the caller's page table (plan_device with d_pages: Quest's chosen pages where they lie): every request
-        // reads random pages of the whole pool; the reference attends the same rows gathered contiguously
-        const int P = 16, stride = k.cap / P;
-        std::vector<int32_t> pages((size_t)nbk * stride);
-        std::uniform_int_distribution<int> pd(0, nbk * stride - 1);
-        for (auto& pg : pages) pg = pd(rng);
-        Half Kp = K, Vp = V;  // request r's row t = pool row pages[r * stride + t / P] * P + t % P
-        for (int r = 0; r < nbk; ++r)
-            for (int t = 0; t < k.cap; ++t) {
-                const size_t from = ((size_t)pages[(size_t)r * stride + t / P] * P + t % P) * k.d, to = ((size_t)r * k.cap + t) * k.d;
-                std::copy_n(K.bits.begin() + from, k.d, Kp.bits.begin() + to), std::copy_n(K.f.begin() + from, k.d, Kp.f.begin() + to);
-                std::copy_n(V.bits.begin() + from, k.d, Vp.bits.begin() + to), std::copy_n(V.f.begin() + from, k.d, Vp.f.begin() + to);
+        // the caller's page table (plan_device with d_pages: Quest's chosen 16-token pages where they lie, and
+        // PQCache's chosen token rows as one-token pages): every request reads random pages of the whole pool;
+        // the reference attends the same rows gathered contiguously
+        for (const int P : {16, 1}) {
+            LibraryDecode paged(x.s, P);
+            const int stride = k.cap / P;
+            std::vector<int32_t> pages((size_t)nbk * stride);
+            std::uniform_int_distribution<int> pd(0, nbk * stride - 1);
+            for (auto& pg : pages) pg = pd(rng);
+            Half Kp = K, Vp = V;  // request r's row t = pool row pages[r * stride + t / P] * P + t % P
+            for (int r = 0; r < nbk; ++r)
+                for (int t = 0; t < k.cap; ++t) {
+                    const size_t from = ((size_t)pages[(size_t)r * stride + t / P] * P + t % P) * k.d;
+                    const size_t to = ((size_t)r * k.cap + t) * k.d;
+                    std::copy_n(K.bits.begin() + from, k.d, Kp.bits.begin() + to);
+                    std::copy_n(K.f.begin() + from, k.d, Kp.f.begin() + to);
+                    std::copy_n(V.bits.begin() + from, k.d, Vp.bits.begin() + to);
+                    std::copy_n(V.f.begin() + from, k.d, Vp.f.begin() + to);
+                }
+            std::vector<float> rout, rlse;
+            reference_decode(q, Kp, Vp, lens, k.B, k.Hkv, k.g, k.cap, k.d, nullptr, nullptr, rout, rlse);
+            auto dlens = upload(lens), dpages = upload(pages);
+            for (const int how : {0, 3}) {
+                DeviceBuffer<float> dout((size_t)k.B * Hq * k.d), dlse((size_t)k.B * Hq);
+                poison(dout), poison(dlse);
+                paged.plan_device(dlens.get(), nullptr, how, dpages.get(), stride);
+                paged.run(dq.get(), dk.get(), dv.get(), dout.get(), dlse.get());
+                synchronize();
+                const auto out = download(dout), lse = download(dlse);
+                const std::string t = x.tag + fmt(" given %g-token pages, max tiles %g", P, how);
+                c.expect_close(t + " out", out.data(), rout.data(), out.size(), 2e-3);
+                c.expect_close(t + " lse", lse.data(), rlse.data(), lse.size(), kTolLse);
             }
-        std::vector<float> rout, rlse;
-        reference_decode(q, Kp, Vp, lens, k.B, k.Hkv, k.g, k.cap, k.d, nullptr, nullptr, rout, rlse);
-        auto dlens = upload(lens), dpages = upload(pages);
-        for (const int how : {0, 3}) {
-            DeviceBuffer<float> dout((size_t)k.B * Hq * k.d), dlse((size_t)k.B * Hq);
-            poison(dout), poison(dlse);
-            lib.plan_device(dlens.get(), nullptr, how, dpages.get(), stride);
-            lib.run(dq.get(), dk.get(), dv.get(), dout.get(), dlse.get());
-            synchronize();
-            const auto out = download(dout), lse = download(dlse);
-            const std::string t = x.tag + fmt(" given pages, max tiles %g", how);
-            c.expect_close(t + " out", out.data(), rout.data(), out.size(), 2e-3);
-            c.expect_close(t + " lse", lse.data(), rlse.data(), lse.size(), kTolLse);
         }
     }
     // unsupported shapes are refused by name before any work

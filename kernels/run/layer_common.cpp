@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <vector>
 
 #include "core/half.hpp"
 #include "gpu/gpu_methods.hpp"
@@ -116,8 +117,16 @@ void LayerOutputs::read_back(void* stream) {
 }
 
 SelectAttendStep::SelectAttendStep(size_t lists, int width, size_t lists0, const cuda::DecodeShape& ds)
-    : table_(lists * (size_t)width), lens_(lists), h_table_(lists0 * (size_t)width), h_lens_(lists0),
-      work_(cuda::decode_workspace_floats(ds)) {}
+    : lists_(lists), width_(width), table_(lists * (size_t)width), lens_(lists), h_table_(lists0 * (size_t)width),
+      h_lens_(lists0), work_(cuda::decode_workspace_floats(ds)) {}
+
+void SelectAttendStep::size_library(cuda::LibraryDecode& lib, int page_stride, cuda::Stream& stream) {
+    const std::vector<int32_t> one(lists_, 1), zero(lists_ * (size_t)width_, 0);
+    cuda::copy_h2d(lens_.get(), one.data(), one.size() * sizeof(int32_t));
+    cuda::copy_h2d(table_.get(), zero.data(), zero.size() * sizeof(int32_t));
+    lib.plan_device(lens_.get(), stream.get(), 0, page_stride > 0 ? table_.get() : nullptr, page_stride);
+    stream.synchronize();
+}
 
 GpuStep SelectAttendStep::run(const GpuLayerJob& job, int t, int n, bool first, const std::function<void()>& select,
                               const std::function<void()>& attend, size_t table_ints, LayerOutputs& o,

@@ -102,6 +102,9 @@ class SelectAttendStep {
     GpuStep run(const GpuLayerJob& job, int t, int n, bool first, const std::function<void()>& select,
                 const std::function<void()>& attend, size_t table_ints, LayerOutputs& o, cuda::Stream& stream,
                 const StepHooks& hooks = {});
+    /// The library decode's first plan before any step (its device buffers sized here, not in a timed step):
+    /// every list one token long, from page 0 of the table when page_stride > 0 (the caller's page table).
+    void size_library(cuda::LibraryDecode& lib, int page_stride, cuda::Stream& stream);
     int32_t* table() const { return table_.get(); }
     int32_t* lens() const { return lens_.get(); }
     float* work() const { return work_.get(); }
@@ -109,6 +112,8 @@ class SelectAttendStep {
     const int32_t* h_lens() const { return h_lens_.get(); }
 
   private:
+    size_t lists_ = 0;
+    int width_ = 0;
     cuda::DeviceBuffer<int32_t> table_, lens_;
     cuda::PinnedBuffer<int32_t> h_table_, h_lens_;
     cuda::DeviceBuffer<float> work_;

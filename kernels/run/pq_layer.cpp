@@ -14,7 +14,8 @@
 //           over the execution buffers (decode_attention where the library does not take the shape), then the cache's update (the lists read back, the policy's step on the
 //           host, the admitted 128-token units copied into the pool: admit_us; with job.async_update
 //           applied at the next step while the GPU selects, PQCache's asynchronous update); in device memory:
-//           decode_attention_pages with page 1 over the lists' token rows. One stream, CUDA events:
+//           FlashInfer's decode over the lists' token rows in place as one-token pages (decode_attention_pages
+//           with page 1 where the library does not take the shape). One stream, CUDA events:
 //           select_us = tables + scores + top-k.
 // The lists equal the CPU method's id for id (kernels/pq/pq_checks.cpp; the backend tests
 // PqMatchesTheCpuPqMethod, PqOffloadedMatchesTheCpuPqMethodAndTheSystemModel).
@@ -63,8 +64,10 @@ void run_pq_layer(const GpuLayerJob& job, const StepFn& on_step) {
     const bool offloaded = !job.kv_on_gpu;
     // offloaded: the attention over the execution buffers by FlashInfer's decode (as full attention's baseline
     // and wave's), read in place as whole 16-token pages: the lists' row stride rounded up to a page
-    const bool library = offloaded && library_takes(job, s.d, s.g / per, s.B * s.H * per);
-    if (library) width = (width + kLibraryPage - 1) / kLibraryPage * kLibraryPage;
+    const bool library = library_takes(job, s.d, s.g / per, s.B * s.H * per);
+    // in device memory it reads the lists' token rows where they lie: pages of one token (SGLang's layout)
+    const int page = offloaded ? kLibraryPage : 1;
+    if (library) width = (width + page - 1) / page * page;
     cuda::DecodeShape ds;  // per_head: every query head its own list
     ds.batch = s.B, ds.kv_heads = s.H * per, ds.group = s.g / per, ds.d = s.d, ds.capacity = width;
     ds.split = decode_split(ds.capacity, s.B * ds.kv_heads);
@@ -85,7 +88,7 @@ void run_pq_layer(const GpuLayerJob& job, const StepFn& on_step) {
     std::unique_ptr<PqOffload> off;
     if (offloaded) off = std::make_unique<PqOffload>(job, s, kv, (int)rows, s_end, ce0, per, width);
     std::unique_ptr<cuda::LibraryDecode> lib;
-    if (library) lib = std::make_unique<cuda::LibraryDecode>(ds, kLibraryPage);
+    if (library) lib = std::make_unique<cuda::LibraryDecode>(ds, page);
 
     cuda::Stream stream;
     void* st = stream.get();
@@ -97,6 +100,7 @@ void run_pq_layer(const GpuLayerJob& job, const StepFn& on_step) {
     cuda::DeviceBuffer<uint8_t> scratch(cuda::pq_select_scratch_bytes(ps));
     const size_t lists0 = (size_t)s.H * per;  // replica 0's lists: its selection, read back for the harness
     SelectAttendStep timed((size_t)ps.lists(), width, lists0, ds);
+    if (lib) timed.size_library(*lib, offloaded ? 0 : width, stream);
 
     // the host's codebooks and codes into every replica's rows: codes [from, to) of each head
     std::vector<int> books_of((size_t)s.H, 0);  // trainings uploaded per head
@@ -150,9 +154,12 @@ void run_pq_layer(const GpuLayerJob& job, const StepFn& on_step) {
             cuda::pq_select(ps, scores.get(), l, timed.table(), timed.lens(), scratch.get(), st);
         };
         const auto attend = [&] {
-            if (lib) {  // planned on the device from the lists' lengths: no host round trip
+            if (lib && off) {  // planned on the device from the lists' lengths: no host round trip
                 lib->plan_device(timed.lens(), st);
                 lib->run(q.device(), off->xk(), off->xv(), o.out.get(), o.lse.get(), st);
+            } else if (lib) {  // the lists' token rows as one-token pages of the KV pool, in place
+                lib->plan_device(timed.lens(), st, 0, timed.table(), width);
+                lib->run(q.device(), kv.K, kv.V, o.out.get(), o.lse.get(), st);
             } else if (off) {
                 cuda::decode_attention(ds, q.device(), off->xk(), off->xv(), timed.lens(), nullptr, nullptr,
                                        o.out.get(), o.lse.get(), timed.work(), st);

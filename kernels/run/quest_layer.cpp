@@ -73,10 +73,7 @@ void run_quest_layer(const GpuLayerJob& job, const StepFn& on_step) {
     std::unique_ptr<cuda::LibraryDecode> lib;
     if (library_takes(job, s.d, ds.group, s.B * ds.kv_heads)) {
         lib = std::make_unique<cuda::LibraryDecode>(ds, P);
-        const std::vector<int32_t> one((size_t)qs.lists(), 1), zero((size_t)qs.lists() * width, 0);
-        cuda::copy_h2d(timed.lens(), one.data(), one.size() * sizeof(int32_t));
-        cuda::copy_h2d(timed.table(), zero.data(), zero.size() * sizeof(int32_t));
-        lib->plan_device(timed.lens(), st, 0, timed.table(), width);  // its buffers sized here, not in a timed step
+        timed.size_library(*lib, width, stream);
     }
 
     // the build: the prompt's whole pages (the first step's last page is the one holding token `prompt`)
