@@ -20,7 +20,11 @@ class CudaBackend final : public GpuBackend {
     std::string cudnn_unsupported(int head_dim, int group) const override {
         return cuda::cudnn_decode_unsupported(head_dim, group);
     }
-    BuiltWaveHeads build_wave(const GpuLayerJob& job) const override { return build_wave_heads(job); }
+    BuiltIndex build_index(const GpuLayerJob& job) const override {
+        const IndexBuild build = find_index_build(job.method);
+        if (!build) throw ParamError("cuda backend: method '" + job.method + "' has no shared index to build");
+        return build(job);
+    }
     MeasuredDevice measure() const override {
         const cuda::DeviceCeilings c = cuda::measure_ceilings(true);
         MeasuredDevice m;

@@ -14,4 +14,10 @@ LayerRun find_layer_run(const std::string& method) {
     return it == runs.end() ? nullptr : it->second;
 }
 
+IndexBuild find_index_build(const std::string& method) {
+    static const std::map<std::string, IndexBuild> builds = {{"wave", build_wave_heads}, {"pq", build_pq_heads}};
+    const auto it = builds.find(method);
+    return it == builds.end() ? nullptr : it->second;
+}
+
 }  // namespace retro::gpu_run

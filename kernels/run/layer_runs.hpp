@@ -30,7 +30,15 @@ using LayerRun = void (*)(const GpuLayerJob& job, const StepFn& on_step);
 LayerRun find_layer_run(const std::string& method);
 
 /// The wave indexes of job's heads over the prompt, as run_wave_layer builds them (job.wave, its k-means
-/// on the GPU or the CPU): to pass as job.wave_heads to several runs of the layer (batch points).
-BuiltWaveHeads build_wave_heads(const GpuLayerJob& job);
+/// on the GPU or the CPU): to pass as job.built to several runs of the layer (batch points, placements).
+BuiltIndex build_wave_heads(const GpuLayerJob& job);
+/// pq's per-head cores of job's heads over the prompt (the CPU method's quantizer fit and codes, with
+/// job.pq's seed), as run_pq_layer builds them: to pass as job.built likewise.
+BuiltIndex build_pq_heads(const GpuLayerJob& job);
+
+/// The index build of each method with GpuMethodInfo::shared_build, by name (layer_runs.cpp); nullptr for
+/// another.
+using IndexBuild = BuiltIndex (*)(const GpuLayerJob& job);
+IndexBuild find_index_build(const std::string& method);
 
 }  // namespace retro::gpu_run

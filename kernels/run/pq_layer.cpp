@@ -33,15 +33,27 @@
 
 namespace retro::gpu_run {
 
+BuiltIndex build_pq_heads(const GpuLayerJob& job) {
+    const LayerShape s = check_job(job);
+    BuiltIndex out;
+    out.pq = build_method_heads<PqHead>(job, s, job.pq.head, job.pq.seed, out.build_ms);
+    return out;
+}
+
 void run_pq_layer(const GpuLayerJob& job, const StepFn& on_step) {
     const LayerShape s = check_job(job);
     const PqGpuParams& p = job.pq;
     if (p.head.gqa == PqGqa::softmax_sum)
         throw ParamError("pq on the GPU: gqa softmax_sum is not supported (max, mean, per_head)");
 
-    // the CPU method's heads, built over the prompt as its build() does
-    double build_ms = 0;
-    std::vector<PqHead> heads = build_method_heads<PqHead>(job, s, p.head, p.seed, build_ms);
+    // the CPU method's heads, built over the prompt as its build() does (or once for the layer: a copy, the
+    // run appends the decode tokens to them)
+    if (job.built && (int)job.built->pq.size() != s.H)
+        throw ParamError("cuda backend: job.built has " + std::to_string(job.built->pq.size()) + " pq heads for a job of " +
+                         std::to_string(s.H));
+    BuiltIndex built = job.built ? BuiltIndex{} : build_pq_heads(job);
+    std::vector<PqHead> heads = job.built ? job.built->pq : std::move(built.pq);
+    const double build_ms = job.built ? job.built->build_ms : built.build_ms;
 
     const PqHead& h0 = heads[0];
     const int s_end = h0.sink_end(), ce0 = h0.coded_end();

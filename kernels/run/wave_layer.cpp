@@ -100,15 +100,15 @@ class WaveLayer {
     size_t bh_rows(int rows) const { return (size_t)s_.bh() * rows * s_.d; }
 
     void build_heads() {
-        if (job_.wave_heads) {  // built once for the layer: a copy (the run appends decode tokens to it)
-            if ((int)job_.wave_heads->heads.size() != s_.H)
-                throw ParamError("cuda backend: job.wave_heads has " + std::to_string(job_.wave_heads->heads.size()) +
+        if (job_.built) {  // built once for the layer: a copy (the run appends decode tokens to it)
+            if ((int)job_.built->wave.size() != s_.H)
+                throw ParamError("cuda backend: job.built has " + std::to_string(job_.built->wave.size()) +
                                  " heads for a job of " + std::to_string(s_.H));
-            heads_ = job_.wave_heads->heads;
-            build_ms_ = job_.wave_heads->build_ms;
+            heads_ = job_.built->wave;
+            build_ms_ = job_.built->build_ms;
         } else {
-            BuiltWaveHeads b = build_wave_heads(job_);
-            heads_ = std::move(b.heads);
+            BuiltIndex b = build_wave_heads(job_);
+            heads_ = std::move(b.wave);
             build_ms_ = b.build_ms;
         }
         if (job_.kv_on_gpu) {
@@ -792,17 +792,17 @@ class WaveLayer {
 
 }  // namespace
 
-BuiltWaveHeads build_wave_heads(const GpuLayerJob& job) {
+BuiltIndex build_wave_heads(const GpuLayerJob& job) {
     const LayerShape s = check_job(job);
     const auto t0 = Clock::now();
     KMeansFn km;
     if (job.kmeans_on_gpu)
         km = [](const float* x, int n, int d, const KMeansParams& p) { return cuda::segmented_kmeans_gpu(x, n, d, p); };
-    BuiltWaveHeads out;
+    BuiltIndex out;
     for (int h = 0; h < s.H; ++h) {
         const HeadSlice& hs = *job.heads[(size_t)h];
-        out.heads.emplace_back(job.wave, hs.layer, hs.kv_head, km);
-        out.heads.back().build({hs.keys.data(), hs.values.data(), s.prompt, s.d});
+        out.wave.emplace_back(job.wave, hs.layer, hs.kv_head, km);
+        out.wave.back().build({hs.keys.data(), hs.values.data(), s.prompt, s.d});
     }
     out.build_ms = ms_since(t0);
     return out;

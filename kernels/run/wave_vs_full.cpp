@@ -20,15 +20,18 @@ namespace retro::gpu_run {
 
 namespace {
 
-/// The layer's wave indexes over the prompt, as run_point's wave job would build them.
-BuiltWaveHeads build_index(const GpuBackend& gpu, const WaveRunOptions& o, const std::vector<HeadSlice>& heads) {
+/// The layer's shared index over the prompt for `method` (wave's indexes, pq's quantizers and codes), as
+/// run_point's job would build it.
+BuiltIndex build_index(const GpuBackend& gpu, const WaveRunOptions& o, const std::vector<HeadSlice>& heads,
+                       const std::string& method) {
     GpuLayerJob job;
-    job.method = "wave";
+    job.method = method;
     for (const HeadSlice& h : heads) job.heads.push_back(&h);
     job.steps = {0};
     job.wave = o.wave;
+    job.pq = o.pq_params;
     job.kmeans_on_gpu = o.kmeans_on_gpu;
-    return gpu.build_wave(job);
+    return gpu.build_index(job);
 }
 
 /// One row kind: its label, a GPU method (gpu/gpu_methods.hpp), full's kernel, wave's KV placement.
@@ -66,7 +69,7 @@ void set_speedups(std::vector<WaveRunRow>& rows, size_t first) {
 
 /// Runs one (method, context, batch) and averages its steps; evaluates accuracy at batch 1.
 WaveRunRow run_point(const GpuBackend& gpu, const WaveRunOptions& o, const Kind& kind,
-                     const std::vector<HeadSlice>& heads, int batch, const BuiltWaveHeads* built) {
+                     const std::vector<HeadSlice>& heads, int batch, const BuiltIndex* built) {
     const HeadSlice& h0 = heads[0];
     const GpuMethodInfo& m = *find_gpu_method(kind.method);
     GpuLayerJob job;
@@ -91,7 +94,7 @@ WaveRunRow run_point(const GpuBackend& gpu, const WaveRunOptions& o, const Kind&
         kind.no_cache ? 0 : cache_capacity_slots(o.cache, 0, h0.prompt_len, h0.head_dim, 2.0, job.block_tokens);
     job.warmup = o.warmup;
     job.launch_gate = o.launch_gate;
-    job.wave_heads = built;
+    job.built = built;
 
     WaveRunRow row;
     row.method = method_label(kind);
@@ -252,9 +255,9 @@ std::vector<WaveRunRow> run_wave_vs_full(const GpuBackend& gpu, const WaveRunOpt
         }
         if (o.magicpig) kinds.push_back({"magicpig", "magicpig"});
         const size_t first_row = rows.size();
-        // the wave indexes over the prompt, built once for every batch point (in the GPU-only build the
+        // the shared indexes over the prompt (wave's, pq's), built once for every batch point and placement (in the GPU-only build the
         // k-means's final pass runs on one CPU core without BLAS: minutes per point at 128K)
-        std::unique_ptr<BuiltWaveHeads> built;
+        std::map<std::string, BuiltIndex> built;  // per method: every kind and batch point of it
         for (size_t k = 0; k < kinds.size(); ++k) {
             const Kind& kind = kinds[k];
             const bool shared_build = find_gpu_method(kind.method)->shared_build;
@@ -264,11 +267,11 @@ std::vector<WaveRunRow> run_wave_vs_full(const GpuBackend& gpu, const WaveRunOpt
                 if (progress) progress(method_label(kind) + " N=" + std::to_string(N) + " B=" + std::to_string(B));
                 WaveRunRow row;
                 try {
-                    if (shared_build && !built) {
-                        if (progress) progress("wave indexes, context " + std::to_string(N));
-                        built = std::make_unique<BuiltWaveHeads>(build_index(gpu, o, heads));
+                    if (shared_build && !built.count(kind.method)) {
+                        if (progress) progress(kind.method + " index, context " + std::to_string(N));
+                        built.emplace(kind.method, build_index(gpu, o, heads, kind.method));
                     }
-                    row = run_point(gpu, o, kind, heads, B, built.get());
+                    row = run_point(gpu, o, kind, heads, B, shared_build ? &built.at(kind.method) : nullptr);
                 } catch (const GpuMemoryError& e) {
                     row.method = method_label(kind);
                     row.context = N, row.batch = B, row.status = std::string("does not fit: ") + e.what();

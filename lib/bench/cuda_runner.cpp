@@ -83,9 +83,9 @@ void run_cuda_layer(const RunConfig& cfg, const PreparedTrace& tr, const TraceRe
     std::vector<const HeadSlice*> ptrs;
     for (const HeadSlice& s : slices) ptrs.push_back(&s);
 
-    // wave indexes per distinct wave parameters, shared by the batch points (the index does not depend on
-    // the batch); built on the first run that needs them
-    std::map<std::string, BuiltWaveHeads> built;
+    // the shared indexes (wave's, pq's: GpuMethodInfo::shared_build) per method and parameters, shared by the
+    // batch points and placements (the index depends on neither); built on the first run that needs them
+    std::map<std::string, BuiltIndex> built;
     for (size_t r : job.runs) {
         if (skipped.count(r)) continue;
         const MethodRun& mr = cfg.runs[r];
@@ -111,10 +111,10 @@ void run_cuda_layer(const RunConfig& cfg, const PreparedTrace& tr, const TraceRe
         gj.steps = tr.steps;
         set_job_cache(mr, d, slices[0].prompt_len, gj, "run " + mr.label());  // as the system model sizes it
         if (gm.shared_build) {
-            const std::string key = mr.params.dump();
+            const std::string key = mr.method + mr.params.dump();
             auto it = built.find(key);
-            if (it == built.end()) it = built.emplace(key, gpu.build_wave(gj)).first;
-            gj.wave_heads = &it->second;
+            if (it == built.end()) it = built.emplace(key, gpu.build_index(gj)).first;
+            gj.built = &it->second;
         }
         // the one timing rule (gpu/point_run): warm-up steps are evaluated and replayed by the system model
         // like every step, their GPU times left out

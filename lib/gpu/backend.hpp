@@ -29,9 +29,14 @@ enum class FullKernel { library, own, cudnn };
 
 /// The wave indexes of a layer's KV heads built over the prompt ([H], in the job's head order), to be
 /// shared by several runs of the same layer (the batch points): the index does not depend on the batch.
-struct BuiltWaveHeads {
-    std::vector<WaveHead> heads;
-    double build_ms = 0;  ///< wall time of building them (reported as each run's index_build_ms)
+/// An index built once for a layer and shared by its runs at other batch sizes and placements
+/// (GpuMethodInfo::shared_build; GpuBackend::build_index -> GpuLayerJob::built): wave's heads with their
+/// wave indexes, or pq's with their quantizers and the prompt's codes. A run copies the heads it is given
+/// (it appends the decode tokens to them).
+struct BuiltIndex {
+    std::vector<WaveHead> wave;  ///< [H] wave
+    std::vector<PqHead> pq;      ///< [H] pq
+    double build_ms = 0;         ///< wall time of building them (reported as each run's index_build_ms)
 };
 
 /// Quest's parameters on the GPU (the method `quest`, lib/methods/quest.cpp; docs/methods/quest.md).
@@ -120,9 +125,9 @@ struct GpuLayerJob {
     /// issues it, the launch calls inside the timing. Host work the step waits for (wave's lookups)
     /// stays inside either way: the gate is released before any wait.
     bool launch_gate = true;
-    /// wave: the heads' indexes built already (gpu_run::build_wave_heads for this job's heads, params and
+    /// wave, pq: the heads built already (GpuBackend::build_index for this job's heads, params and
     /// k-means), copied by the run instead of built again; nullptr = the run builds them.
-    const BuiltWaveHeads* wave_heads = nullptr;
+    const BuiltIndex* built = nullptr;
 };
 
 /// Phase times of one layer step for the whole batch, microseconds, from CUDA events on the method's
@@ -195,9 +200,11 @@ class GpuBackend {
     virtual std::string cudnn_unsupported(int, int) const { return "this backend has no cuDNN decode"; }
     /// The device's ceilings, measured now (about a second): "hardware": "measured" (gpu/measured.hpp).
     virtual MeasuredDevice measure() const = 0;
-    /// The wave indexes of job's heads over the prompt, as run_layer would build them: to pass as
-    /// job.wave_heads to the layer's other runs with the same wave parameters (the batch points).
-    virtual BuiltWaveHeads build_wave(const GpuLayerJob& job) const = 0;
+    /// The index of job's heads over the prompt (wave's indexes, pq's quantizers and codes), as run_layer
+    /// would build it: to pass as
+    /// job.built to the layer's other runs with the same parameters (the batch points, the placements).
+    /// For the methods with GpuMethodInfo::shared_build (wave, pq); ParamError for another.
+    virtual BuiltIndex build_index(const GpuLayerJob& job) const = 0;
     /// Runs the job, calling on_step after every selected step. Throws GpuMemoryError when the batch
     /// does not fit (before any step), ParamError on a bad job, Error on a device failure.
     virtual void run_layer(const GpuLayerJob& job, const std::function<void(const GpuStep&)>& on_step) const = 0;

@@ -70,6 +70,7 @@ GpuMethodInfo pq_gpu_method() {
     m.summary = "PQCache: lookup tables, PQ scores, top-k and attention over the chosen tokens on the GPU; codes from "
                 "the CPU method's quantizer; KV offloaded through the GPU block cache, or in HBM";
     m.gpu_selects = true;
+    m.shared_build = true;  // the quantizers and the prompt's codes: once per layer, every batch and placement
     m.kv_axis = true;
     m.overlap = [](const GpuLayerJob&) { return Overlap::serial; };  // select -> the misses over PCIe -> attention
     m.check = [](const GpuLayerJob& job) {

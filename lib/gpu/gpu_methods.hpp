@@ -23,8 +23,8 @@ struct GpuMethodInfo {
     /// The GPU reports the method's selection per step (GpuStep::selections, footprints); false: the CPU
     /// twin runs beside the GPU to give it (full: every visible token, the method's own selection).
     bool gpu_selects = false;
-    /// An index built once per (layer, parameters) and shared by the layer's runs at other batch sizes
-    /// (GpuBackend::build_index -> GpuLayerJob::built).
+    /// An index built once per (layer, parameters) and shared by the layer's runs at other batch sizes and
+    /// placements (GpuBackend::build_index -> GpuLayerJob::built): wave, pq.
     bool shared_build = false;
     /// Its full-attention kernel is a sweep axis (cuda.full_kernel: FlashInfer, cuDNN, the own kernel).
     bool kernel_axis = false;

@@ -55,8 +55,8 @@ class UnusableBackend final : public GpuBackend {
         ADD_FAILURE() << "measure called on an unusable backend";
         return {};
     }
-    BuiltWaveHeads build_wave(const GpuLayerJob&) const override {
-        ADD_FAILURE() << "build_wave called on an unusable backend";
+    BuiltIndex build_index(const GpuLayerJob&) const override {
+        ADD_FAILURE() << "build_index called on an unusable backend";
         return {};
     }
     void run_layer(const GpuLayerJob&, const std::function<void(const GpuStep&)>&) const override {

@@ -553,28 +553,37 @@ BACKEND_TEST(PqOffloadedMatchesTheCpuPqMethodAndTheSystemModel) {
                 measured[(size_t)h].push_back(st.head_h2d_bytes[(size_t)h]);
                 codes[(size_t)h].push_back(got.h2d_bytes - (double)got.fetch_tokens.size() * tok);
                 if (st.head_h2d_bytes[(size_t)h] < (double)got.fetch_tokens.size() * tok) ++steps_with_hits;
-                if (c.cache == 0 && !per_head)
+                if (c.cache == 0 && !per_head) {
                     EXPECT_EQ(st.head_h2d_bytes[(size_t)h], (double)got.fetch_tokens.size() * tok) << "no cache: all over PCIe";
+                }
                 h2d += st.head_h2d_bytes[(size_t)h];
             }
             EXPECT_DOUBLE_EQ(st.work.h2d_bytes, h2d);
             EXPECT_GE(st.batch_h2d_bytes, B * h2d) << "every replica's misses (and the cache's fills) counted";
-            if (c.cache > 0) EXPECT_GT(st.batch_d2h_bytes, 0) << "the lists read back for the cache's update";
+            if (c.cache > 0) {
+                EXPECT_GT(st.batch_d2h_bytes, 0) << "the lists read back for the cache's update";
+            }
         });
         EXPECT_EQ(reported, (int)job.steps.size());
         EXPECT_EQ(same, reported * H) << "the GPU's lists differ from the CPU method's";
         EXPECT_LT(worst_out, 5e-3) << "a row gathered from the wrong place";
         EXPECT_LT(worst_lse, 5e-3);
-        if (c.cache > 0) EXPECT_GT(steps_with_hits, 0) << "the GPU cache served no hit: the pool path was not exercised";
-        else EXPECT_EQ(steps_with_hits, 0);
+        if (c.cache > 0) {
+            EXPECT_GT(steps_with_hits, 0) << "the GPU cache served no hit: the pool path was not exercised";
+        } else {
+            EXPECT_EQ(steps_with_hits, 0);
+        }
         for (int h = 0; h < H; ++h) {
             std::map<std::string, std::vector<double>> kv;
             sys[(size_t)h]->finish(kv);
             ASSERT_EQ(kv["h2d_bytes"].size(), measured[(size_t)h].size());
             for (size_t i = 0; i < measured[(size_t)h].size(); ++i) {
                 const double model = kv["h2d_bytes"][i] - codes[(size_t)h][i];  // the model's KV misses
-                if (per_head) EXPECT_GE(measured[(size_t)h][i], model - 1e-6) << "step " << i << " head " << h;
-                else EXPECT_NEAR(measured[(size_t)h][i], model, 1e-6) << "measured vs the model's replay, step " << i << " head " << h;
+                if (per_head) {
+                    EXPECT_GE(measured[(size_t)h][i], model - 1e-6) << "step " << i << " head " << h;
+                } else {
+                    EXPECT_NEAR(measured[(size_t)h][i], model, 1e-6) << "measured vs the model's replay, step " << i << " head " << h;
+                }
             }
         }
         std::printf("pq offloaded (%s, cache %.2f, token_block %d%s): %d head-steps with cache hits of %d\n",
@@ -760,6 +769,58 @@ BACKEND_TEST(HostIndexMatchesTheCpuMethod) {
     }
 }
 
+// pq's heads built once for the layer (build_index: the quantizers and the prompt's codes, as the runner and the
+// driver share them across batch points and placements) give the same steps as a run that builds its own,
+// offloaded and in device memory alike: the same lists and outputs; the shared heads are copied, not
+// changed, by a run (a second run gives the same again, past the decode tokens the first one appended).
+BACKEND_TEST(PrebuiltPqHeadsGiveTheSameSteps) {
+    REQUIRE_DEVICE();
+    const int H = 2, prompt = 900, steps = 30;
+    auto heads = layer_heads(H, prompt, steps);
+    round_kv_to_half(heads);
+    MethodRun mr;
+    mr.method = "pq", mr.params = resolve_params(find_method("pq"), {{"k", 50}, {"window", 16}}), mr.batch = 2;
+    SystemParams sp;
+    sp.cache = 0.2, sp.token_block = 64;
+    mr.system = sp.to_json();
+    GpuLayerJob job = gpu_job_for(mr, CudaOptions{}, "test");
+    set_job_cache(mr, kD, prompt, job, "test");
+    for (const HeadSlice& h : heads) job.heads.push_back(&h);
+    job.steps = {0, 7, 20, 29};  // tokens leave the window between them: codes appended to the copies
+    const auto run = [&](const GpuLayerJob& j) {
+        std::vector<std::pair<std::vector<float>, std::vector<std::vector<int32_t>>>> seen;
+        gpu_run::make_cuda_backend()->run_layer(j, [&](const GpuStep& st) {
+            std::vector<std::vector<int32_t>> ids;
+            for (const Selection& sel : st.selections) ids.emplace_back(sel.exact_for(0).begin(), sel.exact_for(0).end());
+            seen.emplace_back(std::vector<float>(st.out, st.out + (size_t)j.batch * H * kG * kD), ids);
+        });
+        return seen;
+    };
+    const auto own = run(job);
+    const auto backend = gpu_run::make_cuda_backend();
+    const BuiltIndex built = backend->build_index(job);
+    ASSERT_EQ(built.pq.size(), (size_t)H);
+    EXPECT_TRUE(built.wave.empty());
+    const size_t codes0 = built.pq[0].codes().size();
+    job.built = &built;
+    const auto shared = run(job), again = run(job);
+    EXPECT_EQ(built.pq[0].codes().size(), codes0) << "a run changed the shared heads";
+    GpuLayerJob in_hbm = job;
+    in_hbm.kv_on_gpu = true;
+    const auto hbm = run(in_hbm);
+    ASSERT_EQ(own.size(), job.steps.size());
+    for (const auto* other : {&shared, &again, &hbm}) {
+        ASSERT_EQ(other->size(), own.size());
+        for (size_t i = 0; i < own.size(); ++i) {
+            EXPECT_EQ((*other)[i].second, own[i].second) << "step " << i;
+            EXPECT_LT(rel_l2((*other)[i].first.data(), own[i].first.data(), (int)own[i].first.size()), 1e-6) << "step " << i;
+        }
+    }
+    GpuLayerJob quest = job;  // no shared index for another method: refused by name
+    quest.method = "quest";
+    EXPECT_THROW(backend->build_index(quest), ParamError);
+}
+
 // Indexes built once for the layer (build_wave_heads, as the driver shares them across batch points) give
 // the same steps as a run that builds its own: outputs, selections and index build time carried over; so
 // does a run with the KV in device memory (kv_on_gpu), whose misses cross no bus, both with the
@@ -796,9 +857,9 @@ BACKEND_TEST(PrebuiltWaveHeadsGiveTheSameSteps) {
         return seen;
     };
     const auto own = run(job);
-    const BuiltWaveHeads built = gpu_run::build_wave_heads(job);
-    ASSERT_EQ(built.heads.size(), (size_t)H);
-    job.wave_heads = &built;
+    const BuiltIndex built = gpu_run::build_wave_heads(job);
+    ASSERT_EQ(built.wave.size(), (size_t)H);
+    job.built = &built;
     const auto shared = run(job);
     const auto again = run(job);  // the built heads are copied, not changed, by a run
     // the clustered KV in device memory (the within-GPU-memory setting) and the host work on the caller
@@ -1116,7 +1177,7 @@ BACKEND_TEST(FullLibraryRefusesAnUnsupportedShapeBeforeAnyWork) {
         }
         std::string cudnn_unsupported(int, int) const override { return "test double: libcudnn.so.9 not loadable"; }
         MeasuredDevice measure() const override { return real->measure(); }
-        BuiltWaveHeads build_wave(const GpuLayerJob& j) const override { return real->build_wave(j); }
+        BuiltIndex build_index(const GpuLayerJob& j) const override { return real->build_index(j); }
         void run_layer(const GpuLayerJob& job, const std::function<void(const GpuStep&)>& fn) const override {
             EXPECT_EQ(job.full_kernel, FullKernel::own);
             real->run_layer(job, fn);
@@ -1162,7 +1223,7 @@ BACKEND_TEST(RunSkipsABatchThatDoesNotFit) {
         void check_shape(int d, int g) const override { real->check_shape(d, g); }
         std::string library_unsupported(int d, int g) const override { return real->library_unsupported(d, g); }
         MeasuredDevice measure() const override { return real->measure(); }
-        BuiltWaveHeads build_wave(const GpuLayerJob& j) const override { return real->build_wave(j); }
+        BuiltIndex build_index(const GpuLayerJob& j) const override { return real->build_index(j); }
         void run_layer(const GpuLayerJob& job, const std::function<void(const GpuStep&)>& fn) const override {
             if (job.batch > 2) throw GpuMemoryError("test: batch " + std::to_string(job.batch) + " does not fit");
             real->run_layer(job, fn);
