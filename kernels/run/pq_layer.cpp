@@ -193,7 +193,7 @@ void run_pq_layer(const GpuLayerJob& job, const StepFn& on_step) {
                     return applied.host_us;
                 };
             hooks.after_attend = [&] {
-                upd = off->collect(timed.table(), timed.lens(), fixed, n, stream);
+                upd = off->collect(timed.table(), fixed, l.k, n, stream);
                 if (job.async_update) return upd.host_us;
                 applied = off->apply(stream);
                 return upd.host_us + applied.host_us;

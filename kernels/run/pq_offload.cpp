@@ -89,7 +89,6 @@ PqOffload::PqOffload(const GpuLayerJob& job, const LayerShape& s, const LayerKv&
         h_val_ = cuda::PinnedBuffer<int32_t>(h_at_.size()), d_val_ = cuda::DeviceBuffer<int32_t>(h_at_.size());
         h_table_ = cuda::PinnedBuffer<int32_t>((size_t)lists_ * width);
     }
-    h_lens_ = cuda::PinnedBuffer<int32_t>((size_t)lists_);
 }
 
 void PqOffload::gather(const int32_t* d_table, const int32_t* d_lens, int coded_end, void* stream) {
@@ -97,21 +96,20 @@ void PqOffload::gather(const int32_t* d_table, const int32_t* d_lens, int coded_
     cuda::pq_gather_rows(src_, d_table, d_lens, lists_, width_, xk_.get(), xv_.get(), stream);
 }
 
-PqOffload::Update PqOffload::collect(const int32_t* d_table, const int32_t* d_lens, int fixed, int n,
-                                     cuda::Stream& stream) {
+PqOffload::Update PqOffload::collect(const int32_t* d_table, int fixed, int k, int n, cuda::Stream& stream) {
     Update u;
     u.miss_tokens.assign((size_t)s_.bh(), 0);
-    const auto t0 = std::chrono::steady_clock::now();
-    void* st = stream.get();
-    if (C_ > 0) cuda::copy_d2h_async(h_table_.get(), d_table, h_table_.bytes(), st);
-    cuda::copy_d2h_async(h_lens_.get(), d_lens, h_lens_.bytes(), st);
-    stream.synchronize();
-    u.d2h_bytes = (double)h_lens_.bytes() + (C_ > 0 ? (double)h_table_.bytes() : 0.0);
-    if (C_ == 0) {  // no cache: the gather read every list's retrieved tokens from host memory
-        for (int l = 0; l < lists_; ++l) u.miss_tokens[(size_t)(l / per_)] += std::max(0, h_lens_[l] - fixed);
-        u.host_us = us_since(t0);
+    if (C_ == 0) {  // no cache: the gather read every list's k retrieved tokens from host memory; nothing to read
+        for (int64_t& m : u.miss_tokens) m = (int64_t)per_ * k;
         return u;
     }
+    const auto t0 = std::chrono::steady_clock::now();
+    // every list is its `fixed` static entries then its k retrieved ones (pq_select's layout): only those
+    const size_t row_bytes = (size_t)(fixed + k) * sizeof(int32_t);
+    cuda::copy_2d_async(h_table_.get(), (size_t)width_ * sizeof(int32_t), d_table, (size_t)width_ * sizeof(int32_t),
+                            row_bytes, (size_t)lists_, stream.get());
+    stream.synchronize();
+    u.d2h_bytes = (double)row_bytes * lists_;
     const int ut = src_.unit_tokens;
     pending_reqs_.resize((size_t)s_.bh());
     found_.resize((size_t)per_);
@@ -120,7 +118,7 @@ PqOffload::Update PqOffload::collect(const int32_t* d_table, const int32_t* d_le
             const size_t l = (size_t)p * per_ + j;
             const int32_t* row = h_table_.get() + l * width_;
             found_[(size_t)j].clear();
-            for (int i = fixed; i < h_lens_[l]; ++i) found_[(size_t)j].push_back(row[i] - p * kv_rows_);
+            for (int i = fixed; i < fixed + k; ++i) found_[(size_t)j].push_back(row[i] - p * kv_rows_);
         }
         const GpuCacheMap& cache = caches_[(size_t)p];
         for (const std::vector<int32_t>& f : found_)  // what the gather read from host memory: every list's

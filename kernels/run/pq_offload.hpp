@@ -40,18 +40,18 @@ class PqOffload {
 
     /// What a step's lists found: per (replica, KV head) the tokens the gather read from host memory (each
     /// list's retrieved tokens whose unit was not resident: with one list per pair the BlockCache's miss
-    /// tokens; per_head lists each read their own), the bytes read back (lengths, and the lists when there
-    /// is a cache), the host's time.
+    /// tokens; per_head lists each read their own), the lists' bytes read back, the host's time.
     struct Update {
         std::vector<int64_t> miss_tokens;  ///< [B*H]
         double d2h_bytes = 0;
         double host_us = 0;
     };
-    /// After the step's attention: every list read back (d_table, d_lens; synchronizes the stream once) and
-    /// each (replica, KV head)'s requested units made (its lists' coded tokens, rank by rank over its lists,
-    /// each once: the CPU method's fetch order; needed tokens per unit), pending for apply(). `fixed`: the
-    /// static entries at the front of every list.
-    Update collect(const int32_t* d_table, const int32_t* d_lens, int fixed, int n, cuda::Stream& stream);
+    /// After the step's attention, with a cache: every list's entries read back (d_table, pq_select's: the
+    /// `fixed` static entries then the k retrieved ones; synchronizes the stream once) and each (replica, KV
+    /// head)'s requested units made (its lists' retrieved tokens, rank by rank over its lists, each once: the
+    /// CPU method's fetch order; needed tokens per unit), pending for apply(). Without a cache nothing is
+    /// read back: every retrieved token was read from host memory.
+    Update collect(const int32_t* d_table, int fixed, int k, int n, cuda::Stream& stream);
 
     /// The pending requests through each cache's policy step, the admitted units' rows copied whole from the
     /// pinned store into their pool blocks and the table's entries set and cleared, queued on `stream` (so
@@ -70,7 +70,7 @@ class PqOffload {
     const GpuLayerJob& job_;
     LayerShape s_;
     int kv_rows_, per_, width_, lists_;
-    cuda::PinnedBuffer<int32_t> h_table_, h_lens_;  ///< every list, read back for the update
+    cuda::PinnedBuffer<int32_t> h_table_;  ///< every list's entries, read back for the update
     cuda::PinnedBuffer<cuda::CopySegment> h_adm_;
     cuda::DeviceBuffer<cuda::CopySegment> d_adm_;
     cuda::PinnedBuffer<int64_t> h_at_;
