@@ -12,7 +12,7 @@
 //           FAISS's decode_tokens "index" (job.host_index.window_slides) a token leaving the window moves
 //           to the index: the GPU's part at n visible tokens is [0, ib) and [max(ie, n - window), n).
 //   a step  GPU: the queries read back to the host (d2h, what the model's GPU produced), then
-//           decode_attention_pages with page 1 over the static rows; meanwhile on the host's cores (a pool
+//           the static rows' attention (StaticAttention: FlashInfer, one-token pages); meanwhile on the host's cores (a pool
 //           over (replica, KV head), job.host_threads) the CPU method's own select (its index search, the
 //           lists static pattern + retrieved) and the attention over each list's retrieved tokens
 //           (partial_attention_ids, what the harness attends); the two partial results merged by their LSE
@@ -105,7 +105,7 @@ void run_host_index_layer(const GpuLayerJob& job, const StepFn& on_step) {
     cuda::DeviceBuffer<int32_t> table((size_t)s.bh() * srows), lens((size_t)s.bh());
     std::vector<int32_t> h_tab(table.size());
     cuda::PinnedBuffer<int32_t> h_lens((size_t)s.bh());
-    cuda::DeviceBuffer<float> work(cuda::decode_workspace_floats(ds));
+    StaticAttention static_att(job, ds);
 
     cuda::Stream stream;
     void* st = stream.get();
@@ -148,12 +148,11 @@ void run_host_index_layer(const GpuLayerJob& job, const StepFn& on_step) {
         for (int k = 0; k < items; ++k) h_lens[(size_t)k] = fixed;
         cuda::copy_h2d_async(lens.get(), h_lens.get(), h_lens.bytes(), st);
         q.stage(t, st);
-        const auto attend = [&] {
-            cuda::decode_attention_pages(ds, q.device(), skv.k.get(), skv.v.get(), table.get(), 1, srows, lens.get(),
-                                         o.out.get(), o.lse.get(), work.get(), st);
-        };
-        if (i == 0)
+        const auto attend = [&] { static_att.run(q.device(), skv, table.get(), lens.get(), fixed, o.out.get(), o.lse.get(), st); };
+        if (i == 0) {
+            static_att.prepare(table.get(), lens.get(), fixed, stream);
             for (int w = 0; w < job.warmup; ++w) attend();
+        }
         stream.synchronize();
 
         const auto step0 = Clock::now();

@@ -7,7 +7,7 @@
 //   KV      the static tokens (sink + local window + every decode token) in device memory, fp16 [B*H, rows, d];
 //           the offloaded tokens' KV in host memory (the slices' float32 rows), never copied to the GPU
 //   a step  GPU: magicpig_hash (every query head's L codes, bit for bit the CPU's), the codes read back to the
-//           host (d2h); then on the GPU decode_attention_pages with page 1 over the static rows, while on the
+//           host (d2h); then on the GPU the static rows' attention (StaticAttention: FlashInfer, one-token pages), while on the
 //           host's cores (a pool over (replica, KV head), job.host_threads) the method's own collision test,
 //           sampling and weights (MagicPigHead::sample) and the importance-weighted attention over the
 //           sampled tokens (partial_attention_ids with the log weights, what the harness attends); the two
@@ -74,7 +74,7 @@ void run_magicpig_layer(const GpuLayerJob& job, const StepFn& on_step) {
         cuda::copy_h2d(table.get(), tab.data(), tab.size() * sizeof(int32_t));
     }
     cuda::PinnedBuffer<int32_t> h_lens((size_t)s.bh());
-    cuda::DeviceBuffer<float> work(cuda::decode_workspace_floats(ds));
+    StaticAttention static_att(job, ds);
 
     cuda::Stream stream;
     void* st = stream.get();
@@ -104,12 +104,11 @@ void run_magicpig_layer(const GpuLayerJob& job, const StepFn& on_step) {
         const auto hash = [&] {
             if (sampled) cuda::magicpig_hash(ms, q.device(), planes.get(), codes.get(), st);
         };
-        const auto attend = [&] {
-            cuda::decode_attention_pages(ds, q.device(), skv.k.get(), skv.v.get(), table.get(), 1, srows, lens.get(),
-                                         o.out.get(), o.lse.get(), work.get(), st);
-        };
-        if (i == 0)
+        const auto attend = [&] { static_att.run(q.device(), skv, table.get(), lens.get(), fixed, o.out.get(), o.lse.get(), st); };
+        if (i == 0) {
+            static_att.prepare(table.get(), lens.get(), fixed, stream);
             for (int w = 0; w < job.warmup; ++w) hash(), attend();
+        }
         stream.synchronize();
 
         const auto step0 = Clock::now();

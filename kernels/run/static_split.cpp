@@ -26,6 +26,28 @@ StaticKv upload_static_kv(const GpuLayerJob& job, const LayerShape& s, int ib, i
     return kv;
 }
 
+StaticAttention::StaticAttention(const GpuLayerJob& job, const cuda::DecodeShape& ds)
+    : ds_(ds), work_(cuda::decode_workspace_floats(ds)) {
+    if (library_takes(job, ds.d, ds.group, ds.batch * ds.kv_heads)) lib_ = std::make_unique<cuda::LibraryDecode>(ds, 1);
+}
+
+void StaticAttention::prepare(const int32_t* d_table, const int32_t* d_lens, int len, cuda::Stream& stream) {
+    if (!lib_ || len < 1) return;
+    lib_->plan_device(d_lens, stream.get(), 0, d_table, ds_.capacity);
+    stream.synchronize();
+}
+
+void StaticAttention::run(const float* q, const StaticKv& kv, const int32_t* d_table, const int32_t* d_lens, int len,
+                          float* out, float* lse, void* stream) {
+    if (lib_ && len > 0) {  // the table's rows as one-token pages of the pool, planned on the device from the lengths
+        lib_->plan_device(d_lens, stream, 0, d_table, ds_.capacity);
+        lib_->run(q, kv.k.get(), kv.v.get(), out, lse, stream);
+    } else {
+        cuda::decode_attention_pages(ds_, q, kv.k.get(), kv.v.get(), d_table, 1, ds_.capacity, d_lens, out, lse,
+                                     work_.get(), stream);
+    }
+}
+
 void merge_partials(const float* out_g, float lse_g, const PartialAttention& p, int d, float* out, float* lse) {
     if (p.empty()) {
         std::copy(out_g, out_g + d, out);

@@ -5,6 +5,7 @@
 // tokens' attention on the host; the two partial results merged by their log-sum-exp. Calls only
 // cuda_api.hpp.
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "attention/attention.hpp"
@@ -23,6 +24,27 @@ struct StaticKv {
     }
 };
 StaticKv upload_static_kv(const GpuLayerJob& job, const LayerShape& s, int ib, int ie);
+
+/// The static rows' attention of a step: each (replica, KV head)'s list of static rows (d_table [B*H, stride]
+/// int32, rows of the StaticKv pool; d_lens [B*H]) by FlashInfer's decode reading them in place as one-token
+/// pages where it takes the shape (library_takes: as full attention's baseline and the other methods), else by
+/// decode_attention_pages with page 1. ds: the shape (capacity = stride).
+class StaticAttention {
+  public:
+    StaticAttention(const GpuLayerJob& job, const cuda::DecodeShape& ds);
+    /// Before the first step's timing: the library's buffers sized by a first plan over lists of `len` rows
+    /// (nothing when len is 0).
+    void prepare(const int32_t* d_table, const int32_t* d_lens, int len, cuda::Stream& stream);
+    /// out [B, H*g, d], lse [B, H*g] of q [B, H*g, d] over the listed rows (every list `len` long; an empty list,
+    /// a static pattern of no token, goes to the own kernel: lse -inf), on `stream`.
+    void run(const float* q, const StaticKv& kv, const int32_t* d_table, const int32_t* d_lens, int len, float* out,
+             float* lse, void* stream);
+
+  private:
+    cuda::DecodeShape ds_;
+    std::unique_ptr<cuda::LibraryDecode> lib_;
+    cuda::DeviceBuffer<float> work_;
+};
 
 /// out/lse <- the LSE merge of the GPU's partial (out_g [d] normalized, lse_g) and the host's p (may be
 /// empty: the GPU's alone).
