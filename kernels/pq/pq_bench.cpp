@@ -2,7 +2,8 @@
 // tables, scores, the group's max, the top-k) and decode_attention_pages over the chosen tokens (page 1),
 // at the model shape on the B x N grid with the method's defaults (m = 2, nbits = 6: PQCache's LongBench
 // setting; k = 1/5 of the tokens, 4 initial + 64 local tokens; one list per KV head, gqa max), random
-// codebooks and codes. Each row's time is its kernels' alone; the step row times both together. The
+// codebooks and codes. Each row's time is its kernels' alone; the step row times both together; pq_attend_library
+// the same rows by FlashInfer's decode as one-token pages (the layer run's choice in HBM). The
 // offloaded rows (pq_gather_hit*) gather the same lists' rows from pinned host memory and a block cache.
 #include <algorithm>
 #include <random>
@@ -108,6 +109,18 @@ std::vector<BenchRow> pq_bench(const BenchContext& ctx) {
                                   "D2D copy"));
             rows.push_back(bw_row("pq_step", p, median_us([&] { select(), attend(); }, ctx.reps), sel_bytes + kv_bytes,
                                   ctx.ceilings.d2d_bytes_per_s, "D2D copy"));
+            // the same token rows by FlashInfer's decode as one-token pages (the layer run's choice in HBM),
+            // side by side with the own kernel
+            if (library_decode_unsupported(kD, kG).empty()) {
+                LibraryDecode lib(ds, 1);
+                lib.plan_device(lens.get(), nullptr, 0, table.get(), l.width);  // sized outside the timing
+                const auto attend_lib = [&] {
+                    lib.plan_device(lens.get(), nullptr, 0, table.get(), l.width);
+                    lib.run(in.q.get(), in.K.get(), in.V.get(), in.out.get(), in.lse.get());
+                };
+                rows.push_back(bw_row("pq_attend_library", p, median_us(attend_lib, ctx.reps), kv_bytes,
+                                      ctx.ceilings.d2d_bytes_per_s, "D2D copy"));
+            }
             gather_rows(ctx, B, N, l, table.get(), lens.get(), p, rows);  // the lists of this B's select
         }
     });

@@ -1,5 +1,6 @@
 // Microbenchmark of Quest's kernels (registry.hpp), group quest_step: quest_select (page bounds + top
-// pages) and decode_attention_pages over the chosen pages, at the model shape on the B x N grid with
+// pages) and decode_attention_pages over the chosen pages (and the same pages by FlashInfer's decode,
+// quest_attend_library: the layer run's choice), at the model shape on the B x N grid with
 // Quest's headline budget (2048 tokens in 16-token pages, a list per query head), the page metadata built
 // once before. Each row's time is its kernels' alone; the step row times both together.
 #include <random>
@@ -52,6 +53,19 @@ std::vector<BenchRow> quest_bench(const BenchContext& ctx) {
                                   "D2D copy"));
             rows.push_back(bw_row("quest_step", p, median_us([&] { select(), attend(); }, ctx.reps), meta_bytes + kv_bytes,
                                   ctx.ceilings.d2d_bytes_per_s, "D2D copy"));
+            // the same pages by FlashInfer's decode (what the layer run uses where it takes the shape), planned
+            // on the device from the lengths and the page table as in the run: side by side with the own kernel
+            if (library_decode_unsupported(kD, 1).empty()) {
+                LibraryDecode lib(ds, kQuestPage);
+                select();
+                lib.plan_device(lens.get(), nullptr, 0, table.get(), budget);  // its buffers sized outside the timing
+                const auto attend_lib = [&] {
+                    lib.plan_device(lens.get(), nullptr, 0, table.get(), budget);
+                    lib.run(in.q.get(), in.K.get(), in.V.get(), in.out.get(), in.lse.get());
+                };
+                rows.push_back(bw_row("quest_attend_library", p, median_us(attend_lib, ctx.reps), kv_bytes,
+                                      ctx.ceilings.d2d_bytes_per_s, "D2D copy"));
+            }
         }
     });
 }
