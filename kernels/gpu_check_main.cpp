@@ -282,7 +282,8 @@ int main(int argc, char** argv) {
             });
             js << "  \"wave_run_model\": {\"dense\": " << json_quote(wo.dense_layer ? wo.dense.name : "")
                << ", \"layers\": " << wo.layers << ", \"kv_heads\": " << wo.layer.kv_heads << ", \"head_dim\": "
-               << wo.layer.head_dim << ", \"device_memory_bytes\": " << (ceilings ? ceilings->memory_bytes : 0) << "},\n";
+               << wo.layer.head_dim << ", \"device_memory_bytes\": " << (ceilings ? ceilings->memory_bytes : 0)
+               << ", \"h2d_pinned_bytes_per_s\": " << num(ceilings ? ceilings->h2d_pinned_bytes_per_s : 0) << "},\n";
             js << "  \"wave_run_hardware\": " << json_quote(wo.hw ? hw.name : "") << ",\n  \"wave_run\": "
                << gpu_run::wave_run_json(rows) << ",\n";
             txt << "\nwave decode step vs full attention per layer (synthetic layer: " << wo.layer.kv_heads * wo.layer.group

@@ -8,7 +8,8 @@
 #      CudaBackend.* tests on the device (the cuda backend's wave and full against the CPU methods)
 #   3. the wave decode step vs full attention per layer, beside the seed baselines on the GPU (quest, pq, and
 #      magicpig where built) and each batch's layer outside attention (cuBLAS: tokens/s per GPU, the table
-#      model-throughput.md; Figure 15's ablation rows (wave-dev, -nocache, -async: ablation.md); RETRO_SEEDS, default quest,pq: magicpig's key hashing takes minutes at 128K in
+#      model-throughput.md; Figure 15's ablation rows (wave-dev, -nocache, -async: ablation.md) and the offloaded
+#      step against its bound (offload-bound.md); RETRO_SEEDS, default quest,pq: magicpig's key hashing takes minutes at 128K in
 #      this BLAS-free build) (FlashInfer, cuDNN where libcudnn.so.9 loads —
 #      scripts/gpu/cudnn-env.sh finds PyTorch's —, the own kernel; wave with the KV in host
 #      memory, in device memory on the device alone, and in device memory through host lookups:
@@ -117,6 +118,10 @@ sed -n '/^wave decode step/,$p' "$out/wave/gpu-report.txt" 2>/dev/null || grep -
 [[ -f "$out/wave/gpu-report.json" ]] &&
   python3 -B "$root/python/retro_bench/_launch.py" retro_bench.gpu.ablation_table "$out/wave/gpu-report.json" |
   tee "$out/ablation.md"
+# the offloaded wave step against its GPU phases plus its miss bytes at the measured PCIe rate (issue 40 #2)
+[[ -f "$out/wave/gpu-report.json" ]] &&
+  python3 -B "$root/python/retro_bench/_launch.py" retro_bench.gpu.offload_bound "$out/wave/gpu-report.json" |
+  tee "$out/offload-bound.md"
 left=$(( ${RETRO_LEASE_BUDGET:-560} - SECONDS ))
 if command -v ncu > /dev/null && (( left > 40 )); then
   t0=$SECONDS
