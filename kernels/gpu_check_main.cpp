@@ -20,6 +20,7 @@
 //   --seeds LIST      the seed baselines' rows, a comma list of quest, pq, magicpig, or none (default all;
 //                     magicpig's key hashing is a single-threaded loop in this BLAS-free build: minutes at 128K)
 //   --steps N         decode steps per row (default 8; the timing rule asks >= 64 timed)
+//   --sequences N     batches of N distinct sequences (synthetic layers of other seeds; default 1: copies)
 //   --warm-steps N    of them, the first N run in full but untimed: they fill the block cache (default 0)
 //   --no-launch-gate  time each step as one host thread issues it, its launch calls inside the events
 //                (default: behind a launch gate, the GPU's work alone; GpuLayerJob::launch_gate)
@@ -81,7 +82,7 @@ int main(int argc, char** argv) {
     bool kmeans_gpu = true, measured = false, wave_host = true, wave_dev = true, wave_ablation = true, wave_hbm = true, wave_hbm_host = false;
     bool seed_quest = true, seed_pq = true, seed_magicpig = true;  // --seeds
     int host_threads = 0;
-    int steps = 0, warm_steps = 0;  // --steps, --warm-steps (0 steps: the layer's default)
+    int steps = 0, warm_steps = 0, sequences = 1;  // --steps, --warm-steps (0 steps: the layer's default), --sequences
     bool quick = false, checks_only = false, wave_only = false, tiny = false;
     std::string bench_only;
     bool launch_gate = true;
@@ -116,6 +117,8 @@ int main(int argc, char** argv) {
             host_threads = std::atoi(argv[++i]);
         else if (a == "--steps" && i + 1 < argc && std::atoi(argv[i + 1]) > 0)
             steps = std::atoi(argv[++i]);
+        else if (a == "--sequences" && i + 1 < argc && std::atoi(argv[i + 1]) > 0)
+            sequences = std::atoi(argv[++i]);
         else if (a == "--warm-steps" && i + 1 < argc && std::atoi(argv[i + 1]) >= 0)
             warm_steps = std::atoi(argv[++i]);
         else if ((a == "--contexts" || a == "--batches") && i + 1 < argc) {
@@ -137,7 +140,7 @@ int main(int argc, char** argv) {
             std::fprintf(stderr, "usage: retro_gpu_check [--out DIR] [--quick] [--checks-only] [--filter S] "
                                  "[--wave-only] [--bench-only GROUP] [--tiny] [--hardware VALUES] [--contexts N,..] [--batches B,..] "
                                  "[--kmeans cpu|gpu] [--measured] [--wave-kv host|gpu|both|all] [--seeds LIST] [--host-threads N] "
-                                 "[--no-launch-gate]\n");
+                                 "[--no-launch-gate] [--steps N] [--warm-steps N] [--sequences N]\n");
             return 2;
         }
     }
@@ -275,6 +278,7 @@ int main(int argc, char** argv) {
             wo.quest = seed_quest, wo.pq = seed_pq, wo.magicpig = seed_magicpig;
             wo.host_threads = host_threads;
             wo.launch_gate = launch_gate;
+            wo.sequences = sequences;
             std::fprintf(stderr, "wave vs full per layer (kernels/run)...\n");
             const auto backend = gpu_run::make_cuda_backend();
             const auto rows = gpu_run::run_wave_vs_full(*backend, wo, [](const std::string& s) {

@@ -23,9 +23,14 @@ LayerShape check_job(const GpuLayerJob& job) {
     LayerShape s;
     s.H = (int)job.heads.size(), s.g = h0.group, s.d = h0.head_dim, s.B = job.batch;
     s.prompt = h0.prompt_len, s.tokens = h0.n_tokens();
-    for (const HeadSlice* h : job.heads)
-        if (!h || h->group != s.g || h->head_dim != s.d || h->prompt_len != s.prompt || h->num_steps != h0.num_steps)
-            throw ParamError("cuda backend: the KV heads of a layer job differ in shape");
+    for (const std::vector<const HeadSlice*>* hs : {&job.heads, &job.more_heads})
+        for (const HeadSlice* h : *hs)
+            if (!h || h->group != s.g || h->head_dim != s.d || h->prompt_len != s.prompt || h->num_steps != h0.num_steps)
+                throw ParamError("cuda backend: the KV heads of a layer job differ in shape");
+    if (job.more_heads.size() % job.heads.size() != 0)
+        throw ParamError("cuda backend: " + std::to_string(job.more_heads.size()) + " more heads is not a whole number of " +
+                         "sequences of " + std::to_string(s.H) + " KV heads");
+    s.D = std::min(s.B, 1 + (int)(job.more_heads.size() / job.heads.size()));
     check_gpu_shape(s.d, s.g);
     if (job.steps.empty()) throw ParamError("cuda backend: a layer job without steps");
     for (size_t i = 0; i < job.steps.size(); ++i)
@@ -36,7 +41,14 @@ LayerShape check_job(const GpuLayerJob& job) {
     const GpuMethodInfo* m = find_gpu_method(job.method);
     if (!m) throw ParamError("cuda backend: '" + job.method + "' has no GPU twin (GPU methods: " + gpu_method_names() + ")");
     m->check(job);
+    if (s.D > 1 && !m->distinct_sequences)
+        throw ParamError("cuda backend: " + job.method + " on the GPU takes no batch of distinct sequences (cuda.sequences "
+                         "1: its replicas are copies of one request)");
     return s;
+}
+
+const HeadSlice& head_of(const GpuLayerJob& job, int seq, int h) {
+    return seq == 0 ? *job.heads[(size_t)h] : *job.more_heads[(size_t)(seq - 1) * job.heads.size() + (size_t)h];
 }
 
 void to_half(const float* x, size_t n, uint16_t* out) {
@@ -69,25 +81,28 @@ LayerKv upload_layer_kv(const GpuLayerJob& job, const LayerShape& s, size_t rows
     } catch (const Error& e) {
         throw GpuMemoryError(what + " at batch " + std::to_string(s.B) + ": " + e.what());
     }
-    for (int h = 0; h < s.H; ++h) {
-        const HeadSlice& hs = *job.heads[(size_t)h];
-        const size_t used = (size_t)s.tokens * d;
-        uint16_t* k0 = kv.pk.get() + (pinned ? (size_t)h * per_bh : 0);
-        uint16_t* v0 = kv.pv.get() + (pinned ? (size_t)h * per_bh : 0);
-        to_half(hs.keys.data(), used, k0);
-        to_half(hs.values.data(), used, v0);
-        std::fill(k0 + used, k0 + per_bh, uint16_t{0});
-        std::fill(v0 + used, v0 + per_bh, uint16_t{0});
-        if (pinned) continue;
-        for (int b = 0; b < s.B; ++b) {
-            cuda::copy_h2d(kv.dk.get() + ((size_t)b * s.H + h) * per_bh, kv.pk.get(), per_bh * sizeof(uint16_t));
-            cuda::copy_h2d(kv.dv.get() + ((size_t)b * s.H + h) * per_bh, kv.pv.get(), per_bh * sizeof(uint16_t));
-        }
-    }
-    if (pinned)
-        for (int b = 1; b < s.B; ++b) {
-            std::copy(kv.pk.get(), kv.pk.get() + (size_t)s.H * per_bh, kv.pk.get() + (size_t)b * s.H * per_bh);
-            std::copy(kv.pv.get(), kv.pv.get() + (size_t)s.H * per_bh, kv.pv.get() + (size_t)b * s.H * per_bh);
+    // each (sequence, KV head) converted once, into replica seq's rows (pinned) or the staging rows, then copied
+    // to every replica of that sequence
+    for (int q = 0; q < s.D; ++q)
+        for (int h = 0; h < s.H; ++h) {
+            const HeadSlice& hs = head_of(job, q, h);
+            const size_t used = (size_t)s.tokens * d;
+            uint16_t* k0 = kv.pk.get() + (pinned ? ((size_t)q * s.H + h) * per_bh : 0);
+            uint16_t* v0 = kv.pv.get() + (pinned ? ((size_t)q * s.H + h) * per_bh : 0);
+            to_half(hs.keys.data(), used, k0);
+            to_half(hs.values.data(), used, v0);
+            std::fill(k0 + used, k0 + per_bh, uint16_t{0});
+            std::fill(v0 + used, v0 + per_bh, uint16_t{0});
+            for (int b = pinned ? q + s.D : q; b < s.B; b += s.D) {
+                const size_t at = ((size_t)b * s.H + h) * per_bh;
+                if (pinned) {
+                    std::copy(k0, k0 + per_bh, kv.pk.get() + at);
+                    std::copy(v0, v0 + per_bh, kv.pv.get() + at);
+                } else {
+                    cuda::copy_h2d(kv.dk.get() + at, k0, per_bh * sizeof(uint16_t));
+                    cuda::copy_h2d(kv.dv.get() + at, v0, per_bh * sizeof(uint16_t));
+                }
+            }
         }
     kv.K = pinned ? kv.pk.get() : kv.dk.get();
     kv.V = pinned ? kv.pv.get() : kv.dv.get();
@@ -102,7 +117,7 @@ void QueryStage::stage(int t, void* stream) {
     for (int b = 0; b < s_.B; ++b)
         for (int h = 0; h < s_.H; ++h)
             for (int j = 0; j < s_.g; ++j) {
-                const float* q = job_.heads[(size_t)h]->query(j, t);
+                const float* q = head_of(job_, s_.seq(b), h).query(j, t);
                 std::copy(q, q + d, h_.get() + (((size_t)b * s_.H + h) * s_.g + j) * d);
             }
     cuda::copy_h2d_async(d_.get(), h_.get(), h_.bytes(), stream);

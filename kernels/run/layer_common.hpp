@@ -23,8 +23,12 @@ struct LayerShape {
     int prompt = 0;   ///< prompt tokens
     int tokens = 0;   ///< tokens of the trace (prompt + decode steps held by the slices)
     int last = 0;     ///< last selected step
+    int D = 1;        ///< distinct sequences in the batch (replica b runs sequence b % D)
     int hq() const { return H * g; }
     int bh() const { return B * H; }
+    int seq(int b) const { return b % D; }  ///< replica b's sequence
+    /// The head index (sequence, KV head) of pair bh = b * H + h: seq(b) * H + h, into a run's per-sequence heads
+    int head_index(int bh) const { return seq(bh / H) * H + bh % H; }
     double token_bytes() const { return 2.0 * d * 2; }  ///< K + V of one token, fp16
 };
 
@@ -32,8 +36,12 @@ struct LayerShape {
 /// group 1-8 (decode_attention; the ranking and estimation kernels accept these too).
 void check_gpu_shape(int head_dim, int group);
 
-/// Checks the job (heads present and alike, steps ascending inside the slices, batch >= 1, shape).
+/// Checks the job (heads present and alike, steps ascending inside the slices, batch >= 1, shape; the distinct
+/// sequences' heads alike too, D = min(sequences, B), and refused for a run that does not take them).
 LayerShape check_job(const GpuLayerJob& job);
+
+/// KV head h of sequence seq (0: job.heads[h], else job.more_heads[(seq - 1) * H + h]).
+const HeadSlice& head_of(const GpuLayerJob& job, int seq, int h);
 
 /// x: [n] float -> fp16 bits.
 void to_half(const float* x, size_t n, uint16_t* out);
@@ -125,17 +133,25 @@ class SelectAttendStep {
 /// (unset: 0, a test's MethodContext).
 MethodContext head_context(const HeadSlice& h, const std::function<unsigned(int, int)>& seed);
 
-/// A CPU method's JSON-free per-head cores (pq's PqHead, magicpig's MagicPigHead) for the job's KV heads,
-/// built over the prompt as the method's build() does (head_context); build_ms: their wall time.
+/// Every sequence the job gives (1 + more_heads / H; a run uses the first LayerShape::D of them).
+inline int sequences_of(const GpuLayerJob& job) {
+    return job.heads.empty() ? 1 : 1 + (int)(job.more_heads.size() / job.heads.size());
+}
+
+/// A CPU method's JSON-free per-head cores (pq's PqHead, magicpig's MagicPigHead) for the job's KV heads of
+/// its first `sequences` sequences ([sequences * H], sequence by sequence), built over the prompt as the
+/// method's build() does (head_context); build_ms: their wall time.
 template <class Head, class Params>
 std::vector<Head> build_method_heads(const GpuLayerJob& job, const LayerShape& s, const Params& params,
-                                     const std::function<unsigned(int, int)>& seed, double& build_ms) {
+                                     const std::function<unsigned(int, int)>& seed, int sequences, double& build_ms) {
     const auto t0 = std::chrono::steady_clock::now();
     std::vector<Head> heads;
-    for (const HeadSlice* h : job.heads) {
-        heads.emplace_back(params);
-        heads.back().build(head_context(*h, seed), KVView{h->keys.data(), h->values.data(), s.prompt, s.d});
-    }
+    for (int q = 0; q < sequences; ++q)
+        for (int k = 0; k < s.H; ++k) {
+            const HeadSlice& h = head_of(job, q, k);
+            heads.emplace_back(params);
+            heads.back().build(head_context(h, seed), KVView{h.keys.data(), h.values.data(), s.prompt, s.d});
+        }
     build_ms = 1e-3 * (double)std::chrono::duration_cast<std::chrono::microseconds>(
                           std::chrono::steady_clock::now() - t0).count();
     return heads;

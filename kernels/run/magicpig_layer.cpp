@@ -43,7 +43,7 @@ void run_magicpig_layer(const GpuLayerJob& job, const StepFn& on_step) {
 
     // the CPU method's heads, built over the prompt as its build() does
     double build_ms = 0;
-    const std::vector<MagicPigHead> heads = build_method_heads<MagicPigHead>(job, s, p.head, p.seed, build_ms);
+    const std::vector<MagicPigHead> heads = build_method_heads<MagicPigHead>(job, s, p.head, p.seed, s.D, build_ms);
     const int ib = heads[0].sink_end(), ie = heads[0].offload_end();  // every head alike: they depend on the prompt
     const bool sampled = !heads[0].empty();
 

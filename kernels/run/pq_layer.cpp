@@ -36,7 +36,7 @@ namespace retro::gpu_run {
 BuiltIndex build_pq_heads(const GpuLayerJob& job) {
     const LayerShape s = check_job(job);
     BuiltIndex out;
-    out.pq = build_method_heads<PqHead>(job, s, job.pq.head, job.pq.seed, out.build_ms);
+    out.pq = build_method_heads<PqHead>(job, s, job.pq.head, job.pq.seed, sequences_of(job), out.build_ms);  // every sequence: shared by the batches
     return out;
 }
 
@@ -48,11 +48,13 @@ void run_pq_layer(const GpuLayerJob& job, const StepFn& on_step) {
 
     // the CPU method's heads, built over the prompt as its build() does (or once for the layer: a copy, the
     // run appends the decode tokens to them)
-    if (job.built && (int)job.built->pq.size() != s.H)
+    // [D * H]: sequence q's KV head h at q * H + h (s.head_index of a pair)
+    if (job.built && (int)job.built->pq.size() < s.D * s.H)
         throw ParamError("cuda backend: job.built has " + std::to_string(job.built->pq.size()) + " pq heads for a job of " +
-                         std::to_string(s.H));
+                         std::to_string(s.D) + " sequences of " + std::to_string(s.H));
     BuiltIndex built = job.built ? BuiltIndex{} : build_pq_heads(job);
-    std::vector<PqHead> heads = job.built ? job.built->pq : std::move(built.pq);
+    const std::vector<PqHead>& from = job.built ? job.built->pq : built.pq;
+    std::vector<PqHead> heads(from.begin(), from.begin() + (ptrdiff_t)s.D * s.H);
     const double build_ms = job.built ? job.built->build_ms : built.build_ms;
 
     const PqHead& h0 = heads[0];
@@ -114,23 +116,23 @@ void run_pq_layer(const GpuLayerJob& job, const StepFn& on_step) {
     SelectAttendStep timed((size_t)ps.lists(), width, lists0, ds);
     if (lib) timed.size_library(*lib, offloaded ? 0 : width, stream);
 
-    // the host's codebooks and codes into every replica's rows: codes [from, to) of each head
-    std::vector<int> books_of((size_t)s.H, 0);  // trainings uploaded per head
+    // the host's codebooks and codes into every replica's rows, each pair from its sequence's head: codes
+    // [from, to) of each head
+    std::vector<int> books_of(heads.size(), 0);  // trainings uploaded per (sequence, KV head)
     const auto upload_codes = [&](int from, int to) {
         double bytes = 0;
-        for (int h = 0; h < s.H; ++h) {
-            const PqHead& ph = heads[(size_t)h];
-            const bool books = ph.trainings() != books_of[(size_t)h];
-            for (int b = 0; b < s.B; ++b) {
-                const size_t seq = (size_t)b * s.H + h;
-                if (books) cuda::copy_h2d(codebooks.get() + seq * book, ph.quantizer().centroids(0), book * sizeof(float));
-                if (to > from)
-                    cuda::copy_h2d(codes.get() + (seq * ps.capacity + from) * M, ph.codes().data() + (size_t)from * M,
-                                   (size_t)(to - from) * M * sizeof(uint16_t));
-            }
-            books_of[(size_t)h] = ph.trainings();
-            bytes += (double)s.B * ((books ? book * sizeof(float) : 0) + (size_t)std::max(0, to - from) * M * sizeof(uint16_t));
+        std::vector<bool> books(heads.size());
+        for (size_t k = 0; k < heads.size(); ++k) books[k] = heads[k].trainings() != books_of[k];
+        for (int pair = 0; pair < s.bh(); ++pair) {
+            const size_t k = (size_t)s.head_index(pair);
+            const PqHead& ph = heads[k];
+            if (books[k]) cuda::copy_h2d(codebooks.get() + pair * book, ph.quantizer().centroids(0), book * sizeof(float));
+            if (to > from)
+                cuda::copy_h2d(codes.get() + ((size_t)pair * ps.capacity + from) * M, ph.codes().data() + (size_t)from * M,
+                               (size_t)(to - from) * M * sizeof(uint16_t));
+            bytes += (books[k] ? book * sizeof(float) : 0) + (size_t)std::max(0, to - from) * M * sizeof(uint16_t);
         }
+        for (size_t k = 0; k < heads.size(); ++k) books_of[k] = heads[k].trainings();
         return bytes;
     };
     int uploaded = h0.coded_end() - s_end;  // codes rows on the device
@@ -144,16 +146,16 @@ void run_pq_layer(const GpuLayerJob& job, const StepFn& on_step) {
     for (size_t i = 0; i < job.steps.size(); ++i) {
         const int t = job.steps[i], n = s.prompt + t + 1;
         for (int u = appended + 1; u <= t; ++u)  // the CPU method's append of every decode token
-            for (int h = 0; h < s.H; ++h) {
-                const HeadSlice& hs = *job.heads[(size_t)h];
-                heads[(size_t)h].append(KVView{hs.keys.data(), hs.values.data(), s.prompt + u + 1, s.d}, s.prompt + u);
+            for (size_t k = 0; k < heads.size(); ++k) {
+                const HeadSlice& hs = head_of(job, (int)k / s.H, (int)k % s.H);
+                heads[k].append(KVView{hs.keys.data(), hs.values.data(), s.prompt + u + 1, s.d}, s.prompt + u);
             }
         appended = t;
-        for (int h = 0; h < s.H; ++h) {  // and what its select does first (a no-op after the appends)
-            const HeadSlice& hs = *job.heads[(size_t)h];
-            heads[(size_t)h].advance(KVView{hs.keys.data(), hs.values.data(), n, s.d});
-            if (heads[(size_t)h].coded_end() != coded_end_at(n))
-                throw Error("pq on the GPU: head " + std::to_string(h) + "'s coded tokens differ from the layout's");
+        for (size_t k = 0; k < heads.size(); ++k) {  // and what its select does first (a no-op after the appends)
+            const HeadSlice& hs = head_of(job, (int)k / s.H, (int)k % s.H);
+            heads[k].advance(KVView{hs.keys.data(), hs.values.data(), n, s.d});
+            if (heads[k].coded_end() != coded_end_at(n))
+                throw Error("pq on the GPU: head " + std::to_string(k) + "'s coded tokens differ from the layout's");
         }
         const int coded = coded_end_at(n) - s_end;
         const double codes_h2d = upload_codes(uploaded, coded);

@@ -81,7 +81,7 @@ class WaveLayer {
         for (int t = 0; t <= s_.last; ++t) {
             const int pos = s_.prompt + t;
             bool grew = false;
-            for (int h = 0; h < s_.H; ++h) grew |= heads_[(size_t)h].append(kv_of(h, pos + 1), pos);
+            for (size_t k = 0; k < heads_.size(); ++k) grew |= heads_[k].append(kv_of((int)k, pos + 1), pos);
             if (grew) {
                 flush_update();  // the caches' pending update first: the table is rebuilt from them
                 layout();
@@ -93,22 +93,26 @@ class WaveLayer {
     }
 
   private:
-    KVView kv_of(int h, int n) const {
-        const HeadSlice& hs = *job_.heads[(size_t)h];
+    /// The slice of head index k (sequence k / H, KV head k % H: heads_' order).
+    const HeadSlice& slice(int k) const { return head_of(job_, k / s_.H, k % s_.H); }
+    KVView kv_of(int k, int n) const {
+        const HeadSlice& hs = slice(k);
         return {hs.keys.data(), hs.values.data(), n, s_.d};
     }
     size_t bh_rows(int rows) const { return (size_t)s_.bh() * rows * s_.d; }
 
     void build_heads() {
+        // [D * H]: sequence q's KV head h at q * H + h (s_.head_index of a pair)
+        const size_t need_heads = (size_t)s_.D * s_.H;
         if (job_.built) {  // built once for the layer: a copy (the run appends decode tokens to it)
-            if ((int)job_.built->wave.size() != s_.H)
+            if (job_.built->wave.size() < need_heads)
                 throw ParamError("cuda backend: job.built has " + std::to_string(job_.built->wave.size()) +
-                                 " heads for a job of " + std::to_string(s_.H));
-            heads_ = job_.built->wave;
+                                 " heads for a job of " + std::to_string(s_.D) + " sequences of " + std::to_string(s_.H));
+            heads_.assign(job_.built->wave.begin(), job_.built->wave.begin() + (ptrdiff_t)need_heads);
             build_ms_ = job_.built->build_ms;
         } else {
             BuiltIndex b = build_wave_heads(job_);
-            heads_ = std::move(b.wave);
+            heads_.assign(b.wave.begin(), b.wave.begin() + (ptrdiff_t)need_heads);
             build_ms_ = b.build_ms;
         }
         if (job_.kv_on_gpu) {
@@ -127,7 +131,7 @@ class WaveLayer {
                 store_v_ = cuda::PinnedBuffer<uint16_t>(store_k_.size());
             });
         }
-        stored_.assign((size_t)s_.H, 0);
+        stored_.assign(heads_.size(), 0);
         bh_segs_.assign((size_t)s_.bh(), {});
         caches_.clear();
         for (int i = 0; i < s_.bh(); ++i) caches_.emplace_back(job_.cache, job_.block_tokens);
@@ -178,7 +182,7 @@ class WaveLayer {
                 xk_ = cuda::DeviceBuffer<uint16_t>(bh_rows(X_));
                 xv_ = cuda::DeviceBuffer<uint16_t>(xk_.size());
                 h_ssegs_ = cuda::PinnedBuffer<CopySegment>(bh), d_ssegs_ = cuda::DeviceBuffer<CopySegment>(bh);
-                const size_t stage = (size_t)s_.H * heads_[0].steady_tokens(s_.tokens) * d;
+                const size_t stage = heads_.size() * heads_[0].steady_tokens(s_.tokens) * d;
                 stage_k_ = cuda::PinnedBuffer<uint16_t>(stage), stage_v_ = cuda::PinnedBuffer<uint16_t>(stage);
                 h_lens_ = cuda::PinnedBuffer<int32_t>(bh), d_lens_ = cuda::DeviceBuffer<int32_t>(bh);
             }
@@ -219,26 +223,27 @@ class WaveLayer {
     void fill_store() {
         const size_t d = (size_t)s_.d, N = (size_t)s_.tokens;
         const bool dev = job_.kv_on_gpu;
-        for (int h = 0; h < s_.H; ++h) {
-            const auto& mem = heads_[(size_t)h].index().member_array();
-            const size_t from = (size_t)stored_[(size_t)h], count = mem.size() - from;
+        for (size_t k = 0; k < heads_.size(); ++k) {  // head index k = sequence q's KV head h: replicas q, q + D, ...
+            const int q = (int)k / s_.H, h = (int)k % s_.H;
+            const auto& mem = heads_[k].index().member_array();
+            const size_t from = (size_t)stored_[k], count = mem.size() - from;
             if (count == 0) continue;
             const size_t at = ((size_t)h * N + from) * d, rep = (size_t)s_.H * N * d;  // replica stride
             cuda::PinnedBuffer<uint16_t> sk, sv;
             if (dev) sk = cuda::PinnedBuffer<uint16_t>(count * d), sv = cuda::PinnedBuffer<uint16_t>(count * d);
-            uint16_t* k0 = dev ? sk.get() : store_k_.get() + at;
-            uint16_t* v0 = dev ? sv.get() : store_v_.get() + at;
-            rows_to_half(*job_.heads[(size_t)h], mem.data() + from, count, k0, v0);
-            for (int b = dev ? 0 : 1; b < s_.B; ++b) {
+            uint16_t* k0 = dev ? sk.get() : store_k_.get() + at + q * rep;
+            uint16_t* v0 = dev ? sv.get() : store_v_.get() + at + q * rep;
+            rows_to_half(slice((int)k), mem.data() + from, count, k0, v0);
+            for (int b = dev ? q : q + s_.D; b < s_.B; b += s_.D) {
                 if (dev) {
                     cuda::copy_h2d(dstore_k_.get() + at + b * rep, k0, count * d * sizeof(uint16_t));
                     cuda::copy_h2d(dstore_v_.get() + at + b * rep, v0, count * d * sizeof(uint16_t));
                 } else {
-                    std::copy(k0, k0 + count * d, k0 + b * rep);
-                    std::copy(v0, v0 + count * d, v0 + b * rep);
+                    std::copy(k0, k0 + count * d, store_k_.get() + at + b * rep);
+                    std::copy(v0, v0 + count * d, store_v_.get() + at + b * rep);
                 }
             }
-            stored_[(size_t)h] = (int)mem.size();
+            stored_[k] = (int)mem.size();
         }
     }
     uint16_t* store_k() { return job_.kv_on_gpu ? dstore_k_.get() : store_k_.get(); }
@@ -255,10 +260,11 @@ class WaveLayer {
         est_ids_ = cuda::DeviceBuffer<int32_t>(bh * std::max(E_, 1));
         h_ranked_ = cuda::PinnedBuffer<int32_t>(bh * std::max(R_, 1));
         h_rank0_ = cuda::PinnedBuffer<int32_t>(H * std::max(R_ + E_, 1));
-        cuda::PinnedBuffer<uint16_t> c(H * M * d), v(H * M * d);
-        cuda::PinnedBuffer<int32_t> sz(H * M), off(H * M);
-        cuda::PinnedBuffer<uint8_t> ok(H * M);
-        for (size_t h = 0; h < H; ++h) {
+        const size_t K = heads_.size();  // every (sequence, KV head), in head-index order
+        cuda::PinnedBuffer<uint16_t> c(K * M * d), v(K * M * d);
+        cuda::PinnedBuffer<int32_t> sz(K * M), off(K * M);
+        cuda::PinnedBuffer<uint8_t> ok(K * M);
+        for (size_t h = 0; h < K; ++h) {
             const WaveIndex& ix = heads_[h].index();
             to_half(ix.centroids().data(), M * d, c.get() + h * M * d);
             to_half(ix.value_sums().data(), M * d, v.get() + h * M * d);
@@ -267,12 +273,13 @@ class WaveLayer {
                 off[h * M + j] = (int32_t)ix.offsets()[j];  // the cluster's first row in the store
             }
         }
-        for (int b = 0; b < s_.B; ++b) {
-            cuda::copy_h2d(cent_.get() + b * H * M * d, c.get(), c.bytes());
-            cuda::copy_h2d(vsum_.get() + b * H * M * d, v.get(), v.bytes());
-            cuda::copy_h2d(sizes_.get() + b * H * M, sz.get(), sz.bytes());
-            cuda::copy_h2d(valid_.get() + b * H * M, ok.get(), ok.bytes());
-            cuda::copy_h2d(offsets_.get() + b * H * M, off.get(), off.bytes());
+        for (int b = 0; b < s_.B; ++b) {  // replica b: its sequence's H heads
+            const size_t q = (size_t)s_.seq(b) * H;
+            cuda::copy_h2d(cent_.get() + b * H * M * d, c.get() + q * M * d, H * M * d * sizeof(uint16_t));
+            cuda::copy_h2d(vsum_.get() + b * H * M * d, v.get() + q * M * d, H * M * d * sizeof(uint16_t));
+            cuda::copy_h2d(sizes_.get() + b * H * M, sz.get() + q * M, H * M * sizeof(int32_t));
+            cuda::copy_h2d(valid_.get() + b * H * M, ok.get() + q * M, H * M * sizeof(uint8_t));
+            cuda::copy_h2d(offsets_.get() + b * H * M, off.get() + q * M, H * M * sizeof(int32_t));
         }
     }
 
@@ -283,16 +290,14 @@ class WaveLayer {
         const int from = steady_, count = (int)ids_.size() - from;
         if (count <= 0) return;
         const size_t d = (size_t)s_.d;
-        for (int h = 0; h < s_.H; ++h)
-            rows_to_half(*job_.heads[(size_t)h], ids_.data() + from, (size_t)count,
-                         stage_k_.get() + (size_t)h * count * d, stage_v_.get() + (size_t)h * count * d);
-        for (int b = 0; b < s_.B; ++b)
-            for (int h = 0; h < s_.H; ++h) {
-                const size_t x = (((size_t)b * s_.H + h) * X_ + from) * d;
-                h_ssegs_[(size_t)b * s_.H + h] = {stage_k_.get() + (size_t)h * count * d,
-                                                  stage_v_.get() + (size_t)h * count * d, xk_.get() + x, xv_.get() + x,
-                                                  count};
-            }
+        for (size_t k = 0; k < heads_.size(); ++k)  // every (sequence, KV head) staged once
+            rows_to_half(slice((int)k), ids_.data() + from, (size_t)count, stage_k_.get() + k * count * d,
+                         stage_v_.get() + k * count * d);
+        for (int p = 0; p < s_.bh(); ++p) {
+            const size_t x = ((size_t)p * X_ + from) * d, k = (size_t)s_.head_index(p);
+            h_ssegs_[(size_t)p] = {stage_k_.get() + k * count * d, stage_v_.get() + k * count * d, xk_.get() + x,
+                                   xv_.get() + x, count};
+        }
         cuda::copy_h2d_async(d_ssegs_.get(), h_ssegs_.get(), h_ssegs_.bytes(), st_);
         cuda::copy_segments(d_ssegs_.get(), s_.bh(), s_.d, count, st_);
         steady_ = (int)ids_.size();
@@ -316,7 +321,7 @@ class WaveLayer {
                 }
                 segs.push_back({sk, sv, dk, dv, tokens});
             };
-            const WaveIndex& ix = heads_[(size_t)(bh % s_.H)].index();
+            const WaveIndex& ix = heads_[(size_t)s_.head_index(bh)].index();
             const size_t xrow0 = (size_t)bh * X_, srow0 = (size_t)bh * N, prow0 = (size_t)bh * C_;
             int row = S;
             misses[(size_t)bh].clear();
@@ -376,11 +381,11 @@ class WaveLayer {
         segs.clear();
         std::vector<int64_t> admitted, evicted;
         caches_[(size_t)bh].step(reqs_[(size_t)bh], admitted, entries ? &evicted : nullptr);
-        const std::vector<int32_t>* first = entries ? &first_[(size_t)(bh % s_.H)] : nullptr;
+        const std::vector<int32_t>* first = entries ? &first_[(size_t)s_.head_index(bh)] : nullptr;
         const int64_t base = (int64_t)bh * NB_;
         if (entries) {
             entries->clear();
-            const WaveIndex& ix = heads_[(size_t)(bh % s_.H)].index();
+            const WaveIndex& ix = heads_[(size_t)s_.head_index(bh)].index();
             for (int64_t id : evicted)
                 for (int j = 0, n = (ix.size((int)id) + (int)bt - 1) / (int)bt; j < n; ++j)
                     entries->push_back({base + (*first)[(size_t)id] + j, -1});
@@ -424,10 +429,10 @@ class WaveLayer {
     void upload_cache_table() {
         const size_t bh = (size_t)s_.bh(), M = (size_t)M_;
         const int bt = job_.block_tokens;
-        first_.assign((size_t)s_.H, {});
+        first_.assign(heads_.size(), {});
         NB_ = 1;
-        for (int h = 0; h < s_.H; ++h) {
-            const WaveIndex& ix = heads_[(size_t)h].index();
+        for (size_t h = 0; h < heads_.size(); ++h) {
+            const WaveIndex& ix = heads_[h].index();
             std::vector<int32_t>& f = first_[(size_t)h];
             f.resize(M);
             int at = 0;
@@ -436,7 +441,7 @@ class WaveLayer {
         }
         std::vector<int32_t> first(bh * M), blocks(bh * NB_, -1);
         for (size_t p = 0; p < bh; ++p) {
-            const std::vector<int32_t>& f = first_[p % s_.H];
+            const std::vector<int32_t>& f = first_[(size_t)s_.head_index((int)p)];
             std::copy(f.begin(), f.end(), first.begin() + (ptrdiff_t)(p * M));
             for (const auto& [id, bl] : caches_[p].resident())
                 for (size_t j = 0; j < bl.size(); ++j) blocks[p * NB_ + f[(size_t)id] + j] = bl[j];
@@ -463,7 +468,7 @@ class WaveLayer {
     void collect_misses(std::vector<int64_t>& miss_tokens) {
         pending_misses_.resize((size_t)s_.bh());
         for (int p = 0; p < s_.bh(); ++p) {
-            const WaveIndex& ix = heads_[(size_t)(p % s_.H)].index();
+            const WaveIndex& ix = heads_[(size_t)s_.head_index(p)].index();
             reqs_[(size_t)p].clear(), pending_misses_[(size_t)p].clear();
             miss_tokens[(size_t)p] = 0;
             for (int i = 0; i < R_; ++i) {
@@ -798,12 +803,13 @@ BuiltIndex build_wave_heads(const GpuLayerJob& job) {
     KMeansFn km;
     if (job.kmeans_on_gpu)
         km = [](const float* x, int n, int d, const KMeansParams& p) { return cuda::segmented_kmeans_gpu(x, n, d, p); };
-    BuiltIndex out;
-    for (int h = 0; h < s.H; ++h) {
-        const HeadSlice& hs = *job.heads[(size_t)h];
-        out.wave.emplace_back(job.wave, hs.layer, hs.kv_head, km);
-        out.wave.back().build({hs.keys.data(), hs.values.data(), s.prompt, s.d});
-    }
+    BuiltIndex out;  // every sequence the job gives, sequence by sequence: shared by the batches
+    for (int q = 0; q < sequences_of(job); ++q)
+        for (int h = 0; h < s.H; ++h) {
+            const HeadSlice& hs = head_of(job, q, h);
+            out.wave.emplace_back(job.wave, hs.layer, hs.kv_head, km);
+            out.wave.back().build({hs.keys.data(), hs.values.data(), s.prompt, s.d});
+        }
     out.build_ms = ms_since(t0);
     return out;
 }

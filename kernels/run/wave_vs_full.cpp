@@ -23,10 +23,11 @@ namespace {
 /// The layer's shared index over the prompt for `method` (wave's indexes, pq's quantizers and codes), as
 /// run_point's job would build it.
 BuiltIndex build_index(const GpuBackend& gpu, const WaveRunOptions& o, const std::vector<HeadSlice>& heads,
-                       const std::string& method) {
+                       const std::vector<const HeadSlice*>& more, const std::string& method) {
     GpuLayerJob job;
     job.method = method;
     for (const HeadSlice& h : heads) job.heads.push_back(&h);
+    job.more_heads = more;  // every sequence's heads: the batches share them
     job.steps = {0};
     job.wave = o.wave;
     job.pq = o.pq_params;
@@ -69,7 +70,8 @@ void set_speedups(std::vector<WaveRunRow>& rows, size_t first) {
 
 /// Runs one (method, context, batch) and averages its steps; evaluates accuracy at batch 1.
 WaveRunRow run_point(const GpuBackend& gpu, const WaveRunOptions& o, const Kind& kind,
-                     const std::vector<HeadSlice>& heads, int batch, const BuiltIndex* built) {
+                     const std::vector<HeadSlice>& heads, const std::vector<const HeadSlice*>& more, int batch,
+                     const BuiltIndex* built) {
     const HeadSlice& h0 = heads[0];
     const GpuMethodInfo& m = *find_gpu_method(kind.method);
     GpuLayerJob job;
@@ -95,6 +97,7 @@ WaveRunRow run_point(const GpuBackend& gpu, const WaveRunOptions& o, const Kind&
     job.warmup = o.warmup;
     job.launch_gate = o.launch_gate;
     job.built = built;
+    if (m.distinct_sequences) job.more_heads = more;  // the others' replicas stay copies of one sequence
 
     WaveRunRow row;
     row.method = method_label(kind);
@@ -230,6 +233,15 @@ std::vector<WaveRunRow> run_wave_vs_full(const GpuBackend& gpu, const WaveRunOpt
         lp.prompt = N;
         if (progress) progress("synthetic layer, context " + std::to_string(N));
         const std::vector<HeadSlice> heads = synthetic_layer(lp);
+        std::vector<std::vector<HeadSlice>> others;  // the batch's other sequences: other seeds of the same layer
+        std::vector<const HeadSlice*> more;
+        for (int q = 1; q < o.sequences; ++q) {
+            SyntheticLayerParams other = lp;
+            other.seed = lp.seed + 1000u * (unsigned)q;
+            others.push_back(synthetic_layer(other));
+        }
+        for (const auto& seq : others)
+            for (const HeadSlice& h : seq) more.push_back(&h);
         // full attention's kernels, then wave's rows, each over every batch
         std::vector<Kind> kinds;
         if (o.full_library && gpu.library_unsupported(lp.head_dim, lp.group).empty())
@@ -269,9 +281,9 @@ std::vector<WaveRunRow> run_wave_vs_full(const GpuBackend& gpu, const WaveRunOpt
                 try {
                     if (shared_build && !built.count(kind.method)) {
                         if (progress) progress(kind.method + " index, context " + std::to_string(N));
-                        built.emplace(kind.method, build_index(gpu, o, heads, kind.method));
+                        built.emplace(kind.method, build_index(gpu, o, heads, more, kind.method));
                     }
-                    row = run_point(gpu, o, kind, heads, B, shared_build ? &built.at(kind.method) : nullptr);
+                    row = run_point(gpu, o, kind, heads, more, B, shared_build ? &built.at(kind.method) : nullptr);
                 } catch (const GpuMemoryError& e) {
                     row.method = method_label(kind);
                     row.context = N, row.batch = B, row.status = std::string("does not fit: ") + e.what();

@@ -26,6 +26,9 @@ struct WaveRunOptions {
     double cache = 0.05;
     int block_bytes = 2048;
     int token_block = 128;  ///< pq offloaded: tokens per block-cache unit (PQCache's 128-token blocks)
+    /// batches of this many distinct sequences (issue 40 #1): replica b runs the synthetic layer of seed
+    /// layer.seed + 1000 * (b % sequences); the rows of a method whose GPU run takes none (magicpig) stay copies
+    int sequences = 1;
     double lookup_ns = 50;
     int warmup = 1;
     /// Decode steps run in full (selection, gather, attention, cache admission) but left out of the

@@ -1,5 +1,7 @@
 #include "bench/assemble.hpp"
 
+#include <algorithm>
+
 #include "bench/cuda_runner.hpp"
 #include "bench/measured_hardware.hpp"
 #include "core/fs.hpp"
@@ -121,6 +123,7 @@ std::vector<json> write_run_summaries(const SweepSummaryInput& in) {
             if (mr.batch > 0) {
                 rec["cuda"] = cuda_record_summary(rec["metrics"], mr.batch, in.device);
                 if (!mr.kernel.empty()) rec["cuda"]["kernel"] = mr.kernel;  // full: flashinfer | cudnn | own
+                if (cfg.cuda.sequences > 1) rec["cuda"]["sequences"] = std::min(cfg.cuda.sequences, mr.batch);
                 if (const GpuMethodInfo* t = find_gpu_method(mr.method); t && t->kv_axis) {
                     rec["cuda"]["kv"] = mr.kv.empty() ? "host" : mr.kv;  // wave, pq: host | gpu
                     // how the execution buffers were assembled: on the device (the cache's table on the GPU

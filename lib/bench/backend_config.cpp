@@ -5,6 +5,7 @@
 
 #include "bench/config.hpp"
 #include "bench/gpu_job_params.hpp"
+#include "gpu/gpu_methods.hpp"
 #include "core/error.hpp"
 #include "core/json_keys.hpp"
 
@@ -50,9 +51,9 @@ bool boolean(const json& j, const char* key, const std::string& where) {
 CudaOptions CudaOptions::from_json(const json& j, const std::string& where) {
     if (!j.is_object())
         throw ConfigError(where + ": expected an object {batch, kmeans, warmup, warm_steps, full_kernel, launch_gate, "
-                                  "wave_kv, device_gather, async_update, host_threads}");
+                                  "wave_kv, device_gather, async_update, host_threads, sequences}");
     check_keys(j, {"batch", "kmeans", "warmup", "warm_steps", "full_kernel", "launch_gate", "wave_kv", "device_gather",
-                   "async_update", "host_threads"},
+                   "async_update", "host_threads", "sequences"},
                where);
     CudaOptions o;
     if (j.contains("batch")) {
@@ -100,6 +101,12 @@ CudaOptions CudaOptions::from_json(const json& j, const std::string& where) {
             throw ConfigError(where + ".host_threads = " + t.dump() + ": expected an integer in [0, 256] (0: automatic)");
         o.host_threads = t.get<int>();
     }
+    if (j.contains("sequences")) {
+        const json& q = j["sequences"];
+        if (!q.is_number_integer() || q.get<long long>() < 1 || q.get<long long>() > 64)
+            throw ConfigError(where + ".sequences = " + q.dump() + ": expected an integer in [1, 64] (1: copies of one)");
+        o.sequences = q.get<int>();
+    }
     return o;
 }
 
@@ -112,11 +119,15 @@ json CudaOptions::to_json() const {
     if (async_update) j["async_update"] = true;
     if (host_threads != 0) j["host_threads"] = host_threads;
     if (warm_steps != 0) j["warm_steps"] = warm_steps;
+    if (sequences != 1) j["sequences"] = sequences;
     return j;
 }
 
 void check_cuda_run(const MethodRun& r, const CudaOptions& o, const std::string& where) {
     gpu_job_for(r, o, where);  // a GPU twin, and its check of the job's fields
+    if (o.sequences > 1 && !find_gpu_method(r.method)->distinct_sequences)
+        throw ConfigError(where + ": backend 'cuda': cuda.sequences = " + std::to_string(o.sequences) + ": " + r.method +
+                          " on the GPU runs copies of one sequence only (distinct sequences: full, wave, quest, pq)");
     if (r.system.is_object() && r.system.value("policy", "lru") == "belady")
         throw ConfigError(where + ": backend 'cuda': system.policy \"belady\" needs the future; the GPU block cache "
                           "runs online (use lru, lfu, fifo or clock)");

@@ -38,6 +38,11 @@ struct CudaOptions {
     bool async_update = false;
     /// wave's host lookup workers (0: min(8, cores - 1); 1: the caller alone)
     int host_threads = 0;
+    /// batches of this many distinct sequences (issue 40 #1): replica b runs sequence b % sequences, sequence q
+    /// being the trace's layer l + q (mod its layers: the same KV heads of another layer stand in for another
+    /// request; the harness evaluates sequence 0, layer l itself); 1: every replica a copy of layer l. Taken by
+    /// the GPU twins with GpuMethodInfo::distinct_sequences (full, wave, quest, pq)
+    int sequences = 1;
 
     /// Strict parse: unknown keys and bad values are ConfigErrors naming `where` and the key.
     static CudaOptions from_json(const nlohmann::json& j, const std::string& where);

@@ -48,6 +48,10 @@ void check_cuda_trace(const PreparedTrace& t, const RunConfig& cfg, const GpuBac
             GpuLayerJob job = gpu_job_for(r, cfg.cuda, t.spec.path + ": run " + r.label());
             set_job_cache(r, t.info.head_dim, t.info.prompt_len, job, t.spec.path + ": run " + r.label());
         }
+    if (cfg.cuda.sequences > (int)t.info.layers.size())
+        throw ConfigError(t.spec.path + ": cuda.sequences = " + std::to_string(cfg.cuda.sequences) + " takes the other " +
+                          "sequences from the trace's other layers; it holds " + std::to_string(t.info.layers.size()) +
+                          " (a synthetic trace: \"num_layers\" >= " + std::to_string(cfg.cuda.sequences) + ")");
     if (cfg.cuda.warm_steps >= (int)t.steps.size())
         throw ConfigError(t.spec.path + ": cuda.warm_steps = " + std::to_string(cfg.cuda.warm_steps) +
                           " leaves no timed step: the trace has " + std::to_string(t.steps.size()) +
@@ -82,6 +86,15 @@ void run_cuda_layer(const RunConfig& cfg, const PreparedTrace& tr, const TraceRe
     const int H = (int)slices.size(), d = slices[0].head_dim, g = slices[0].group;
     std::vector<const HeadSlice*> ptrs;
     for (const HeadSlice& s : slices) ptrs.push_back(&s);
+    // batches of distinct sequences (cuda.sequences): sequence q is the same KV heads of layer l + q (mod the
+    // trace's layers), standing in for another request; the harness evaluates layer l (sequence 0) alone
+    std::vector<HeadSlice> more_slices;
+    std::vector<const HeadSlice*> more;
+    const std::vector<int>& present = tr.info.layers;
+    const auto at = std::find(present.begin(), present.end(), job.layer) - present.begin();
+    for (int q = 1; q < cfg.cuda.sequences; ++q)
+        for (int h : tr.kv_heads) more_slices.push_back(reader.read_head(present[(size_t)(at + q) % present.size()], h, ro));
+    for (const HeadSlice& s : more_slices) more.push_back(&s);
 
     // the shared indexes (wave's, pq's: GpuMethodInfo::shared_build) per method and parameters, shared by the
     // batch points and placements (the index depends on neither); built on the first run that needs them
@@ -108,6 +121,7 @@ void run_cuda_layer(const RunConfig& cfg, const PreparedTrace& tr, const TraceRe
             }
         }
         gj.heads = ptrs;
+        gj.more_heads = more;
         gj.steps = tr.steps;
         set_job_cache(mr, d, slices[0].prompt_len, gj, "run " + mr.label());  // as the system model sizes it
         if (gm.shared_build) {

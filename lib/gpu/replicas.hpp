@@ -1,10 +1,12 @@
 #pragma once
-// The B replicas of a GPU layer run compute the same request: their outputs must agree. JSON-free.
+// The B replicas of a GPU layer run that compute the same request must agree. JSON-free.
 #include <cstddef>
 
 namespace retro {
 
-/// Largest relative L2 distance of a replica's outputs from replica 0's: out [B, rows] (0 when B = 1).
-double replica_diff(const float* out, int B, size_t rows);
+/// Largest relative L2 distance of a replica's outputs from those of the first replica of its sequence: out
+/// [B, rows]; replica b is sequence b % sequences (GpuLayerJob::sequences), so with one sequence every replica
+/// against replica 0 (0 when no two replicas share a sequence).
+double replica_diff(const float* out, int B, size_t rows, int sequences = 1);
 
 }  // namespace retro

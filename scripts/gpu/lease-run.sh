@@ -24,6 +24,8 @@
 #   RETRO_BENCH=GROUP: the microbenchmarks of GROUP (wave_step: cluster_select's four histogram variants,
 #      estimate_attention's two block widths, the phases; full_decode: the own, FlashInfer's and cuDNN's kernels) on the contexts x
 #      RETRO_BENCH_BATCHES (default the batches), into OUT/bench
+#   RETRO_SEQUENCES=D: the wave run's batches over D distinct sequences (synthetic layers of other seeds;
+#      default 1: copies of one; each sequence's indexes are built on the host, pq's on one core at 128K)
 #   RETRO_STEPS=N, RETRO_WARM_STEPS=W: the wave run's decode steps and, of them, the first W untimed that fill
 #      the block cache (--steps, --warm-steps; the one timing rule asks >= 64 timed: RETRO_STEPS=80
 #      RETRO_WARM_STEPS=16)
@@ -89,7 +91,8 @@ echo "sdpa: exit $? ($((SECONDS - t0)) s)"
 t0=$SECONDS
 timeout "${RETRO_WAVE_TIMEOUT:-330}" "$bin" --out "$out/wave" --wave-only --seeds "${RETRO_SEEDS:-quest,pq}" --contexts "$ctx" --batches "$bat" \
   --wave-kv "${RETRO_WAVE_KV:-all}" --hardware "$hwfile" --measured ${RETRO_HOST_THREADS:+--host-threads "$RETRO_HOST_THREADS"} \
-  ${RETRO_STEPS:+--steps "$RETRO_STEPS"} ${RETRO_WARM_STEPS:+--warm-steps "$RETRO_WARM_STEPS"} > "$out/wave.log" 2>&1
+  ${RETRO_STEPS:+--steps "$RETRO_STEPS"} ${RETRO_WARM_STEPS:+--warm-steps "$RETRO_WARM_STEPS"} \
+  ${RETRO_SEQUENCES:+--sequences "$RETRO_SEQUENCES"} > "$out/wave.log" 2>&1
 echo "wave run: exit $? ($((SECONDS - t0)) s)"
 if [[ -n ${RETRO_UNGATED_BATCHES:-} ]]; then  # the same rows timed with the launch calls inside, side by side
   t0=$SECONDS

@@ -246,6 +246,26 @@ TEST(BackendConfig, PqTakesTheKvPlacementAxis) {
     EXPECT_TRUE(gpu_job_for(a.runs[0], a.cuda, "t").async_update);
 }
 
+// cuda.sequences (issue 40 #1): batches of distinct sequences, kept in the manifest when not 1, refused for a
+// GPU twin whose run takes none and out of its range, by name.
+TEST(BackendConfig, SequencesAreCheckedAndKept) {
+    json j = cuda_config();
+    EXPECT_FALSE(parse_config(j, "").resolved()["cuda"].contains("sequences"));
+    j["cuda"]["sequences"] = 4;
+    const RunConfig c = parse_config(j, "");
+    EXPECT_EQ(c.cuda.sequences, 4);
+    EXPECT_EQ(c.resolved()["cuda"]["sequences"], 4);
+    for (const json& bad : {json(0), json(65), json(1.5), json("2")}) {
+        json b = cuda_config();
+        b["cuda"]["sequences"] = bad;
+        EXPECT_TRUE(has(error_of(b), "cuda.sequences = " + bad.dump() + ": expected an integer in [1, 64]")) << error_of(b);
+    }
+    j["methods"] = json::parse(R"([{"name": "magicpig"}])");
+    EXPECT_TRUE(has(error_of(j), "magicpig on the GPU runs copies of one sequence only")) << error_of(j);
+    EXPECT_TRUE(find_gpu_method("wave")->distinct_sequences && find_gpu_method("pq")->distinct_sequences &&
+                find_gpu_method("quest")->distinct_sequences && find_gpu_method("full")->distinct_sequences);
+}
+
 TEST(BackendConfig, BatchIsASweepAxis) {
     const RunConfig c = parse_config(cuda_config(), "");
     EXPECT_EQ(c.backend, "cuda");

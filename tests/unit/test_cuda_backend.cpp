@@ -164,6 +164,16 @@ Selection cpu_select(Method& m, const HeadSlice& hs, const GpuStep& st) {
     return want;
 }
 
+/// A synthetic Llama-3-8B-shaped trace of `layers` layers, `prompt` tokens, 3 decode steps and `prefill` prefill
+/// queries in dir: its path.
+std::string llama3_trace(const ScratchDir& dir, int layers, int prompt, int prefill) {
+    SynthParams sp = SynthParams::preset("llama3-8b");
+    sp.num_layers = layers, sp.prompt_len = prompt, sp.decode_steps = 3, sp.prefill_queries = prefill;
+    const std::string trace = dir.path + "/t.h5";
+    synthesize(sp, trace);
+    return trace;
+}
+
 /// Step st's selection of KV head h against the CPU method m's at the same step (cpu_select): the exact lists
 /// equal, counted in `same`; returns the CPU's selection.
 Selection expect_cpu_lists(Method& m, const HeadSlice& hs, const GpuStep& st, int h, int& same) {
@@ -769,6 +779,85 @@ BACKEND_TEST(HostIndexMatchesTheCpuMethod) {
     }
 }
 
+// Batches of distinct sequences (issue 40 #1: GpuLayerJob::more_heads): in a batch of 4 over two sequences
+// (replicas 0 and 2 run sequence A, 1 and 3 sequence B), replica 1 gives what sequence B's run alone gives at
+// batch 1 and replica 3 the same, while A's and B's replicas differ — for full attention, wave (its KV in host
+// memory through the cache, and in device memory), Quest and PQCache (offloaded and in HBM); shared builds over
+// both sequences serve either; a method whose run does not take them (MagicPIG) refuses them by name.
+BACKEND_TEST(DistinctSequencesRunAsTheyDoAlone) {
+    REQUIRE_DEVICE();
+    const int H = 2, prompt = 1200, steps = 12;
+    auto A = layer_heads(H, prompt, steps), Bq = layer_heads(H, prompt, steps, true);
+    round_kv_to_half(A), round_kv_to_half(Bq);
+    SystemParams sp;
+    sp.cache = 0.2, sp.token_block = 64;
+    struct Case {
+        const char* method;
+        json params;
+        std::string kv;  // "" host, "gpu"
+    };
+    const Case cases[] = {{"full", json::object(), ""},
+                          {"wave", {{"segment", 512}, {"update_segment", 128}, {"window", 16}, {"retrieval", 0.1},
+                                    {"estimation", 0.25}}, ""},
+                          {"wave", {{"retrieval", 0.1}, {"estimation", 0.25}}, "gpu"},
+                          {"quest", {{"k", 256}, {"placement", "gpu"}}, ""},
+                          {"pq", {{"k", 60}}, ""},
+                          {"pq", {{"k", 60}, {"gqa", "per_head"}}, "gpu"}};
+    const auto backend = gpu_run::make_cuda_backend();
+    for (const Case& c : cases) {
+        SCOPED_TRACE(std::string(c.method) + " " + c.params.dump() + " kv " + c.kv);
+        MethodRun mr;
+        mr.method = c.method, mr.params = resolve_params(find_method(c.method), c.params), mr.kv = c.kv;
+        mr.system = sp.to_json();
+        const auto job_of = [&](const std::vector<HeadSlice>& first, const std::vector<HeadSlice>* more, int batch) {
+            mr.batch = batch;
+            GpuLayerJob job = gpu_job_for(mr, CudaOptions{}, "test");
+            set_job_cache(mr, kD, prompt, job, "test");
+            for (const HeadSlice& h : first) job.heads.push_back(&h);
+            if (more)
+                for (const HeadSlice& h : *more) job.more_heads.push_back(&h);
+            job.steps = {0, 3, 4, 11};
+            return job;
+        };
+        const auto run = [&](const GpuLayerJob& job) {
+            std::vector<std::vector<float>> outs;
+            backend->run_layer(job, [&](const GpuStep& st) {
+                outs.emplace_back(st.out, st.out + (size_t)job.batch * H * kG * kD);
+            });
+            return outs;
+        };
+        const GpuLayerJob mixed = job_of(A, &Bq, 4);
+        const auto both = run(mixed), alone = run(job_of(Bq, nullptr, 1));
+        BuiltIndex built;  // a shared build over both sequences (the runner's) serves the mixed batch too
+        if (find_gpu_method(c.method)->shared_build) {
+            built = backend->build_index(mixed);
+            GpuLayerJob shared = mixed;
+            shared.built = &built;
+            EXPECT_EQ(run(shared), both) << "the shared build differs from the run's own";
+        }
+        const size_t per = (size_t)H * kG * kD;
+        ASSERT_EQ(both.size(), alone.size());
+        for (size_t i = 0; i < both.size(); ++i) {
+            EXPECT_LT(rel_l2(both[i].data() + per, alone[i].data(), (int)per), 1e-5) << "step " << i << ": replica 1 vs B alone";
+            EXPECT_LT(rel_l2(both[i].data() + 3 * per, both[i].data() + per, (int)per), 1e-6) << "step " << i;
+            EXPECT_LT(rel_l2(both[i].data() + 2 * per, both[i].data(), (int)per), 1e-6) << "step " << i;
+            EXPECT_GT(rel_l2(both[i].data() + per, both[i].data(), (int)per), 1e-2) << "step " << i << ": A and B alike";
+        }
+    }
+    MethodRun mr;
+    mr.method = "magicpig", mr.params = resolve_params(find_method("magicpig"), json::object()), mr.batch = 2;
+    GpuLayerJob job = gpu_job_for(mr, CudaOptions{}, "test");
+    for (const HeadSlice& h : A) job.heads.push_back(&h);
+    for (const HeadSlice& h : Bq) job.more_heads.push_back(&h);
+    job.steps = {0};
+    try {
+        backend->run_layer(job, [](const GpuStep&) {});
+        ADD_FAILURE() << "magicpig ran a batch of distinct sequences";
+    } catch (const ParamError& e) {
+        EXPECT_NE(std::string(e.what()).find("distinct sequences"), std::string::npos) << e.what();
+    }
+}
+
 // pq's heads built once for the layer (build_index: the quantizers and the prompt's codes, as the runner and the
 // driver share them across batch points and placements) give the same steps as a run that builds its own,
 // offloaded and in device memory alike: the same lists and outputs; the shared heads are copied, not
@@ -952,6 +1041,60 @@ BACKEND_TEST(FullMatchesExactAttention) {
     }
 }
 
+// `retro-bench run` with cuda.sequences 2 on a two-layer synthetic trace: layer 0's batch runs layer 1's KV heads
+// as its second sequence; the records say so, their accuracy — the harness's,
+// from sequence 0, the layer itself — equals the copies' run, and their batch's PCIe bytes (pq offloaded) do
+// not; more sequences than the trace has layers, and a method whose GPU run takes none (MagicPIG), are refused
+// before any work, by name.
+BACKEND_TEST(RunWithDistinctSequences) {
+    REQUIRE_DEVICE();
+    ScratchDir dir;
+    const std::string trace = llama3_trace(dir, 2, 1024, 32);
+    // layer 0 alone (layer 1 only as its second sequence): over both layers the batch's bytes would be the same
+    // sum either way
+    json j = json::parse(R"({"name": "seq1", "backend": "cuda", "layers": [0], "kv_heads": [0, 1], "hardware": "h100-sxm-pcie5",
+        "cuda": {"batch": 2}, "system": {"cache": 0.1, "token_block": 16}, "methods": [{"name": "full"},
+        {"name": "wave"}, {"name": "quest", "params": {"k": 256, "placement": "gpu"}}, {"name": "pq", "params": {"k": 100}}]})");
+    j["traces"] = {trace};
+    RunnerOptions opt;
+    opt.results_root = dir.path + "/results";
+    const auto backend = gpu_run::make_cuda_backend();
+    opt.gpu = backend.get();
+    const auto copies = run_config(parse_config(j, "seq1.json"), opt);
+    j["name"] = "seq2";
+    j["cuda"]["sequences"] = 2;
+    const auto distinct = run_config(parse_config(j, "seq2.json"), opt);
+    ASSERT_EQ(copies.records.size(), 4u);
+    ASSERT_EQ(distinct.records.size(), 4u);
+    for (size_t r = 0; r < 4; ++r) {
+        const json &c = copies.records[r], &d = distinct.records[r];
+        SCOPED_TRACE(d["label"].get<std::string>());
+        EXPECT_FALSE(c["cuda"].contains("sequences"));
+        EXPECT_EQ(d["cuda"]["sequences"], 2);
+        for (const char* m : {"recall@100", "exact_frac", "out_err", "h2d_bytes"})
+            EXPECT_NEAR(c["metrics"][m]["mean"].get<double>(), d["metrics"][m]["mean"].get<double>(), 1e-6) << m;
+        // the batch's PCIe bytes: the second replica misses what layer 1's selections miss, not a copy's
+        if (d["method"] == "pq")
+            EXPECT_NE(c["metrics"]["gpu_h2d_bytes"]["mean"].get<double>(), d["metrics"]["gpu_h2d_bytes"]["mean"].get<double>());
+    }
+    j["name"] = "seq3";
+    j["cuda"]["sequences"] = 3;
+    try {
+        run_config(parse_config(j, "seq3.json"), opt);
+        ADD_FAILURE() << "3 sequences from a 2-layer trace accepted";
+    } catch (const ConfigError& e) {
+        EXPECT_NE(std::string(e.what()).find("cuda.sequences = 3"), std::string::npos) << e.what();
+    }
+    j["cuda"]["sequences"] = 2;
+    j["methods"] = json::parse(R"([{"name": "magicpig"}])");
+    try {
+        parse_config(j, "magicpig.json");
+        ADD_FAILURE() << "magicpig with distinct sequences accepted";
+    } catch (const ConfigError& e) {
+        EXPECT_NE(std::string(e.what()).find("copies of one sequence only"), std::string::npos) << e.what();
+    }
+}
+
 // `retro-bench run` with "backend": "cuda" on a synthetic Llama-3-shaped trace against the same config on
 // the CPU backend: identical selections (recall, mass, exact and estimated fractions, post-cache PCIe
 // bytes), outputs within fp16 tolerance, the measured bytes equal to the model's, and the GPU phases
@@ -959,10 +1102,7 @@ BACKEND_TEST(FullMatchesExactAttention) {
 BACKEND_TEST(RunMatchesTheCpuBackend) {
     REQUIRE_DEVICE();
     ScratchDir dir;
-    SynthParams sp = SynthParams::preset("llama3-8b");
-    sp.num_layers = 1, sp.prompt_len = 2048, sp.decode_steps = 3, sp.prefill_queries = 64;
-    const std::string trace = dir.path + "/t.h5";
-    synthesize(sp, trace);
+    const std::string trace = llama3_trace(dir, 1, 2048, 64);
     json j = json::parse(R"({"name": "cpu", "kv_heads": [0, 1], "hardware": "h100-sxm-pcie5",
         "system": {"cache": 0.05}, "methods": [{"name": "full"}, {"name": "wave"},
         {"name": "quest", "params": {"k": 256, "placement": "gpu"}}, {"name": "pq", "params": {"k": 200}},
