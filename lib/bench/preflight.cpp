@@ -70,8 +70,9 @@ MemoryEstimate estimate_run_memory(const RunConfig& cfg, const std::vector<Prepa
             methods = cfg.backend == "cuda" ? std::max(methods, b) : methods + b;
         }
         const double per_head = slice + reference + methods;
-        const int heads = cfg.backend == "cuda" ? (int)t.kv_heads.size()  // one layer at a time on the GPU
-                                                : threads;
+        // one layer at a time on the GPU, with cuda.sequences layers' slices (the batch's other sequences) and
+        // their shared indexes
+        const int heads = cfg.backend == "cuda" ? (int)t.kv_heads.size() * std::max(1, cfg.cuda.sequences) : threads;
         if (per_head * heads > worst * in_flight) {
             worst = per_head;
             in_flight = heads;
