@@ -26,13 +26,14 @@ void* dev_alloc(size_t b) { return std::aligned_alloc(256, (b + 255) / 256 * 256
 void dev_free(void* p) { std::free(p); }
 void* pinned_alloc(size_t b) { return dev_alloc(b); }
 void pinned_free(void* p) { std::free(p); }
-void copy_h2d(void* d, const void* s, size_t b) { std::memcpy(d, s, b); }
-void copy_d2h(void* d, const void* s, size_t b) { std::memcpy(d, s, b); }
-void copy_d2d(void* d, const void* s, size_t b) { std::memcpy(d, s, b); }
-void copy_h2d_async(void* d, const void* s, size_t b, void*) { std::memcpy(d, s, b); }
+// a copy of 0 bytes may name null pointers (an empty table: cudaMemcpy takes it); memcpy may not
+void copy_h2d(void* d, const void* s, size_t b) { if (b) std::memcpy(d, s, b); }
+void copy_d2h(void* d, const void* s, size_t b) { if (b) std::memcpy(d, s, b); }
+void copy_d2d(void* d, const void* s, size_t b) { if (b) std::memcpy(d, s, b); }
+void copy_h2d_async(void* d, const void* s, size_t b, void*) { if (b) std::memcpy(d, s, b); }
 void dev_memset(void* d, int x, size_t b) { std::memset(d, x, b); }
 void synchronize() {}
-void copy_d2h_async(void* d, const void* s, size_t b, void*) { std::memcpy(d, s, b); }
+void copy_d2h_async(void* d, const void* s, size_t b, void*) { if (b) std::memcpy(d, s, b); }
 void copy_2d_async(void* d, size_t dp, const void* s, size_t sp, size_t w, size_t rows, void*) {
     for (size_t i = 0; i < rows; ++i) std::memcpy((char*)d + i * dp, (const char*)s + i * sp, w);
 }
