@@ -111,6 +111,7 @@ __global__ void page_table_kernel(const int32_t* lens, int requests, int page, i
 // cub's block reductions: a version with 256 threads of 16 requests, warp reductions and one barrier per
 // search step made wave's attend 5 us slower at 128K batch 1 and 13 us at batch 8 on the H200.
 constexpr int kScheduleThreads = 1024, kSchedulePer = 4;
+static_assert(kScheduleThreads * kSchedulePer == kLibraryDeviceRequests, "plan_device's bound, as library_api.hpp states it");
 struct MaxOp {
     __device__ int operator()(int a, int b) const { return a > b ? a : b; }
 };

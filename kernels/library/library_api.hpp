@@ -17,6 +17,9 @@ namespace retro::cuda {
 /// (a build without the FlashInfer headers, a head dim or group size it is not built for).
 std::string library_decode_unsupported(int d, int group);
 
+/// The most (b, kv head) requests LibraryDecode::plan_device schedules (its one-block schedule kernel).
+constexpr int kLibraryDeviceRequests = 4096;
+
 /// Full attention per (batch item, KV head) by FlashInfer's batch decode kernel and its planner, over the
 /// same KV layout as decode_attention, read in place as pages of `page_tokens` tokens.
 /// K, V: [B*Hkv, capacity, d] fp16, capacity a multiple of page_tokens; q: [B, Hkv*g, d] f32;
@@ -41,7 +44,7 @@ class LibraryDecode {
     /// occupancy x the SM count; no split when the B*Hkv requests alone fill it); max_tiles > 1 sizes the
     /// grid at B*Hkv*max_tiles instead (chunks from one page), 1 = unsplit. The launch is sized for the
     /// grid with the unused blocks masked off (FlashInfer's CUDA-graph padding) and the tiles merged by
-    /// FlashInfer. At most 4096 requests. Replaces the last plan() until the next plan(); buffers are
+    /// FlashInfer. At most kLibraryDeviceRequests requests. Replaces the last plan() until the next plan(); buffers are
     /// sized at the first call for a grid (call it once before timing).
     ///
     /// With d_pages ([requests, page_stride] int32 in device memory: decode_attention_pages' page table,

@@ -202,7 +202,7 @@ void require_device_memory(const std::string& what, int batch, size_t need) {
 
 bool library_takes(const GpuLayerJob& job, int d, int group, int requests) {
     return job.full_kernel == FullKernel::library && cuda::library_decode_unsupported(d, group).empty() &&
-           requests <= 4096;  // LibraryDecode::plan_device's bound
+           requests <= cuda::kLibraryDeviceRequests;
 }
 
 int decode_split(int capacity, int bh) {
