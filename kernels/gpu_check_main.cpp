@@ -2,8 +2,10 @@
 // build of scripts/gpu-check.sh), then the wave decode step vs full attention per layer through the
 // CUDA backend's run path (kernels/run/wave_vs_full.hpp), and writes OUT/gpu-report.json and
 // OUT/gpu-report.txt.
-//   retro_gpu_check [--out DIR] [--quick] [--checks-only] [--filter SUBSTRING]
+//   retro_gpu_check [--out DIR] [--quick] [--checks-only] [--filter SUBSTRING] [--skip SUBSTRING]
 //                   [--wave-only] [--tiny] [--hardware VALUES]
+//   --filter S / --skip S  only the checks whose name contains S / those whose name does not (lease-run.sh
+//                runs a variant's check in a process of its own: a kernel that faults takes the context with it)
 //   --wave-only  only the wave-vs-full run (no checks, no benchmarks)
 //   --bench-only GROUP  only the microbenchmarks whose group contains GROUP (gather, full_decode: the own,
 //                FlashInfer's and cuDNN's variants; wave_step, kmeans), on --contexts x --batches
@@ -77,7 +79,7 @@ std::vector<int> int_list(const std::string& s) {
 }
 
 int main(int argc, char** argv) {
-    std::string out_dir = ".", filter, hardware;
+    std::string out_dir = ".", filter, skip, hardware;
     std::vector<int> contexts, batches;
     bool kmeans_gpu = true, measured = false, wave_host = true, wave_dev = true, wave_ablation = true, wave_hbm = true, wave_hbm_host = false;
     bool seed_quest = true, seed_pq = true, seed_magicpig = true;  // --seeds
@@ -90,6 +92,7 @@ int main(int argc, char** argv) {
         const std::string a = argv[i];
         if (a == "--out" && i + 1 < argc) out_dir = argv[++i];
         else if (a == "--filter" && i + 1 < argc) filter = argv[++i];
+        else if (a == "--skip" && i + 1 < argc) skip = argv[++i];
         else if (a == "--hardware" && i + 1 < argc) hardware = argv[++i];
         else if (a == "--bench-only" && i + 1 < argc) bench_only = argv[++i];
         else if (a == "--kmeans" && i + 1 < argc && (std::string(argv[i + 1]) == "cpu" || std::string(argv[i + 1]) == "gpu"))
@@ -137,7 +140,7 @@ int main(int argc, char** argv) {
         else if (a == "--measured") measured = true;
         else if (a == "--no-launch-gate") launch_gate = false;
         else {
-            std::fprintf(stderr, "usage: retro_gpu_check [--out DIR] [--quick] [--checks-only] [--filter S] "
+            std::fprintf(stderr, "usage: retro_gpu_check [--out DIR] [--quick] [--checks-only] [--filter S] [--skip S] "
                                  "[--wave-only] [--bench-only GROUP] [--tiny] [--hardware VALUES] [--contexts N,..] [--batches B,..] "
                                  "[--kmeans cpu|gpu] [--measured] [--wave-kv host|gpu|both|all] [--seeds LIST] [--host-threads N] "
                                  "[--no-launch-gate] [--steps N] [--warm-steps N] [--sequences N]\n");
@@ -163,13 +166,25 @@ int main(int argc, char** argv) {
     js << "{\n  \"time\": " << json_quote(when) << ",\n  \"device\": " << json_quote(dev)
        << ",\n  \"device_status\": " << json_quote(have ? "ok" : why)
        << ",\n  \"compute_capability\": " << (have ? device_cc() : 0) << ",\n";
+    // the kernel variants this process runs (RETRO_SELECT_HIST, RETRO_SELECT_SPLIT, RETRO_EST_WARPS): a
+    // variant run's report says which it was
+    try {  // read here first: a bad value is refused before any work
+        js << "  \"kernel_variants\": {\"select_hist\": " << json_quote(select_hist_name(select_histograms()))
+           << ", \"select_split\": " << json_quote(select_split_name(select_split()))
+           << ", \"estimate_width\": " << json_quote(estimate_width_name(estimate_width())) << "},\n";
+    } catch (const ParamError& e) {
+        std::fprintf(stderr, "retro_gpu_check: %s\n", e.what());
+        return 2;
+    }
     txt << "retro-bench GPU check  " << when << "\ndevice: " << (have ? dev : "(none: " + why + "; all checks skipped)") << "\n\n";
 
     int failed = 0, passed = 0;
     js << "  \"checks\": [";
     bool first = true;
     for (const CheckCase& c : gpu_checks()) {
-        if (wave_only || !bench_only.empty() || (!filter.empty() && c.name.find(filter) == std::string::npos)) continue;
+        if (wave_only || !bench_only.empty() || (!filter.empty() && c.name.find(filter) == std::string::npos) ||
+            (!skip.empty() && c.name.find(skip) != std::string::npos))
+            continue;
         std::string status;
         Checker ck;
         if (!have) {

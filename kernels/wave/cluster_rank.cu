@@ -6,6 +6,7 @@
 #include <cub/block/block_radix_sort.cuh>
 #include <cub/block/block_scan.cuh>
 #include <cub/device/device_segmented_radix_sort.cuh>
+#include <cooperative_groups.h>
 
 #include <cmath>
 #include <string>
@@ -18,6 +19,8 @@
 namespace retro::cuda {
 
 namespace {
+
+namespace cg = cooperative_groups;
 
 // ---------------------------------------------------------------------------------------------------
 // Cluster ranking
@@ -253,6 +256,33 @@ __device__ void valid_key_range(const uint32_t (&key)[ITEMS], uint32_t& lo, uint
     }
 }
 
+// One warp finds the digit of a radix pass holding the kz-th largest key from the pass's histogram (bins
+// [256], digit 255 the largest): out[0] = the digit, out[1] = how many of the keys with that digit are
+// still to take. Lane l holds digits 255 - 8l ... 248 - 8l; a warp scan of their counts, the first lane
+// reaching kz walks its eight.
+__device__ void resolve_digit(const int* bins, int kz, int lane, int* out) {
+    int c[8], sum = 0;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) c[j] = bins[255 - (lane * 8 + j)], sum += c[j];
+    int inc = sum;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+        const int y = __shfl_up_sync(0xffffffffu, inc, o);
+        if (lane >= o) inc += y;
+    }
+    const unsigned ball = __ballot_sync(0xffffffffu, inc >= kz);
+    if (lane == __ffs(ball) - 1) {
+        int cum = inc - sum;
+        for (int j = 0; j < 8; ++j) {
+            if (cum + c[j] >= kz) {
+                out[0] = 255 - (lane * 8 + j), out[1] = kz - cum;
+                break;
+            }
+            cum += c[j];
+        }
+    }
+}
+
 // Which of the block's items are among its K[0] largest and which among its K[1] largest, in the order
 // (key descending, id ascending), as a bit mask per thread each (bit i = item t*ITEMS + i; K[z] = 0 gives
 // an empty mask, else 1 <= K[z] <= items). MSB-first radix select over 8-bit digits finds the K-th largest
@@ -329,29 +359,7 @@ __device__ void top_k_masks(const uint32_t (&key)[ITEMS], const int (&K)[2], uin
         // selects, not k[z] / active[z]: a thread-dependent index puts the arrays in local memory
         const bool act = z == 0 ? active[0] : (z == 1 && active[1]);
         const int kz = z == 0 ? k[0] : k[1];
-        if (act) {  // warp z resolves selection z; digits from 255 down: lane l holds 255 - 8l ... 248 - 8l
-            const int lane = threadIdx.x % 32;
-            int c[8], sum = 0;
-#pragma unroll
-            for (int j = 0; j < 8; ++j) c[j] = hist[z][255 - (lane * 8 + j)], sum += c[j];
-            int inc = sum;
-#pragma unroll
-            for (int o = 1; o < 32; o <<= 1) {
-                const int y = __shfl_up_sync(0xffffffffu, inc, o);
-                if (lane >= o) inc += y;
-            }
-            const unsigned ball = __ballot_sync(0xffffffffu, inc >= kz);
-            if (lane == __ffs(ball) - 1) {
-                int cum = inc - sum;
-                for (int j = 0; j < 8; ++j) {
-                    if (cum + c[j] >= kz) {
-                        sh[2 * z] = 255 - (lane * 8 + j), sh[2 * z + 1] = kz - cum;
-                        break;
-                    }
-                    cum += c[j];
-                }
-            }
-        }
+        if (act) resolve_digit(hist[z], kz, threadIdx.x % 32, sh + 2 * z);  // warp z resolves selection z
         __syncthreads();
 #pragma unroll
         for (int y = 0; y < 2; ++y)
@@ -446,6 +454,205 @@ __global__ void __launch_bounds__(kRankThreads) cluster_select_block_kernel(Clus
     int32_t v1[1] = {threadIdx.x < r ? top_id[threadIdx.x] : 0x7fffffff};
     Sort(tmp.sort).SortDescending(k1, v1);
     if (threadIdx.x < r) out[threadIdx.x] = v1[0];
+}
+
+// ---- cluster_select split over a thread-block cluster (select_split; wave_api.hpp) ----
+
+// A cluster of kSelectSplitBlocks blocks per (b, kv head) holds one cluster (item) per thread: block q's
+// thread t holds item j = q * 1024 + t. The aggregates equal cluster_select_block_kernel<ITEMS>'s bit for
+// bit: that kernel's thread T holds items [T * ITEMS, T * ITEMS + ITEMS) and sums their exponentials in
+// order from 0, its warps reduce those sums by warp_sum's butterfly and lane 0's total is kept, the block
+// adds its 32 warps' totals in order from 0; here the ITEMS lanes of one T (neighbours in one warp) add
+// in the same order by a shuffle chain, one warp per T-warp runs the same butterfly on the same lanes,
+// and every block adds the 32 totals read from the blocks holding them. Maxima are exact in any order.
+// The zones then follow from the same keys by the same radix select (plain histograms: the variants were
+// within 1.5% of each other), its histograms summed over the blocks' shared memory each pass (double
+// buffered by the pass's parity, so one cluster barrier a pass), the ties' id-order counts and the zones'
+// places by a block scan plus the lower blocks' totals, the retrieval members gathered into block 0's
+// shared memory and put in rank order there as the one-block kernel does. Nine cluster barriers.
+// grid kSelectSplitBlocks * B*Hkv (cluster dims kSelectSplitBlocks), block 1024; M <= 1024 * ITEMS,
+// r + e <= M, r <= 1024; sm_90 (the launch refuses older devices before this runs).
+template <int ITEMS>
+__global__ void __launch_bounds__(kRankThreads) cluster_select_split_kernel(ClusterScoreShape s, int r, int e,
+                                                                           const float* scores, float* agg,
+                                                                           int32_t* ranked) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    constexpr int kBlocks = kSelectSplitBlocks;
+    constexpr int kT = kRankThreads / ITEMS;  // the one-block kernel's threads whose items a block holds
+    constexpr int kW = kT / 32;               // ... and their warps
+    using Sort = cub::BlockRadixSort<uint32_t, kRankThreads, 1, int32_t>;
+    // under the static 48 KB: the one-block sums share the scan's and sort's storage (used after them), the
+    // histograms share the retrieval members' (written into block 0 only after every pass has been read)
+    __shared__ union {
+        typename RankScan::TempStorage scan;
+        typename Sort::TempStorage sort;
+        float tsum[kMaxGroup][kT];
+    } tmp;
+    __shared__ union {
+        struct {
+            int hist[2][2][256], comb[2][256];
+        } pass;
+        struct {
+            uint32_t key[kRankThreads];
+            int32_t id[kRankThreads];
+        } top;
+    } sel;
+    __shared__ float wred[kMaxGroup][32], bmax[kMaxGroup], all[kMaxGroup][32], wpart[kMaxGroup][kW],
+        head_mx[kMaxGroup], head_inv[kMaxGroup];
+    __shared__ int res[4], btot[2], boff;
+    auto& tsum = tmp.tsum;
+    auto& hist = sel.pass.hist;
+    auto& comb = sel.pass.comb;
+    uint32_t* top_key = sel.top.key;
+    int32_t* top_id = sel.top.id;
+    cg::cluster_group cl = cg::this_cluster();
+    const int q = (int)cl.block_rank(), bk = blockIdx.x / kBlocks, M = s.clusters, g = s.group;
+    const int t = threadIdx.x, lane = t % 32, warp = t / 32, j = q * kRankThreads + t;
+    const int i_item = lane % ITEMS;  // this item's place among its one-block thread's ITEMS
+    float x[kMaxGroup];
+#pragma unroll
+    for (int h = 0; h < kMaxGroup; ++h) {
+        x[h] = h < g && j < M ? scores[((size_t)bk * g + h) * M + j] : -INFINITY;
+        if (h >= g) continue;  // block-uniform
+        float v = x[h];
+        for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+        if (lane == 0) wred[h][warp] = v;
+    }
+    __syncthreads();
+    if (warp < g) {  // warp h: the block's maximum of head h
+        float v = wred[warp][lane];
+        for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+        if (lane == 0) bmax[warp] = v;
+    }
+    cl.sync();  // 1: every block's maxima
+    if (t < g * kBlocks) all[t / kBlocks][t % kBlocks] = *cl.map_shared_rank(&bmax[t / kBlocks], t % kBlocks);
+    __syncthreads();
+    if (t < g) {
+        float m = -INFINITY;
+        for (int b = 0; b < kBlocks; ++b) m = fmaxf(m, all[t][b]);
+        head_mx[t] = m;
+    }
+    __syncthreads();
+    // each one-block thread's sum of its ITEMS exponentials, in item order (sum = 0, then += each)
+#pragma unroll
+    for (int h = 0; h < kMaxGroup; ++h) {
+        if (h >= g) break;  // block-uniform
+        const float mx = head_mx[h];
+        const float ex = mx != -INFINITY ? __expf(x[h] - mx) : 0.0f;
+        float acc = i_item == 0 ? ex : 0.0f;  // 0 + e0 == e0
+#pragma unroll
+        for (int k = 1; k < ITEMS; ++k) {
+            const float prev = __shfl_up_sync(0xffffffffu, acc, 1);
+            if (i_item == k) acc = prev + ex;
+        }
+        if (i_item == ITEMS - 1 && j < kRankThreads * ITEMS) tsum[h][t / ITEMS] = acc;
+    }
+    __syncthreads();
+    if (warp < kW && q * kW + warp < 32)  // the one-block kernel's warp q * kW + warp: its butterfly, lane 0
+        for (int h = 0; h < g; ++h) {
+            const float v = warp_sum(tsum[h][warp * 32 + lane]);
+            if (lane == 0) wpart[h][warp] = v;
+        }
+    cl.sync();  // 2: every block's warp totals
+    if (t < g * 32) {
+        const int h = t / 32, w = t % 32;  // the one-block kernel's warp w lives in block w / kW
+        all[h][w] = *cl.map_shared_rank(&wpart[h][w % kW], w / kW);
+    }
+    __syncthreads();
+    if (t < g) {
+        float sum = 0;
+        if (head_mx[t] != -INFINITY)
+            for (int w = 0; w < 32; ++w) sum += all[t][w];
+        head_inv[t] = sum > 0 ? 1.0f / sum : 0.0f;
+    }
+    __syncthreads();
+    float a = 0.0f;
+#pragma unroll
+    for (int h = 0; h < kMaxGroup; ++h) {
+        if (h >= g) break;
+        if (x[h] != -INFINITY) a += __expf(x[h] - head_mx[h]) * head_inv[h];
+    }
+    if (j >= M || x[0] == -INFINITY) a = -INFINITY;  // padding, or invalid (head 0 marks it)
+    if (j < M) agg[(size_t)bk * M + j] = a;
+    const uint32_t key = j < M ? order_key(a) : 0u;
+
+    // the top r and top r + e keys: MSB-first radix select over 8-bit digits, histograms over the cluster
+    const int K[2] = {r, r + e};
+    uint32_t prefix[2] = {0u, 0u}, mask = 0;
+    int k[2] = {K[0], K[1]};
+    bool active[2] = {K[0] > 0, K[1] > 0};
+    for (int pass = 0; pass < 4; ++pass) {
+        const int shift = 24 - 8 * pass;
+        int(*hp)[256] = hist[pass & 1];
+        for (int i = t; i < 512; i += kRankThreads) hp[i / 256][i % 256] = 0;
+        __syncthreads();
+#pragma unroll
+        for (int z = 0; z < 2; ++z)
+            if (active[z] && (key & mask) == prefix[z]) atomicAdd(&hp[z][(key >> shift) & 255u], 1);
+        cl.sync();  // 3-6: every block's histograms of this pass
+        if (t < 512) {
+            int sum = 0;
+            for (int b = 0; b < kBlocks; ++b) sum += cl.map_shared_rank(&hist[pass & 1][0][0], b)[t];
+            comb[t / 256][t % 256] = sum;
+        }
+        __syncthreads();
+        const int z = warp;
+        const bool act = z == 0 ? active[0] : (z == 1 && active[1]);
+        const int kz = z == 0 ? k[0] : k[1];
+        if (act) resolve_digit(comb[z], kz, lane, res + 2 * z);  // warp z resolves selection z
+        __syncthreads();
+#pragma unroll
+        for (int y = 0; y < 2; ++y)
+            if (active[y]) prefix[y] |= (uint32_t)res[2 * y] << shift, k[y] = res[2 * y + 1];
+        mask |= 255u << shift;
+    }
+    // the keys equal to each threshold counted in id order over the cluster (selection 0 in the low 16 bits)
+    const auto cluster_exclusive_sum = [&](int v, int buf) {
+        int before = 0, total = 0;
+        RankScan(tmp.scan).ExclusiveSum(v, before, total);
+        if (t == 0) btot[buf] = total;
+        cl.sync();  // 7, 8: every block's total
+        if (t == 0) {
+            int o = 0;
+            for (int b = 0; b < q; ++b) o += *cl.map_shared_rank(&btot[buf], b);
+            boff = o;
+        }
+        __syncthreads();
+        return before + boff;
+    };
+    const int eq = (int)(key == prefix[0]) + ((int)(key == prefix[1]) << 16);
+    const int seen = cluster_exclusive_sum(eq, 0);
+    const int seen_y[2] = {seen & 0xffff, seen >> 16};
+    bool in[2];
+#pragma unroll
+    for (int y = 0; y < 2; ++y)
+        in[y] = K[y] > 0 && (key > prefix[y] || (key == prefix[y] && seen_y[y] < k[y]));
+    const bool in_r = in[0], in_e = in[1] && !in[0];
+    const int off = cluster_exclusive_sum((int)in_r | ((int)in_e << 16), 1);
+    int32_t* out = ranked + (size_t)bk * M;
+    if (in_e) out[r + (off >> 16)] = j;
+    if (in_r) {  // into block 0's shared memory, in id order
+        cl.map_shared_rank(top_key, 0)[off & 0xffff] = key;
+        cl.map_shared_rank(top_id, 0)[off & 0xffff] = j;
+    }
+    cl.sync();  // 9: block 0 holds the retrieval members; no block reads another's memory after this
+    if (q != 0) return;
+    if (r <= kCountingSortMax) {  // the one-block kernel's ordering, on the same r keys in the same order
+        if (t < r) {
+            const uint32_t mine = top_key[t];
+            int ahead = 0;
+            for (int u = 0; u < r; ++u) ahead += top_key[u] > mine || (top_key[u] == mine && u < t);
+            out[ahead] = top_id[t];
+        }
+        return;
+    }
+    uint32_t k1[1] = {t < r ? top_key[t] : 0u};
+    int32_t v1[1] = {t < r ? top_id[t] : 0x7fffffff};
+    Sort(tmp.sort).SortDescending(k1, v1);
+    if (t < r) out[t] = v1[0];
+#else
+    __trap();  // launched on sm_90 and newer only (launch_select_split)
+#endif
 }
 
 template <int ITEMS>
@@ -554,6 +761,33 @@ void launch_select_block(const ClusterScoreShape& s, int r, int e, const float* 
     }
     kernel<<<s.batch * s.kv_heads, kRankThreads, 0, stream>>>(s, r, e, scores, agg, ranked);
 }
+
+// The split select: kSelectSplitBlocks-block clusters set at launch (cudaLaunchKernelEx), so the kernel
+// compiles for architectures without clusters too (its body traps there; select_split_for keeps them out).
+template <int ITEMS>
+void launch_select_split(const ClusterScoreShape& s, int r, int e, const float* scores, float* agg, int32_t* ranked,
+                         cudaStream_t stream) {
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(kSelectSplitBlocks * s.batch * s.kv_heads);
+    cfg.blockDim = dim3(kRankThreads);
+    cfg.dynamicSmemBytes = 0;
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = kSelectSplitBlocks;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    check_cuda(cudaLaunchKernelEx(&cfg, cluster_select_split_kernel<ITEMS>, s, r, e, scores, agg, ranked),
+               "cluster_select_split launch");
+}
+
+// The device's compute capability, read once (the split needs sm_90's clusters).
+int cached_cc() {
+    static const int cc = device_cc();
+    return cc;
+}
 }  // namespace
 
 void cluster_select(const ClusterScoreShape& s, int r, int e, const float* q, const uint16_t* cent,
@@ -569,6 +803,12 @@ void cluster_select(const ClusterScoreShape& s, int r, int e, const float* q, co
     RankWork w = carve(s, work, &total);
     if (work_bytes < total) throw ParamError("cuda cluster_select: workspace too small");
     launch_scores(s, q, cent, valid, w, st(stream));
+    if (select_split_for(select_split(), (long long)s.batch * s.kv_heads, cached_cc(), device_sms())) {
+        if (s.clusters <= kRankThreads * 4) launch_select_split<4>(s, r, e, w.scores, agg, ranked, st(stream));
+        else launch_select_split<8>(s, r, e, w.scores, agg, ranked, st(stream));
+        check_launch("cluster_select_split");
+        return;
+    }
     if (s.clusters <= kRankThreads * 4)
         launch_select_block<4>(s, r, e, w.scores, agg, ranked, st(stream));
     else

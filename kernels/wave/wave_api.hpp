@@ -73,10 +73,51 @@ inline SelectHist select_histograms() {
     return (SelectHist)g_select_hist.load();
 }
 
+/// cluster_select split over several blocks per (b, kv head) (issue 40 #6, batch 1): off: one block of
+/// 1,024 threads per (b, kv head), the histogram variant above; on: a thread-block cluster of
+/// kSelectSplitBlocks blocks per (b, kv head) (sm_90's distributed shared memory: the blocks' histograms,
+/// maxima and partial sums read from each other's shared memory), one cluster per thread, the plain
+/// histograms; the same aggregates bit for bit (the one-block kernel's order of additions kept: each of
+/// its threads' sums, its warps' butterflies, its warps' partials in order) and so the same zones;
+/// automatic: on where the clusters' blocks fit the GPU at once (B * Hkv * kSelectSplitBlocks <= its SMs:
+/// batch 1's few (b, kv head)s, whose 8 blocks of 1,024 threads left 124 of the H200's 132 SMs idle, at
+/// 2.5% SM throughput, 32.5 us at 128K: docs/performance.md, "Fifth lease"). Devices below sm_90, M past
+/// 8,192 or r past 1,024 take the unsplit path. The process default comes from
+/// RETRO_SELECT_SPLIT=off|on|auto on first use (unset: off until a lease measures it; any other value:
+/// ParamError); the check ClusterSelect runs it against cluster_rank, the wave_step microbenchmark times
+/// it beside the unsplit kernel.
+enum class SelectSplit { off, on, automatic };
+inline constexpr int kSelectSplitBlocks = 8;  ///< blocks per (b, kv head): the portable cluster size
+inline const char* select_split_name(SelectSplit v) {
+    return v == SelectSplit::on ? "on" : v == SelectSplit::automatic ? "auto" : "off";
+}
+/// RETRO_SELECT_SPLIT's mode (unset or empty: off; an unknown name: ParamError naming the three).
+inline SelectSplit select_split_from_env() {
+    const char* v = std::getenv("RETRO_SELECT_SPLIT");
+    if (v == nullptr || *v == '\0') return SelectSplit::off;
+    for (const SelectSplit m : {SelectSplit::off, SelectSplit::on, SelectSplit::automatic})
+        if (std::string(v) == select_split_name(m)) return m;
+    throw ParamError(std::string("RETRO_SELECT_SPLIT=") + v + ": expected off, on or auto");
+}
+/// The process's mode, as select_histograms' variant.
+inline std::atomic<int> g_select_split{-1};
+inline void set_select_split(SelectSplit m) { g_select_split = static_cast<int>(m); }
+inline SelectSplit select_split() {
+    if (g_select_split < 0) g_select_split = static_cast<int>(select_split_from_env());
+    return static_cast<SelectSplit>(g_select_split.load());
+}
+/// Whether cluster_select of `pairs` (b, kv head)s takes the split under mode m on a device of compute
+/// capability `cc` (major * 10 + minor) with `sms` SMs (the caller has checked M <= 8192, r <= 1024).
+inline bool select_split_for(SelectSplit m, long long pairs, int cc, int sms) {
+    if (m == SelectSplit::off || cc < 90) return false;
+    return m == SelectSplit::on || pairs * kSelectSplitBlocks <= sms;
+}
+
 /// The zones only, without ranking every cluster: for each (b, kv head) ranked[0, r) = the top r clusters
 /// in cluster_rank's order and ranked[r, r + e) = the next e as a set (ascending id); the rest of the row
 /// is not written. agg as cluster_rank. One block per (b, kv head) by radix select where M <= 8192 and
-/// r <= 1024, else cluster_rank itself. Same workspace as cluster_rank; r + e <= M (ParamError).
+/// r <= 1024 (or a cluster of blocks: select_split), else cluster_rank itself. Same workspace as
+/// cluster_rank; r + e <= M (ParamError).
 void cluster_select(const ClusterScoreShape& s, int r, int e, const float* d_q, const uint16_t* d_centroids,
                     const uint8_t* d_valid, float* d_agg, int32_t* d_ranked, void* d_work, size_t work_bytes,
                     void* stream = nullptr);

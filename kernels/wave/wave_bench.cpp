@@ -205,18 +205,26 @@ std::vector<BenchRow> wave_benches(const BenchContext& ctx) {
             const std::string p = shape("B=%ld N=%ld Hq=%ld Hkv=%ld d=%ld", B, N, kHq, kHkv, kD);
             if (nbk <= nbk_sel) {  // the zones as the wave step selects them, every histogram variant
                 const SelectHist variant = select_histograms();
-                for (const SelectHist hist : kSelectHists) {
-                    set_select_histograms(hist);
+                const SelectSplit split_mode = select_split();
+                const auto time_zones = [&](const std::string& name) {
                     const double us = median_us(
                         [&] { cluster_select(cs, r, e, dq.get(), cent_r.get(), nullptr, agg.get(), ranked.get(), rw.get(),
                                              rw.size()); },
                         reps);
-                    rows.push_back(bw_row(hist == SelectHist::plain ? std::string("cluster_select")
-                                                                    : std::string("cluster_select_") + select_hist_name(hist),
-                                          p + shape(" r=%ld e=%ld", r, e), us, (double)nbk * M * kD * 2,
+                    rows.push_back(bw_row(name, p + shape(" r=%ld e=%ld", r, e), us, (double)nbk * M * kD * 2,
                                           c.d2d_bytes_per_s, "D2D copy"));
+                };
+                set_select_split(SelectSplit::off);
+                for (const SelectHist hist : kSelectHists) {
+                    set_select_histograms(hist);
+                    time_zones(hist == SelectHist::plain ? std::string("cluster_select")
+                                                         : std::string("cluster_select_") + select_hist_name(hist));
                 }
+                set_select_histograms(SelectHist::plain);
+                set_select_split(SelectSplit::on);  // the split beside them (sm_90; issue 40 #6)
+                time_zones("cluster_select_split");
                 set_select_histograms(variant);
+                set_select_split(split_mode);
             }
             {  // the estimation's two block widths side by side (the step below uses the process's choice)
                 const EstimateWidth variant = estimate_width();

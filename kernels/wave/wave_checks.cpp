@@ -114,14 +114,19 @@ void check_cluster_rank(Checker& c) {
 // zones (invalid ones enter the estimation set by id), r = 1024 with r + e = M, r = 0, e = 0, massive
 // exact ties (centroids repeated: the lowest ids must win at both thresholds), and M past one block
 // (the fallback to cluster_rank).
-void check_cluster_select(Checker& c) {
+struct SelectVariant {
+    SelectHist hist;
+    SelectSplit split;
+};
+void check_select_variants(Checker& c, const std::vector<SelectVariant>& variants) {
     struct Case { int B, Hkv, g, M, d; float valid_frac; int r, e, distinct; };
     const Case cases[] = {{1, 2, 4, 8188, 128, 0.98f, 147, 1900, 0}, {2, 1, 4, 1000, 128, 0.5f, 30, 600, 0},
                           {1, 1, 8, 4096, 64, 1.0f, 1024, 3072, 0},  {3, 2, 1, 333, 256, 0.9f, 0, 100, 0},
                           {1, 1, 4, 777, 128, 1.0f, 50, 0, 0},       {2, 2, 4, 2048, 128, 1.0f, 100, 700, 37},
                           {1, 1, 3, 5000, 128, 0.95f, 200, 1000, 5}, {1, 1, 4, 12000, 128, 1.0f, 200, 2000, 0}};
     std::mt19937 rng(4242);
-    const SelectHist variant = select_histograms();  // the process's choice, restored after
+    const SelectHist variant = select_histograms();  // the process's choices, restored after
+    const SelectSplit split_mode = select_split();
     for (const Case& k : cases) {
         ClusterScoreShape s{k.B, k.Hkv, k.g, k.M, k.d, 0.0f};
         const int nbk = k.B * k.Hkv, Hq = k.Hkv * k.g;
@@ -146,15 +151,17 @@ void check_cluster_select(Checker& c) {
         synchronize();
         const auto a1 = download(agg1);
         const auto full = download(rank1);
-        for (const SelectHist hist : kSelectHists) {  // every histogram variant against the same ranking
+        for (const SelectVariant& v : variants) {  // every variant against the same ranking
             poison(agg2), poison(rank2);
-            set_select_histograms(hist);
+            set_select_histograms(v.hist);
+            set_select_split(v.split);
             cluster_select(s, k.r, k.e, dq.get(), dc.get(), dv.get(), agg2.get(), rank2.get(), dwork.get(), dwork.size());
             synchronize();
             const auto a2 = download(agg2);
             const auto zones = download(rank2);
             const std::string tag = fmt("B=%g Hkv=%g g=%g M=%g", k.B, k.Hkv, k.g, k.M) +
-                                    fmt(" r=%g e=%g ties=%g ", k.r, k.e, k.distinct) + select_hist_name(hist);
+                                    fmt(" r=%g e=%g ties=%g ", k.r, k.e, k.distinct) + select_hist_name(v.hist) +
+                                    (v.split == SelectSplit::on ? " split" : "");
             int bad_order = 0, bad_set = 0;
             for (int bk = 0; bk < nbk; ++bk) {
                 const int32_t* f = full.data() + (size_t)bk * k.M;
@@ -169,6 +176,14 @@ void check_cluster_select(Checker& c) {
         }
     }
     set_select_histograms(variant);
+    set_select_split(split_mode);
+}
+
+// every histogram variant, unsplit; and the zones larger than the clusters refused
+void check_cluster_select(Checker& c) {
+    std::vector<SelectVariant> variants;
+    for (const SelectHist hist : kSelectHists) variants.push_back({hist, SelectSplit::off});
+    check_select_variants(c, variants);
     bool refused = false;  // zones larger than the clusters
     try {
         ClusterScoreShape s{1, 1, 4, 10, 128, 0.0f};
@@ -178,6 +193,11 @@ void check_cluster_select(Checker& c) {
     }
     c.expect(refused, "cluster_select r + e > M not refused");
 }
+
+// the split over a cluster of blocks (select_split; a check of its own, so that a lease whose split fails
+// still measures with this build: lease-run.sh leaves it out of the fallback and the split out of its rows;
+// below sm_90 the split is not taken and this repeats the unsplit kernel)
+void check_cluster_select_split(Checker& c) { check_select_variants(c, {{SelectHist::plain, SelectSplit::on}}); }
 
 // ---------------------------------------------------------------------------------------------------
 // estimate_attention vs add_estimated_cluster
@@ -529,6 +549,7 @@ void check_set_entries(Checker& c) {
 
 RETRO_KERNEL_CHECKS(wave, 10, {{"ClusterRank", check_cluster_rank},
                                {"ClusterSelect", check_cluster_select},
+                               {"ClusterSelectSplit", check_cluster_select_split},
                                {"EstimateAttention", check_estimate},
                                {"CopySegments", check_copy_segments},
                                {"GatherClusters", check_gather_clusters},

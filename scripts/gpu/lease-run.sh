@@ -21,7 +21,7 @@
 #      the KV in device memory, its duration from Nsight Compute (one metric, clocks left alone), where
 #      ncu can read the counters (FlashInfer's decode kernel is left out: full's runs use it too; wave's
 #      attend is FlashInfer's decode and merge plus finish_merge)
-#   RETRO_BENCH=GROUP: the microbenchmarks of GROUP (wave_step: cluster_select's four histogram variants,
+#   RETRO_BENCH=GROUP: the microbenchmarks of GROUP (wave_step: cluster_select's four histogram variants and its split,
 #      estimate_attention's two block widths, the phases; full_decode: the own, FlashInfer's and cuDNN's kernels) on the contexts x
 #      RETRO_BENCH_BATCHES (default the batches), into OUT/bench
 #   RETRO_SEQUENCES=D: the wave run's batches over D distinct sequences (synthetic layers of other seeds;
@@ -34,9 +34,12 @@
 #   RETRO_UNGATED_BATCHES=1,8: the device-only rows once more at those batches with --no-launch-gate (the
 #      launch calls inside the timing, as before the gate), into OUT/wave-ungated
 #   RETRO_VARIANT_BATCHES=1,8: the device-only rows once more at those batches with the kernel variants of
-#      RETRO_VARIANT_ENV (default "RETRO_SELECT_HIST=adaptive RETRO_EST_WARPS=wide"), into OUT/wave-variants
+#      RETRO_VARIANT_ENV (default "RETRO_SELECT_SPLIT=on": cluster_select over a cluster of blocks per (b, KV
+#      head), issue 40 #6; left out, with a line saying so, unless its check ClusterSelectSplit passed), into
+#      OUT/wave-variants
 # A retro_gpu_check.prev beside the binary (the previous revision's build) runs the wave step instead
-# when the binary's own checks fail.
+# when the binary's own checks fail (but for CudnnDecode, a library the machine may lack; ClusterSelectSplit,
+# a variant no default row takes, runs in a process of its own and only decides the variant rows).
 # usage: bash scripts/gpu/lease-run.sh OUTDIR [CONTEXTS] [BATCHES]   (defaults 32768,131072 and 1,8,32)
 set -uo pipefail
 out=${1:?usage: lease-run.sh OUTDIR [CONTEXTS] [BATCHES]}
@@ -51,9 +54,12 @@ nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=c
 [[ -f $root/build-gpu/REVISION ]] && cp "$root/build-gpu/REVISION" "$out/revision.txt" &&
   echo "carried build: $(cat "$out/revision.txt")"
 t0=$SECONDS
-"$bin" --out "$out/checks" --checks-only > "$out/checks.log" 2>&1
+timeout "${RETRO_CHECKS_TIMEOUT:-240}" "$bin" --out "$out/checks" --checks-only --skip ClusterSelectSplit > "$out/checks.log" 2>&1
 rc=$?
 echo "checks: exit $rc ($((SECONDS - t0)) s)"; grep -E "^(passed|failed)|^checks:" "$out/checks/gpu-report.txt"
+# the split select's check in a process of its own (a faulting kernel would fail every check after it)
+timeout 60 "$bin" --out "$out/checks-split" --checks-only --filter ClusterSelectSplit > "$out/checks-split.log" 2>&1
+echo "check ClusterSelectSplit: exit $?"; grep -E "^(passed|failed)" "$out/checks-split/gpu-report.txt"
 # a build of the previous revision carried beside it (retro_gpu_check.prev) measures instead when the new
 # kernels fail their checks: a lease is too short to rebuild, and a wrong kernel's times mean nothing
 # (a CudnnDecode failure alone does not: it is a library the machine may lack, and its rows are left out)
@@ -102,7 +108,11 @@ if [[ -n ${RETRO_UNGATED_BATCHES:-} ]]; then  # the same rows timed with the lau
 fi
 if [[ -n ${RETRO_VARIANT_BATCHES:-} ]]; then  # the kernel variants' rows beside the defaults'
   t0=$SECONDS
-  variant_env=${RETRO_VARIANT_ENV:-RETRO_SELECT_HIST=adaptive RETRO_EST_WARPS=wide}
+  variant_env=${RETRO_VARIANT_ENV:-RETRO_SELECT_SPLIT=on}
+  if [[ $variant_env == *RETRO_SELECT_SPLIT=on* ]] && ! grep -qE "^passed +ClusterSelectSplit" "$out/checks-split/gpu-report.txt"; then
+    echo "ClusterSelectSplit failed: the variant rows run without the split"
+    variant_env=${variant_env//RETRO_SELECT_SPLIT=on/RETRO_SELECT_SPLIT=off}
+  fi
   # shellcheck disable=SC2086  # the variables, one word each
   env $variant_env timeout "${RETRO_WAVE_TIMEOUT:-330}" "$bin" --out "$out/wave-variants" --wave-only --contexts "$ctx" \
     --batches "$RETRO_VARIANT_BATCHES" --wave-kv gpu > "$out/wave-variants.log" 2>&1

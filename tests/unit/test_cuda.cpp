@@ -78,7 +78,7 @@ TEST_P(GpuKernel, MatchesCpuReference) {
 // The checks the families of kernels/ register (a test's own family, such as test_adding_a_kernel.cpp's,
 // is not one of them).
 const std::vector<std::string> kKernelChecks = {
-    "ClusterRank",   "ClusterSelect", "EstimateAttention", "CopySegments",  "GatherClusters", "SetEntries",
+    "ClusterRank",   "ClusterSelect", "ClusterSelectSplit", "EstimateAttention", "CopySegments",  "GatherClusters", "SetEntries",
     "DecodeAttention", "DecodeAttentionPages", "QuestPageMeta", "QuestSelect", "PqScores", "PqSelect", "PqGatherRows", "MagicpigHash",
     "LibraryDecode", "CudnnDecode",   "DenseLayer",    "KMeansAssign",  "KMeansSegmented",   "LaunchGate"};
 
@@ -96,6 +96,23 @@ TEST(GpuKernelList, EveryCheckIsInstantiated) {
     EXPECT_EQ(registered, kKernelChecks);
 }
 
+// A variable of the environment unset for a test and put back as it was after it.
+struct SavedEnv {
+    explicit SavedEnv(const char* name) : name(name) {
+        const char* v = std::getenv(name);
+        had = v != nullptr;
+        if (had) value = v;
+        unsetenv(name);
+    }
+    ~SavedEnv() {
+        if (had) setenv(name, value.c_str(), 1);
+        else unsetenv(name);
+    }
+    const char* name;
+    bool had = false;
+    std::string value;
+};
+
 TEST(EstimateWidth, AutomaticTakesTheWideBlocksUpToTwoPerSmAndTheEnvironmentChooses) {
     // host-only: the rule the H200's side-by-side rows chose (132 SMs: batch 1's 64 and 240 blocks wide,
     // batch 8's 512 and 1,920 four-warp)
@@ -106,9 +123,7 @@ TEST(EstimateWidth, AutomaticTakesTheWideBlocksUpToTwoPerSmAndTheEnvironmentChoo
     EXPECT_FALSE(cuda::estimate_wide_for(EstimateWidth::automatic, 512, 132));
     EXPECT_FALSE(cuda::estimate_wide_for(EstimateWidth::four, 8, 132));
     EXPECT_TRUE(cuda::estimate_wide_for(EstimateWidth::wide, 100000, 132));
-    const char* old = std::getenv("RETRO_EST_WARPS");
-    const std::string saved = old ? old : "";
-    unsetenv("RETRO_EST_WARPS");
+    const SavedEnv saved("RETRO_EST_WARPS");
     EXPECT_EQ(cuda::estimate_width_from_env(), EstimateWidth::automatic);
     setenv("RETRO_EST_WARPS", "4", 1);
     EXPECT_EQ(cuda::estimate_width_from_env(), EstimateWidth::four);
@@ -116,8 +131,28 @@ TEST(EstimateWidth, AutomaticTakesTheWideBlocksUpToTwoPerSmAndTheEnvironmentChoo
     EXPECT_EQ(cuda::estimate_width_from_env(), EstimateWidth::wide);
     setenv("RETRO_EST_WARPS", "8", 1);
     EXPECT_THROW(cuda::estimate_width_from_env(), ParamError);
-    if (old) setenv("RETRO_EST_WARPS", saved.c_str(), 1);
-    else unsetenv("RETRO_EST_WARPS");
+}
+
+TEST(SelectSplit, AutomaticSplitsWhereTheClustersFitAtOnceOnSm90AndTheEnvironmentChooses) {
+    // host-only: 8 blocks per (b, kv head) on 132 SMs: batch 1's 8 KV heads (64 blocks) and up to 16 pairs
+    // split, batch 8's 64 pairs do not; never below sm_90 (no thread-block clusters); off by default
+    using cuda::SelectSplit;
+    EXPECT_TRUE(cuda::select_split_for(SelectSplit::automatic, 8, 90, 132));
+    EXPECT_TRUE(cuda::select_split_for(SelectSplit::automatic, 16, 90, 132));
+    EXPECT_FALSE(cuda::select_split_for(SelectSplit::automatic, 17, 90, 132));
+    EXPECT_FALSE(cuda::select_split_for(SelectSplit::automatic, 64, 90, 132));
+    EXPECT_TRUE(cuda::select_split_for(SelectSplit::on, 64, 90, 132));
+    EXPECT_FALSE(cuda::select_split_for(SelectSplit::on, 1, 80, 108));
+    EXPECT_FALSE(cuda::select_split_for(SelectSplit::off, 1, 90, 132));
+    EXPECT_FALSE(cuda::select_split_for(SelectSplit::automatic, 1, 0, 0));  // no device (the emulation)
+    const SavedEnv saved("RETRO_SELECT_SPLIT");
+    EXPECT_EQ(cuda::select_split_from_env(), SelectSplit::off);
+    setenv("RETRO_SELECT_SPLIT", "on", 1);
+    EXPECT_EQ(cuda::select_split_from_env(), SelectSplit::on);
+    setenv("RETRO_SELECT_SPLIT", "auto", 1);
+    EXPECT_EQ(cuda::select_split_from_env(), SelectSplit::automatic);
+    setenv("RETRO_SELECT_SPLIT", "yes", 1);
+    EXPECT_THROW(cuda::select_split_from_env(), ParamError);
 }
 #else
 TEST(GpuKernel, MatchesCpuReference) { GTEST_SKIP() << "built without CUDA (no nvcc)"; }
