@@ -395,6 +395,28 @@ __device__ void top_k_masks(const uint32_t (&key)[ITEMS], const int (&K)[2], uin
 // costs the same eight passes for any r.
 constexpr int kCountingSortMax = 256;
 
+// The retrieval members in rank order: a stable descending order of the r keys top_key[0, r) entered in
+// id order (ids top_id), written to out[0, r). By counting when r <= kCountingSortMax, else a block
+// radix sort of one key per thread (r <= 1024). Every thread of the 1024-thread block calls it.
+template <typename Sort>
+__device__ void order_retrieval(const uint32_t* top_key, const int32_t* top_id, int r, int32_t* out,
+                                typename Sort::TempStorage& sort) {
+    const int t = threadIdx.x;
+    if (r <= kCountingSortMax) {
+        if (t < r) {
+            const uint32_t mine = top_key[t];
+            int ahead = 0;
+            for (int u = 0; u < r; ++u) ahead += top_key[u] > mine || (top_key[u] == mine && u < t);
+            out[ahead] = top_id[t];
+        }
+        return;
+    }
+    uint32_t k1[1] = {t < r ? top_key[t] : 0u};
+    int32_t v1[1] = {t < r ? top_id[t] : 0x7fffffff};
+    Sort(sort).SortDescending(k1, v1);
+    if (t < r) out[t] = v1[0];
+}
+
 // The zones of each (b, kv head) without sorting all M clusters (RetroInfer needs the top r in rank
 // order, for the cache's admission order, and the next e as a set): the aggregates as the sort kernel
 // computes them, the top-r and top-(r+e) members by radix select, the estimation members written in id
@@ -439,21 +461,7 @@ __global__ void __launch_bounds__(kRankThreads) cluster_select_block_kernel(Clus
         if (in_e >> i & 1u) out[r + pe++] = t0 + i;
     }
     __syncthreads();
-    // the retrieval members in rank order: a stable descending order of r keys entered in id order
-    if (r <= kCountingSortMax) {
-        const int t = threadIdx.x;
-        if (t < r) {
-            const uint32_t mine = top_key[t];
-            int ahead = 0;
-            for (int u = 0; u < r; ++u) ahead += top_key[u] > mine || (top_key[u] == mine && u < t);
-            out[ahead] = top_id[t];
-        }
-        return;
-    }
-    uint32_t k1[1] = {threadIdx.x < r ? top_key[threadIdx.x] : 0u};
-    int32_t v1[1] = {threadIdx.x < r ? top_id[threadIdx.x] : 0x7fffffff};
-    Sort(tmp.sort).SortDescending(k1, v1);
-    if (threadIdx.x < r) out[threadIdx.x] = v1[0];
+    order_retrieval<Sort>(top_key, top_id, r, out, tmp.sort);
 }
 
 // ---- cluster_select split over a thread-block cluster (select_split; wave_api.hpp) ----
@@ -636,20 +644,7 @@ __global__ void __launch_bounds__(kRankThreads) cluster_select_split_kernel(Clus
         cl.map_shared_rank(top_id, 0)[off & 0xffff] = j;
     }
     cl.sync();  // 9: block 0 holds the retrieval members; no block reads another's memory after this
-    if (q != 0) return;
-    if (r <= kCountingSortMax) {  // the one-block kernel's ordering, on the same r keys in the same order
-        if (t < r) {
-            const uint32_t mine = top_key[t];
-            int ahead = 0;
-            for (int u = 0; u < r; ++u) ahead += top_key[u] > mine || (top_key[u] == mine && u < t);
-            out[ahead] = top_id[t];
-        }
-        return;
-    }
-    uint32_t k1[1] = {t < r ? top_key[t] : 0u};
-    int32_t v1[1] = {t < r ? top_id[t] : 0x7fffffff};
-    Sort(tmp.sort).SortDescending(k1, v1);
-    if (t < r) out[t] = v1[0];
+    if (q == 0) order_retrieval<Sort>(top_key, top_id, r, out, tmp.sort);  // the same r keys in the same order
 #else
     __trap();  // launched on sm_90 and newer only (launch_select_split)
 #endif
