@@ -3,9 +3,10 @@
 // RetrievalAttention's RoarGraph (retrieval_attention), for every KV head of a layer and B replicas of the
 // request, in RetrievalAttention's split (its paper, §3.3 and Figure 6):
 //   build   on the host, by the CPU method itself (job.host_index.make: the registry's method with the
-//           run's parameters) over the prompt, one instance per (replica, KV head): replica 0's built, the
-//           others copies of it (Method::clone_built; a method without one is built again). Each sequence
-//           has its own index, as B distinct requests would: their host memory is checked before the copies.
+//           run's parameters) over the prompt, one instance per (replica, KV head): each of the batch's D
+//           distinct sequences' built over its own prompt, the other replicas copies of their sequence's
+//           (Method::clone_built; a method without one is built again). Each replica has its own index, as
+//           B requests would: their host memory is checked before the copies.
 //   KV      the static pattern (the first ib = min(sink, prompt) tokens; the prompt's last `window` tokens
 //           from ie = max(ib, prompt - window); every decode token) in device memory, fp16 [B*H, rows, d];
 //           the indexed tokens' KV stays in host memory (the slices' float32 rows), never on the GPU. With
@@ -42,8 +43,8 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-/// One instance of the CPU method per (replica b, KV head h) at b * H + h: replica 0's built over the prompt
-/// (build_ms: their wall time), the others copies of them.
+/// One instance of the CPU method per (replica b, KV head h) at b * H + h: the first D replicas' built over
+/// their sequences' prompts (build_ms: their wall time), each further replica a copy of its sequence's.
 std::vector<std::unique_ptr<Method>> build_instances(const GpuLayerJob& job, const LayerShape& s, int ib, int ie,
                                                      double& build_ms) {
     const HostIndexGpuParams& p = job.host_index;
@@ -52,28 +53,30 @@ std::vector<std::unique_ptr<Method>> build_instances(const GpuLayerJob& job, con
         x.build(head_context(hs, p.seed), KVView{hs.keys.data(), hs.values.data(), s.prompt, s.d});
     };
     const auto t0 = Clock::now();
-    for (int h = 0; h < s.H; ++h) {
-        m[(size_t)h] = p.make();
-        build(*m[(size_t)h], *job.heads[(size_t)h]);
-    }
+    for (int q = 0; q < s.D; ++q)
+        for (int h = 0; h < s.H; ++h) {
+            m[(size_t)q * s.H + h] = p.make();
+            build(*m[(size_t)q * s.H + h], head_of(job, q, h));
+        }
     build_ms = 1e-3 * us_since(t0);
-    if (s.B == 1) return m;
+    if (s.B == s.D) return m;
     // each further sequence's indexes: the method's CPU footprint plus a copy of the indexed keys (FAISS's
     // flat storage; RoarGraph keeps none: an upper bound) per KV head
     double per_seq = 0;
     for (int h = 0; h < s.H; ++h) per_seq += m[(size_t)h]->footprint().cpu_bytes + (double)(ie - ib) * s.d * sizeof(float);
-    const double need = per_seq * (s.B - 1), avail = available_memory_bytes();
+    const double need = per_seq * (s.B - s.D), avail = available_memory_bytes();
     if (need > 0.8 * avail)
         throw GpuMemoryError(job.method + " at batch " + std::to_string(s.B) + " needs ~" +
                              std::to_string((long long)(need / (1 << 20))) + " MiB of host memory for the other " +
-                             std::to_string(s.B - 1) + " sequences' indexes; " +
+                             std::to_string(s.B - s.D) + " sequences' indexes; " +
                              std::to_string((long long)(avail / (1 << 20))) + " MiB available");
-    for (int b = 1; b < s.B; ++b)
+    for (int b = s.D; b < s.B; ++b)
         for (int h = 0; h < s.H; ++h) {
+            const size_t src = (size_t)s.head_index(b * s.H + h);  // its sequence's instance
             std::unique_ptr<Method> fresh = p.make();
-            std::unique_ptr<Method> copy = m[(size_t)h]->clone_built(*fresh);
+            std::unique_ptr<Method> copy = m[src]->clone_built(*fresh);
             if (!copy) {
-                build(*fresh, *job.heads[(size_t)h]);
+                build(*fresh, head_of(job, s.seq(b), h));
                 copy = std::move(fresh);
             }
             m[(size_t)b * s.H + h] = std::move(copy);
@@ -130,7 +133,7 @@ void run_host_index_layer(const GpuLayerJob& job, const StepFn& on_step) {
         const int t = job.steps[i], n = s.prompt + t + 1, w0 = tail_at(n), fixed = ib + (n - w0);
         // the decode tokens since the last selected step, to every instance (FAISS's insertions), untimed
         pool.for_each(items, items > 1, [&](int k) {
-            const HeadSlice& hs = *job.heads[(size_t)(k % s.H)];
+            const HeadSlice& hs = head_of(job, s.seq(k / s.H), k % s.H);
             for (int u = last + 1; u <= t; ++u)
                 methods[(size_t)k]->append(KVView{hs.keys.data(), hs.values.data(), s.prompt + u + 1, d}, s.prompt + u);
         });
@@ -166,7 +169,7 @@ void run_host_index_layer(const GpuLayerJob& job, const StepFn& on_step) {
         const auto host0 = Clock::now();
         pool.for_each(items, items > 1, [&](int k) {  // (replica b, KV head h) = (k / H, k % H)
             const int b = k / s.H, h = k % s.H;
-            const HeadSlice& hs = *job.heads[(size_t)h];
+            const HeadSlice& hs = head_of(job, s.seq(b), h);
             const float* qk = h_q.get() + ((size_t)b * s.H + h) * g * d;
             Selection& x = sel[(size_t)k];
             x.clear();

@@ -41,9 +41,6 @@ LayerShape check_job(const GpuLayerJob& job) {
     const GpuMethodInfo* m = find_gpu_method(job.method);
     if (!m) throw ParamError("cuda backend: '" + job.method + "' has no GPU twin (GPU methods: " + gpu_method_names() + ")");
     m->check(job);
-    if (s.D > 1 && !m->distinct_sequences)
-        throw ParamError("cuda backend: " + job.method + " on the GPU takes no batch of distinct sequences (cuda.sequences "
-                         "1: its replicas are copies of one request)");
     return s;
 }
 

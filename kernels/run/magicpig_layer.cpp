@@ -52,19 +52,20 @@ void run_magicpig_layer(const GpuLayerJob& job, const StepFn& on_step) {
     cuda::DecodeShape ds;
     ds.batch = s.B, ds.kv_heads = s.H, ds.group = s.g, ds.d = s.d, ds.capacity = srows;
     ds.split = decode_split(ds.capacity, s.bh());
-    const size_t need = StaticKv::bytes_for(s, ib, ie) + (size_t)s.H * s.d * KL * sizeof(float) +
+    const size_t need = StaticKv::bytes_for(s, ib, ie) + (size_t)s.D * s.H * s.d * KL * sizeof(float) +
                         (size_t)s.B * s.hq() * L * sizeof(uint32_t) + (size_t)s.bh() * (srows + 1) * sizeof(int32_t) +
                         cuda::decode_workspace_floats(ds) * sizeof(float) +
                         (size_t)s.B * s.hq() * (2 * (size_t)s.d + 2) * sizeof(float);
     require_device_memory("magicpig", s.B, need);
     const StaticKv skv = upload_static_kv(job, s, ib, ie);
     cuda::MagicpigShape ms;
-    ms.seqs = s.bh(), ms.heads = s.H, ms.group = s.g, ms.d = s.d, ms.K = K, ms.L = L;
-    cuda::DeviceBuffer<float> planes(std::max<size_t>(1, (size_t)s.H * s.d * KL));
+    // one hyperplane set per (sequence, KV head): pair b * H + h hashes with set (b * H + h) % (D * H) =
+    // (b % D) * H + h, its sequence's head
+    ms.seqs = s.bh(), ms.heads = s.D * s.H, ms.group = s.g, ms.d = s.d, ms.K = K, ms.L = L;
+    cuda::DeviceBuffer<float> planes(std::max<size_t>(1, (size_t)s.D * s.H * s.d * KL));
     if (sampled && KL > 0)
-        for (int h = 0; h < s.H; ++h)
-            cuda::copy_h2d(planes.get() + (size_t)h * s.d * KL, heads[(size_t)h].tables().planes(),
-                           (size_t)s.d * KL * sizeof(float));
+        for (size_t x = 0; x < heads.size(); ++x)
+            cuda::copy_h2d(planes.get() + x * s.d * KL, heads[x].tables().planes(), (size_t)s.d * KL * sizeof(float));
     cuda::DeviceBuffer<uint32_t> codes((size_t)s.B * s.hq() * L);
     cuda::PinnedBuffer<uint32_t> h_codes(codes.size());
     cuda::DeviceBuffer<int32_t> table((size_t)s.bh() * srows), lens((size_t)s.bh());
@@ -122,16 +123,15 @@ void run_magicpig_layer(const GpuLayerJob& job, const StepFn& on_step) {
         o.read_back(st);
         e2.synchronize();
         const auto host0 = Clock::now();
-        pool.for_each(items, sampled, [&](int k) {  // (replica b, KV head h) = (k / H, k % H)
-            const int h = k % s.H;
-            const HeadSlice& hs = *job.heads[(size_t)h];
+        pool.for_each(items, sampled, [&](int k) {  // (replica b, KV head h) = (k / H, k % H), sequence b % D
+            const HeadSlice& hs = head_of(job, s.seq(k / s.H), k % s.H);
+            const MagicPigHead& head = heads[(size_t)s.head_index(k)];
             visited[(size_t)k] = 0;
             for (int j = 0; j < g; ++j) {
                 const size_t m = (size_t)k * g + j;
                 const float* qh = hs.query(j, t);
                 ids[m].clear(), lws[m].clear();
-                if (sampled)
-                    visited[(size_t)k] += heads[(size_t)h].sample(qh, h_codes.get() + m * L, scratch[(size_t)k], ids[m], lws[m]);
+                if (sampled) visited[(size_t)k] += head.sample(qh, h_codes.get() + m * L, scratch[(size_t)k], ids[m], lws[m]);
                 parts[m] = partial_attention_ids(qh, hs.keys.data(), hs.values.data(), std::span<const int32_t>(ids[m]), d,
                                                  scale, lws[m].data());
             }

@@ -15,14 +15,15 @@ StaticKv upload_static_kv(const GpuLayerJob& job, const LayerShape& s, int ib, i
     std::vector<int32_t> ids((size_t)kv.rows);
     for (int r = 0; r < kv.rows; ++r) ids[(size_t)r] = r < ib ? r : ie + (r - ib);
     std::vector<uint16_t> hk(per), hv(per);
-    for (int h = 0; h < s.H; ++h) {  // converted once per head, replicated B times
-        rows_to_half(*job.heads[(size_t)h], ids.data(), ids.size(), hk.data(), hv.data());
-        for (int b = 0; b < s.B; ++b) {
-            const size_t off = ((size_t)b * s.H + h) * per;
-            cuda::copy_h2d(kv.k.get() + off, hk.data(), hk.size() * sizeof(uint16_t));
-            cuda::copy_h2d(kv.v.get() + off, hv.data(), hv.size() * sizeof(uint16_t));
+    for (int q = 0; q < s.D; ++q)
+        for (int h = 0; h < s.H; ++h) {  // converted once per (sequence, head), copied to the replicas running it
+            rows_to_half(head_of(job, q, h), ids.data(), ids.size(), hk.data(), hv.data());
+            for (int b = q; b < s.B; b += s.D) {
+                const size_t off = ((size_t)b * s.H + h) * per;
+                cuda::copy_h2d(kv.k.get() + off, hk.data(), hk.size() * sizeof(uint16_t));
+                cuda::copy_h2d(kv.v.get() + off, hv.data(), hv.size() * sizeof(uint16_t));
+            }
         }
-    }
     return kv;
 }
 

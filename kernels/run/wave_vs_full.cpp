@@ -97,7 +97,7 @@ WaveRunRow run_point(const GpuBackend& gpu, const WaveRunOptions& o, const Kind&
     job.warmup = o.warmup;
     job.launch_gate = o.launch_gate;
     job.built = built;
-    if (m.distinct_sequences) job.more_heads = more;  // the others' replicas stay copies of one sequence
+    job.more_heads = more;
 
     WaveRunRow row;
     row.method = method_label(kind);

@@ -125,9 +125,6 @@ json CudaOptions::to_json() const {
 
 void check_cuda_run(const MethodRun& r, const CudaOptions& o, const std::string& where) {
     gpu_job_for(r, o, where);  // a GPU twin, and its check of the job's fields
-    if (o.sequences > 1 && !find_gpu_method(r.method)->distinct_sequences)
-        throw ConfigError(where + ": backend 'cuda': cuda.sequences = " + std::to_string(o.sequences) + ": " + r.method +
-                          " on the GPU runs copies of one sequence only (distinct sequences: full, wave, quest, pq)");
     if (r.system.is_object() && r.system.value("policy", "lru") == "belady")
         throw ConfigError(where + ": backend 'cuda': system.policy \"belady\" needs the future; the GPU block cache "
                           "runs online (use lru, lfu, fifo or clock)");

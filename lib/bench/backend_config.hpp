@@ -40,8 +40,8 @@ struct CudaOptions {
     int host_threads = 0;
     /// batches of this many distinct sequences (issue 40 #1): replica b runs sequence b % sequences, sequence q
     /// being the trace's layer l + q (mod its layers: the same KV heads of another layer stand in for another
-    /// request; the harness evaluates sequence 0, layer l itself); 1: every replica a copy of layer l. Taken by
-    /// the GPU twins with GpuMethodInfo::distinct_sequences (full, wave, quest, pq)
+    /// request; the harness evaluates sequence 0, layer l itself); 1: every replica a copy of layer l. Every GPU
+    /// twin takes it
     int sequences = 1;
 
     /// Strict parse: unknown keys and bad values are ConfigErrors naming `where` and the key.

@@ -92,7 +92,7 @@ struct GpuLayerJob {
     /// Batches of distinct sequences (issue 40 #1): the KV heads of sequences 1..D-1, [(D-1) * H], each group of
     /// H alike job.heads in shape (another request's, or another layer's, slices). Replica b runs sequence
     /// b % D (sequence 0: job.heads, the one the harness evaluates); empty: every replica a copy of job.heads.
-    /// The runs that take it: GpuMethodInfo::distinct_sequences.
+    /// Every GPU twin takes it.
     std::vector<const HeadSlice*> more_heads;
     bool offloaded = false;               ///< full: KV in pinned host memory, read over PCIe every step
     /// wave, pq (the methods with GpuMethodInfo::kv_axis): the KV in device memory (the within-GPU-memory

@@ -15,7 +15,6 @@ GpuMethodInfo full_gpu_method() {
     m.name = "full";
     m.summary = "exact decode attention (FlashInfer, cuDNN or the own kernel); KV in HBM or offloaded to pinned host memory";
     m.kernel_axis = true;
-    m.distinct_sequences = true;
     m.overlap = [](const GpuLayerJob& job) { return job.offloaded ? Overlap::stream : Overlap::serial; };
     m.check = [](const GpuLayerJob&) {};
     return m;
@@ -31,7 +30,6 @@ GpuMethodInfo wave_gpu_method() {
     m.shared_build = true;
     m.kv_axis = true;
     m.lookup_axis = true;
-    m.distinct_sequences = true;
     m.overlap = [](const GpuLayerJob&) { return Overlap::wave; };
     m.check = [](const GpuLayerJob& job) {
         if (job.wave.gqa != GroupRank::sum)
@@ -51,7 +49,6 @@ GpuMethodInfo quest_gpu_method() {
     m.name = "quest";
     m.summary = "Quest: page min/max metadata, page bounds, top pages and paged attention on the GPU; KV in HBM";
     m.gpu_selects = true;
-    m.distinct_sequences = true;
     m.required_params = {{"placement", "gpu"}};
     m.overlap = [](const GpuLayerJob&) { return Overlap::serial; };
     m.check = [](const GpuLayerJob& job) {
@@ -75,7 +72,6 @@ GpuMethodInfo pq_gpu_method() {
     m.gpu_selects = true;
     m.shared_build = true;  // the quantizers and the prompt's codes: once per layer, every batch and placement
     m.kv_axis = true;
-    m.distinct_sequences = true;
     m.overlap = [](const GpuLayerJob&) { return Overlap::serial; };  // select -> the misses over PCIe -> attention
     m.check = [](const GpuLayerJob& job) {
         const PqHeadParams& p = job.pq.head;

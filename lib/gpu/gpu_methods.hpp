@@ -28,9 +28,6 @@ struct GpuMethodInfo {
     bool shared_build = false;
     /// Its full-attention kernel is a sweep axis (cuda.full_kernel: FlashInfer, cuDNN, the own kernel).
     bool kernel_axis = false;
-    /// Its run takes batches of distinct sequences (GpuLayerJob::more_heads; cuda.sequences > 1): full, wave,
-    /// quest, pq. The others refuse them by name.
-    bool distinct_sequences = false;
     /// Its KV placement is a sweep axis (cuda.wave_kv: pinned host memory or device memory): wave, pq.
     bool kv_axis = false;
     /// cuda.device_gather (the host's lookups or the cache's table on the GPU) applies to it, and its records
