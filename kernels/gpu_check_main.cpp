@@ -24,6 +24,8 @@
 //   --steps N         decode steps per row (default 8; the timing rule asks >= 64 timed)
 //   --sequences N     batches of N distinct sequences (synthetic layers of other seeds; default 1: copies)
 //   --warm-steps N    of them, the first N run in full but untimed: they fill the block cache (default 0)
+//   --step-graph  full's and wave's device steps launched as one CUDA graph each (GpuLayerJob::step_graph;
+//                the other rows as without); their phases are not timed, the step and its capture cost are
 //   --no-launch-gate  time each step as one host thread issues it, its launch calls inside the events
 //                (default: behind a launch gate, the GPU's work alone; GpuLayerJob::launch_gate)
 //   --measured   the model calibrated by this device (gpu/measured.hpp): the --hardware profile (or the
@@ -87,7 +89,7 @@ int main(int argc, char** argv) {
     int steps = 0, warm_steps = 0, sequences = 1;  // --steps, --warm-steps (0 steps: the layer's default), --sequences
     bool quick = false, checks_only = false, wave_only = false, tiny = false;
     std::string bench_only;
-    bool launch_gate = true;
+    bool launch_gate = true, step_graph = false;
     for (int i = 1; i < argc; ++i) {
         const std::string a = argv[i];
         if (a == "--out" && i + 1 < argc) out_dir = argv[++i];
@@ -139,11 +141,12 @@ int main(int argc, char** argv) {
         else if (a == "--tiny") tiny = true;
         else if (a == "--measured") measured = true;
         else if (a == "--no-launch-gate") launch_gate = false;
+        else if (a == "--step-graph") step_graph = true;
         else {
             std::fprintf(stderr, "usage: retro_gpu_check [--out DIR] [--quick] [--checks-only] [--filter S] [--skip S] "
                                  "[--wave-only] [--bench-only GROUP] [--tiny] [--hardware VALUES] [--contexts N,..] [--batches B,..] "
                                  "[--kmeans cpu|gpu] [--measured] [--wave-kv host|gpu|both|all] [--seeds LIST] [--host-threads N] "
-                                 "[--no-launch-gate] [--steps N] [--warm-steps N] [--sequences N]\n");
+                                 "[--no-launch-gate] [--step-graph] [--steps N] [--warm-steps N] [--sequences N]\n");
             return 2;
         }
     }
@@ -293,6 +296,7 @@ int main(int argc, char** argv) {
             wo.quest = seed_quest, wo.pq = seed_pq, wo.magicpig = seed_magicpig;
             wo.host_threads = host_threads;
             wo.launch_gate = launch_gate;
+            wo.step_graph = step_graph;
             wo.sequences = sequences;
             std::fprintf(stderr, "wave vs full per layer (kernels/run)...\n");
             const auto backend = gpu_run::make_cuda_backend();
@@ -310,6 +314,7 @@ int main(int argc, char** argv) {
                 << wo.layer.steps - wo.warm_steps << " steps after " << wo.warm_steps
                 << " that fill the cache; speed-ups from total_us = step_us + the admission after it"
                 << (wo.launch_gate ? ", each step's launches queued behind a launch gate" : ", launch calls inside the timing")
+                << (wo.step_graph ? ", full's and wave's device steps as one CUDA graph each (phases untimed)" : "")
                 << "; model: the cost model on "
                 << (wo.hw ? hw.name : std::string("no profile (--hardware)")) << ")\n"
                 << gpu_run::wave_run_text(rows);

@@ -1,6 +1,7 @@
 // CUDA runtime wrappers of runtime_api.hpp (host code; compiled by the host compiler).
 #include <cuda_runtime.h>
 
+#include <chrono>
 #include <string>
 
 #include "core/error.hpp"
@@ -151,6 +152,39 @@ float EventTimer::elapsed_ms() {
     float ms = 0;
     check(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(a_), static_cast<cudaEvent_t>(b_)), "elapsed");
     return ms;
+}
+
+StepGraph::~StepGraph() {
+    if (exec_) cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(exec_));
+    if (graph_) cudaGraphDestroy(static_cast<cudaGraph_t>(graph_));
+}
+
+void StepGraph::run_impl(uint64_t key, void* stream, void (*call)(void*), void* body) {
+    capture_us_ = 0;
+    if (!have_ || key != key_) {
+        const auto t0 = std::chrono::steady_clock::now();
+        if (exec_) cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(exec_)), exec_ = nullptr;
+        if (graph_) cudaGraphDestroy(static_cast<cudaGraph_t>(graph_)), graph_ = nullptr;
+        have_ = false;
+        check(cudaStreamBeginCapture(st(stream), cudaStreamCaptureModeThreadLocal), (what_ + ": begin capture").c_str());
+        cudaGraph_t g = nullptr;
+        try {
+            call(body);
+        } catch (...) {
+            cudaStreamEndCapture(st(stream), &g);  // the stream out of capture mode before the error goes on
+            if (g) cudaGraphDestroy(g);
+            cudaGetLastError();
+            throw;
+        }
+        check(cudaStreamEndCapture(st(stream), &g), (what_ + ": end capture").c_str());
+        graph_ = g;
+        cudaGraphExec_t e = nullptr;
+        check(cudaGraphInstantiate(&e, g, 0), (what_ + ": instantiate").c_str());
+        exec_ = e;
+        have_ = true, key_ = key, ++captures_;
+        capture_us_ = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+    }
+    check(cudaGraphLaunch(static_cast<cudaGraphExec_t>(exec_), st(stream)), (what_ + ": launch").c_str());
 }
 
 }  // namespace retro::cuda

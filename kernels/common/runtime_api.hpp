@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace retro::cuda {
 
@@ -108,6 +109,42 @@ class LaunchGate {
   private:
     int32_t* flag_ = nullptr;  ///< mapped pinned [2]: release flag, timed-out flag
     double timeout_us_;
+};
+
+/// The decode step's GPU work captured once as a CUDA graph and replayed (issue 40 #6: a batch-1 step is
+/// ~12 dependent kernels of a few microseconds; launched as one graph they run without the gaps between
+/// launches). run(key, stream, body): when `key` differs from the last capture's (or nothing is captured
+/// yet) body is called once under stream capture (ThreadLocal mode) and the graph instantiated, replacing
+/// the last one; then the graph is launched on `stream`. With the same key the graph is launched and body
+/// not called. body must only enqueue work on `stream` whose arguments (pointers, scalars) are fixed for a
+/// key — what changes from step to step lives in device memory — and must not record events or wait
+/// (an event recorded in a capture cannot be timed). A failed capture throws Error naming `what`.
+/// The CPU emulation runs body on every call and records its launches' arguments; a replay whose
+/// arguments differ from its capture's throws Error naming the first differing launch (what the GPU would
+/// silently replay with the captured ones), so the emulated runs check the key.
+class StepGraph {
+  public:
+    explicit StepGraph(std::string what = "step graph") : what_(std::move(what)) {}
+    ~StepGraph();
+    StepGraph(const StepGraph&) = delete;
+    StepGraph& operator=(const StepGraph&) = delete;
+    template <class Body>
+    void run(uint64_t key, void* stream, const Body& body) {
+        run_impl(key, stream, [](void* b) { (*static_cast<const Body*>(b))(); }, const_cast<Body*>(&body));
+    }
+    int captures() const { return captures_; }             ///< how many times body was captured
+    double last_capture_us() const { return capture_us_; }  ///< host time of the last run()'s capture (0: a replay)
+
+  private:
+    void run_impl(uint64_t key, void* stream, void (*call)(void*), void* body);
+    std::string what_;
+    uint64_t key_ = 0;
+    bool have_ = false;
+    int captures_ = 0;
+    double capture_us_ = 0;
+    void* graph_ = nullptr;  ///< cudaGraph_t
+    void* exec_ = nullptr;   ///< cudaGraphExec_t
+    std::vector<std::string> launches_;  ///< the emulation: the capture's launches and their arguments
 };
 
 /// RAII device buffer of n elements of T.

@@ -4,12 +4,15 @@
 // into retro_backend_emulation), it tests the checks themselves (input layouts, references, tolerances,
 // poisoning) on machines without a GPU. It says nothing about the CUDA kernels.
 // This file: the runtime (runtime_api.hpp).
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <vector>
 
+#include "common/emulation_trace.hpp"
 #include "common/registry.hpp"
 #include "core/error.hpp"
 #include "cuda_api.hpp"
@@ -30,23 +33,36 @@ void pinned_free(void* p) { std::free(p); }
 void copy_h2d(void* d, const void* s, size_t b) { if (b) std::memcpy(d, s, b); }
 void copy_d2h(void* d, const void* s, size_t b) { if (b) std::memcpy(d, s, b); }
 void copy_d2d(void* d, const void* s, size_t b) { if (b) std::memcpy(d, s, b); }
-void copy_h2d_async(void* d, const void* s, size_t b, void*) { if (b) std::memcpy(d, s, b); }
+void copy_h2d_async(void* d, const void* s, size_t b, void*) {
+    emu::launch("copy_h2d_async", d, s, b);
+    if (b) std::memcpy(d, s, b);
+}
 void dev_memset(void* d, int x, size_t b) { std::memset(d, x, b); }
 void synchronize() {}
-void copy_d2h_async(void* d, const void* s, size_t b, void*) { if (b) std::memcpy(d, s, b); }
+void copy_d2h_async(void* d, const void* s, size_t b, void*) {
+    emu::launch("copy_d2h_async", d, s, b);
+    if (b) std::memcpy(d, s, b);
+}
 void copy_2d_async(void* d, size_t dp, const void* s, size_t sp, size_t w, size_t rows, void*) {
+    emu::launch("copy_2d_async", d, dp, s, sp, w, rows);
     for (size_t i = 0; i < rows; ++i) std::memcpy((char*)d + i * dp, (const char*)s + i * sp, w);
 }
 size_t device_free_bytes() { return (size_t)1 << 40; }
 Stream::Stream() {}
 Stream::~Stream() {}
-void Stream::synchronize() {}
+// a wait or an event inside a step graph's body: what a capture refuses (or cannot time), refused here too
+static void not_in_graph(const char* what) {
+    if (emu::recording())
+        throw Error(std::string("step graph: ") + what + " inside a captured body (a capture can neither wait nor time it)");
+}
+void Stream::synchronize() { not_in_graph("a stream synchronize"); }
 Event::Event() {}
 Event::~Event() {}
 void Event::record(void*) {  // launches ran already: the host clock is the event's time
+    not_in_graph("an event record");
     host_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
-void Event::synchronize() {}
+void Event::synchronize() { not_in_graph("an event synchronize"); }
 float Event::ms_since(const Event& start) { return (float)(host_ms_ - start.host_ms_); }
 // The gate cannot hold launches that run at once: it remembers whether release() followed hold(), which
 // is what a device's gate would report as its timeout.
@@ -74,5 +90,43 @@ DeviceCeilings measure_ceilings(bool) {
 size_t device_total_bytes() { return (size_t)80 << 30; }
 
 RETRO_KERNEL_EMULATION(common);
+
+// StepGraph: body runs on every call (launches run at once); the capture's launches are recorded and a
+// replay's compared with them
+namespace {
+std::vector<std::string>* g_record = nullptr;
+}  // namespace
+bool emu::recording() { return g_record != nullptr; }
+emu::Quiet::Quiet() : saved_(g_record) { g_record = nullptr; }
+emu::Quiet::~Quiet() { g_record = static_cast<std::vector<std::string>*>(saved_); }
+void emu::record_launch(std::string line) { g_record->push_back(std::move(line)); }
+
+StepGraph::~StepGraph() = default;
+void StepGraph::run_impl(uint64_t key, void*, void (*call)(void*), void* body) {
+    std::vector<std::string> now;
+    const auto t0 = std::chrono::steady_clock::now();
+    g_record = &now;
+    try {
+        call(body);
+    } catch (...) {
+        g_record = nullptr;
+        throw;
+    }
+    g_record = nullptr;
+    capture_us_ = 0;
+    if (!have_ || key != key_) {  // a capture: its host time, the body's run
+        capture_us_ = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+        have_ = true, key_ = key, ++captures_;
+        launches_ = std::move(now);
+        return;
+    }
+    for (size_t i = 0; i < std::max(now.size(), launches_.size()); ++i) {
+        const std::string got = i < now.size() ? now[i] : "(none)", want = i < launches_.size() ? launches_[i] : "(none)";
+        if (got != want)
+            throw Error(what_ + ": a replay under the same key launches other work than its capture (launch " +
+                        std::to_string(i) + ": captured \"" + want + "\", now \"" + got +
+                        "\"): on a GPU the graph would replay the captured arguments; the key misses what changed");
+    }
+}
 
 }  // namespace retro::cuda

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "common/emulation_trace.hpp"
 #include "common/registry.hpp"
 #include "core/error.hpp"
 #include "core/half.hpp"
@@ -46,7 +47,9 @@ void LibraryDecode::plan(const int32_t* lens, void*) {
     impl_->lens.assign(lens, lens + n);
     impl_->pages.clear(), impl_->stride = 0;
 }
-void LibraryDecode::plan_device(const int32_t* lens, void* st, int, const int32_t* pages, int stride) {
+void LibraryDecode::plan_device(const int32_t* lens, void* st, int max_tiles, const int32_t* pages, int stride) {
+    emu::launch("library_plan_device", impl_, lens, max_tiles, pages, stride);
+    const emu::Quiet quiet;
     plan(lens, st);  // "device" memory is host memory
     if (!pages) return;
     const int n = impl_->s.batch * impl_->s.kv_heads;
@@ -57,6 +60,8 @@ void LibraryDecode::plan_device(const int32_t* lens, void* st, int, const int32_
 }
 void LibraryDecode::run(const float* q, const uint16_t* K, const uint16_t* V, float* out, float* lse, void* st,
                         const float* xo, const float* xl) {
+    emu::launch("library_run", impl_, q, K, V, out, lse, xo, xl);
+    const emu::Quiet quiet;
     if (impl_->lens.empty()) throw Error("library decode: run() before plan()");
     const DecodeShape& s = impl_->s;
     const size_t rows = (size_t)s.batch * s.kv_heads * s.group, d = (size_t)s.d;
@@ -100,6 +105,8 @@ CudnnDecode::CudnnDecode(const DecodeShape& s, const CudnnDecodeOptions& o) : im
 CudnnDecode::~CudnnDecode() { delete impl_; }
 void CudnnDecode::run(const float* q, const uint16_t* K, const uint16_t* V, const int32_t* lens, float* out, float* lse,
                       void* st) {
+    emu::launch("cudnn_run", impl_, q, K, V, lens, out, lse);
+    const emu::Quiet quiet;
     const DecodeShape& s = impl_->s;
     const CudnnDecodeOptions& o = impl_->o;
     const size_t rows = (size_t)s.batch * s.kv_heads * s.group, d = (size_t)s.d;

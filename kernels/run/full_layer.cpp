@@ -3,7 +3,9 @@
 // by the kernel over PCIe), one attention per step over the visible tokens (docs/cuda.md) by the job's
 // kernel: FlashInfer's batch decode (LibraryDecode, the baseline; planned before the timed region, as a
 // serving engine plans once per step), cuDNN's fused attention (CudnnDecode: its plan built once, the
-// lengths as its padding mask) or the own decode_attention.
+// lengths as its padding mask) or the own decode_attention. With job.step_graph the step is one CUDA graph
+// (cuda::StepGraph), captured once: every launch reads the lengths from device memory (FlashInfer planned
+// there, plan_device, inside the graph), so nothing it takes changes from step to step.
 #include <algorithm>
 #include <memory>
 #include <string>
@@ -55,7 +57,9 @@ void run_full_layer(const GpuLayerJob& job, const StepFn& on_step) {
     std::unique_ptr<cuda::CudnnDecode> dnn;
     if (library) lib = std::make_unique<cuda::LibraryDecode>(ds, kPage);
     if (cudnn) dnn = std::make_unique<cuda::CudnnDecode>(ds);
+    cuda::StepGraph graph("full attention's step graph");
     const auto attend = [&] {
+        if (library && job.step_graph) lib->plan_device(d_lens.get(), st);  // the lengths read on the device
         if (library) lib->run(q.device(), K, V, o.out.get(), o.lse.get(), st);
         else if (cudnn) dnn->run(q.device(), K, V, d_lens.get(), o.out.get(), o.lse.get(), st);
         else cuda::decode_attention(ds, q.device(), K, V, d_lens.get(), nullptr, nullptr, o.out.get(), o.lse.get(),
@@ -65,13 +69,19 @@ void run_full_layer(const GpuLayerJob& job, const StepFn& on_step) {
         const int t = job.steps[i], n = s.prompt + t + 1;
         std::fill(h_lens.get(), h_lens.get() + h_lens.size(), n);
         cuda::copy_h2d_async(d_lens.get(), h_lens.get(), h_lens.bytes(), st);
-        if (library) lib->plan(h_lens.get(), st);  // host planning, before the timed region
+        if (library && !job.step_graph) lib->plan(h_lens.get(), st);  // host planning, before the timed region
         q.stage(t, st);
-        if (i == 0)
+        if (i == 0) {
+            if (library && job.step_graph) {  // plan_device's buffers sized before any capture
+                lib->plan_device(d_lens.get(), st);
+                stream.synchronize();
+            }
             for (int w = 0; w < job.warmup; ++w) attend();
+        }
         if (job.launch_gate) gate.hold(st);
         e0.record(st);
-        attend();
+        if (job.step_graph) graph.run(0, st, attend);  // one key: the graph never changes
+        else attend();
         e1.record(st);
         gate.release();
         o.read_back(st);
@@ -81,6 +91,7 @@ void run_full_layer(const GpuLayerJob& job, const StepFn& on_step) {
         r.out = o.h_out.get(), r.lse = o.h_lse.get();
         r.times.attend_us = r.times.step_us = us_between(e0, e1);
         r.times.gate_timed_out = gate.timed_out();
+        r.times.graph_us = graph.last_capture_us();
         r.work.attend_bytes = (double)s.H * n * s.token_bytes();
         r.work.h2d_bytes = job.offloaded ? r.work.attend_bytes : 0.0;
         r.batch_h2d_bytes = r.work.h2d_bytes * s.B;

@@ -40,6 +40,9 @@ LayerShape check_job(const GpuLayerJob& job) {
     s.last = job.steps.back();
     const GpuMethodInfo* m = find_gpu_method(job.method);
     if (!m) throw ParamError("cuda backend: '" + job.method + "' has no GPU twin (GPU methods: " + gpu_method_names() + ")");
+    if (job.step_graph && !m->step_graph)
+        throw ParamError("cuda backend: " + job.method + " on the GPU does not run its step as one CUDA graph "
+                         "(cuda.step_graph: full and wave)");
     m->check(job);
     return s;
 }

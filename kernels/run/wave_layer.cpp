@@ -216,6 +216,7 @@ class WaveLayer {
             if (device_lookup()) upload_cache_table();
         });
         steady_ = 0;  // the index moved: the steady zone is rebuilt at the next step
+        ++layout_epoch_;
     }
 
     /// Appends the rows of every new cluster member (cluster order) to the KV store of each replica:
@@ -644,27 +645,40 @@ class WaveLayer {
             gc.first = d_first_.get(), gc.blocks = d_blocks_.get(), gc.nb = NB_, gc.block_tokens = job_.block_tokens;
             gc.pool_k = pool_k_.get(), gc.pool_v = pool_v_.get(), gc.pool_rows = C_, gc.miss_rows = d_miss_.get();
         }
+        const auto gather = [&] {  // (with steady_at the count is read on the device: the argument 0, fixed)
+            cuda::gather_clusters(gs, gs.steady_at ? 0 : S, ranked_.get(), sizes_.get(), offsets_.get(), store_k(), store_v(), xk_.get(),
+                                  xv_.get(), d_lens_.get(), st_, lookup ? &gc : nullptr);
+        };
+        const bool graphed = job_.step_graph;  // (the method's check keeps the asynchronous update out)
+        if (graphed) {  // the steady rows' count to the device before the gate, as the queries
+            h_steady_[0] = S;
+            cuda::copy_h2d_async(d_steady_.get(), h_steady_.get(), sizeof(int32_t), st_);
+            gs.steady_at = d_steady_.get();
+        }
         if (job_.launch_gate) gate_.hold(st_);
         e_start_.record(st_);
-        rank();
-        e_ranked_.record(st_);
-        e_ids_.record(st_);
-        e_est0_.record(st_);
-        estimate();
-        e_est1_.record(st_);
-        if (async_update() && pending_) {  // the last step's update, while the GPU ranks and estimates
-            gate_.release();
-            host_us = apply_update();
-            pending_ = false;
-            sync_steady(n);
-            S = steady_;
+        if (graphed) {  // one graph: no phase events inside it
+            graph_.run((uint64_t)layout_epoch_, st_, [&] { rank(), estimate(), gather(), plan(), attend(); });
+        } else {
+            rank();
+            e_ranked_.record(st_);
+            e_ids_.record(st_);
+            e_est0_.record(st_);
+            estimate();
+            e_est1_.record(st_);
+            if (async_update() && pending_) {  // the last step's update, while the GPU ranks and estimates
+                gate_.release();
+                host_us = apply_update();
+                pending_ = false;
+                sync_steady(n);
+                S = steady_;
+            }
+            e_gather0_.record(st_);
+            gather();
+            e_gather1_.record(st_);
+            plan();
+            attend();
         }
-        e_gather0_.record(st_);
-        cuda::gather_clusters(gs, S, ranked_.get(), sizes_.get(), offsets_.get(), store_k(), store_v(), xk_.get(),
-                              xv_.get(), d_lens_.get(), st_, lookup ? &gc : nullptr);
-        e_gather1_.record(st_);
-        plan();
-        attend();
         e_attend_.record(st_);
         if (lookup && R_ > 0) {  // what the cache's update needs: the ranked ids and the misses' rows
             cuda::copy_2d_async(h_ranked_.get(), (size_t)R_ * 4, ranked_.get(), (size_t)M_ * 4, (size_t)R_ * 4,
@@ -692,22 +706,27 @@ class WaveLayer {
         plan_us_ = 0;
         // the ids and misses' rows read back for the update: after the step, off its critical path
         report(t, n, host_us, miss_tokens, est, /*host_lookups=*/false,
-               lookup && R_ > 0 ? (double)s_.bh() * R_ * 2 * sizeof(int32_t) : 0.0);
+               lookup && R_ > 0 ? (double)s_.bh() * R_ * 2 * sizeof(int32_t) : 0.0, graphed);
     }
 
     /// host_us: the host's part of the step (the host path's lookups and plan) or, with device_lookup(), of
     /// the cache's update after it (inside admit_us); update_d2h: bytes read back for that update.
     void report(int t, int n, double host_us, const std::vector<int64_t>& miss_tokens, bool est,
-                bool host_lookups = true, double update_d2h = 0) {
+                bool host_lookups = true, double update_d2h = 0, bool graphed = false) {
         GpuStep r;
         r.step = t, r.n = n;
         r.out = o_.h_out.get(), r.lse = o_.h_lse.get();
         r.index_build_ms = build_ms_;
-        r.times.select_us = us_between(e_start_, e_ranked_);
-        r.times.estimate_us = est ? us_between(e_est0_, e_est1_) : 0.0;
-        r.times.gather_us = us_between(e_gather0_, e_gather1_);
-        r.times.attend_us = us_between(e_gather1_, e_attend_);
         r.times.step_us = us_between(e_start_, e_attend_);
+        if (graphed) {  // one graph: its phases are not timed
+            r.times.attend_us = r.times.step_us;
+            r.times.graph_us = graph_.last_capture_us();
+        } else {
+            r.times.select_us = us_between(e_start_, e_ranked_);
+            r.times.estimate_us = est ? us_between(e_est0_, e_est1_) : 0.0;
+            r.times.gather_us = us_between(e_gather0_, e_gather1_);
+            r.times.attend_us = us_between(e_gather1_, e_attend_);
+        }
         r.times.host_us = host_us;
         r.times.plan_us = plan_us_;
         r.times.gate_timed_out = gate_timed_out_;
@@ -793,6 +812,13 @@ class WaveLayer {
 
     cuda::LaunchGate gate_;        ///< job_.launch_gate: the step's launches queued before it runs
     bool gate_timed_out_ = false;  ///< the last step's gate ended by its timeout
+    // job_.step_graph: the device step as one CUDA graph, captured again after each layout() (the index grew:
+    // the zones' sizes, the buffers and the cluster count its launches take), the steady rows' count read
+    // from the device by the gather
+    cuda::StepGraph graph_{"wave's step graph"};
+    int layout_epoch_ = 0;  ///< layout() calls: the graph's key
+    cuda::PinnedBuffer<int32_t> h_steady_{1};
+    cuda::DeviceBuffer<int32_t> d_steady_{1};
 };
 
 }  // namespace

@@ -80,6 +80,9 @@ struct WaveRunOptions {
     int layers = 32;  ///< the model's decoder layers (Llama-3-8B: 32)
     int dense_reps = 10;  ///< timed forwards per batch (median)
     bool launch_gate = true;  ///< every row's steps timed behind a launch gate (GpuLayerJob::launch_gate)
+    /// each row's step as one CUDA graph where its method takes it (GpuLayerJob::step_graph: full, wave on the
+    /// device path without the asynchronous update); the other rows as without
+    bool step_graph = false;
     double hbm_bytes_per_s = 0;  ///< the measured device-memory ceiling (D2D read+write); 0 = no fractions
 };
 
@@ -107,6 +110,7 @@ struct WaveRunRow {
     bool calibration_point = false;  ///< one of the rows the method's model was fitted to
     bool launch_gate = true;  ///< the steps timed behind a launch gate (WaveRunOptions::launch_gate)
     int gate_timeouts = 0;    ///< steps whose gate ended by its timeout (their times include launch calls)
+    bool step_graph = false;  ///< its steps ran as one CUDA graph each (phases untimed: attend_us = step_us)
     double dense_us = 0;      ///< one layer's work outside attention at this batch (0: not measured)
     /// batch / (layers x (total_us + dense_us)): the whole model's decode tokens/s per GPU (0: not measured)
     double tokens_per_s = 0;

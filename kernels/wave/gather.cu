@@ -83,7 +83,7 @@ int gather_blocks_per_pair(int bh) { return std::max(2, std::min(64, 1024 / std:
 // block of row w of the cluster is blocks[first + w / bt]), the others' from the store.
 template <bool kCached>
 __global__ void __launch_bounds__(kGatherThreads)
-    gather_clusters_kernel(GatherShape s, int steady, const int32_t* __restrict__ ranked,
+    gather_clusters_kernel(GatherShape s, int steady_arg, const int32_t* __restrict__ ranked,
                            const int32_t* __restrict__ sizes, const int32_t* __restrict__ offsets,
                            const uint16_t* __restrict__ store_k, const uint16_t* __restrict__ store_v,
                            uint16_t* __restrict__ xk, uint16_t* __restrict__ xv, int32_t* __restrict__ lens,
@@ -95,6 +95,7 @@ __global__ void __launch_bounds__(kGatherThreads)
     int* src = gather_smem + s.r;    // [r] first row in the pair's store
     int* blk = gather_smem + 2 * s.r;  // [r] kCached: the cluster's first entry in blocks, -1 = not resident
     const int p = blockIdx.y, tid = threadIdx.x;
+    const int steady = s.steady_at ? min(max(*s.steady_at, 0), s.capacity) : steady_arg;
     const int32_t* rk = ranked + (size_t)p * s.clusters;
     const int32_t* sz = sizes + (size_t)p * s.clusters;
     const int32_t* of = offsets + (size_t)p * s.clusters;

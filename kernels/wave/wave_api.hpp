@@ -202,6 +202,9 @@ struct GatherShape {
     int tokens = 0;    ///< N: store rows per pair (the store's row stride)
     int capacity = 0;  ///< X: execution-buffer rows per pair
     int d = 128;       ///< head dim, a multiple of 8
+    /// when set: the steady rows' count read here (device memory, one int32, <= capacity) instead of the
+    /// call's `steady` (then ignored), so a captured launch (StepGraph) stays right as the steady zone grows
+    const int32_t* steady_at = nullptr;
 };
 constexpr int kMaxGatherClusters = 8192;
 

@@ -11,6 +11,7 @@
 #include <numeric>
 #include <vector>
 
+#include "common/emulation_trace.hpp"
 #include "common/registry.hpp"
 #include "core/error.hpp"
 #include "core/half.hpp"
@@ -24,7 +25,8 @@ size_t cluster_rank_workspace(const ClusterScoreShape&) { return 16; }
 size_t estimate_workspace_floats(const ClusterScoreShape&, int) { return 4; }
 static float h(uint16_t b) { return half_to_float(b); }
 void cluster_rank(const ClusterScoreShape& s, const float* q, const uint16_t* c, const uint8_t* valid, float* agg,
-                  int32_t* ranked, void*, size_t, void*) {
+                  int32_t* ranked, void* w, size_t wb, void*) {
+    emu::launch("cluster_rank", s, q, c, valid, agg, ranked, w, wb);
     const float sc = s.scale ? s.scale : 1 / std::sqrt((float)s.d);
     const int M = s.clusters, g = s.group, d = s.d;
     for (int bk = 0; bk < s.batch * s.kv_heads; ++bk) {
@@ -54,11 +56,14 @@ void cluster_rank(const ClusterScoreShape& s, const float* q, const uint16_t* c,
 // the zones' contract is met by the whole ranking (the GPU's estimation zone comes in id order instead)
 void cluster_select(const ClusterScoreShape& s, int r, int e, const float* q, const uint16_t* c, const uint8_t* valid,
                     float* agg, int32_t* ranked, void* w, size_t wb, void* st) {
+    emu::launch("cluster_select", s, r, e, q, c, valid, agg, ranked, w, wb);
+    const emu::Quiet quiet;
     if (r < 0 || e < 0 || r + e > s.clusters) throw ParamError("cuda cluster_select: zones larger than the clusters");
     cluster_rank(s, q, c, valid, agg, ranked, w, wb, st);
 }
 void estimate_attention(const ClusterScoreShape& s, int E, const int32_t* ids, const float* q, const uint16_t* c,
-                        const uint16_t* vs, const int32_t* sizes, float* out, float* lse, float*, void*) {
+                        const uint16_t* vs, const int32_t* sizes, float* out, float* lse, float* work, void*) {
+    emu::launch("estimate_attention", s, E, ids, q, c, vs, sizes, out, lse, work);
     const float sc = s.scale ? s.scale : 1 / std::sqrt((float)s.d);
     const int M = s.clusters, g = s.group, d = s.d;
     for (int bk = 0; bk < s.batch * s.kv_heads; ++bk) {
@@ -83,7 +88,8 @@ void estimate_attention(const ClusterScoreShape& s, int E, const int32_t* ids, c
         }
     }
 }
-void copy_segments(const CopySegment* segs, int n, int d, int64_t, void*) {
+void copy_segments(const CopySegment* segs, int n, int d, int64_t max_tokens, void*) {
+    emu::launch("copy_segments", segs, n, d, max_tokens);
     for (int i = 0; i < n; ++i) {
         std::memcpy(segs[i].dst_k, segs[i].src_k, segs[i].tokens * d * 2);
         std::memcpy(segs[i].dst_v, segs[i].src_v, segs[i].tokens * d * 2);
@@ -93,8 +99,10 @@ void copy_segments_memcpy(const CopySegment* segs, int n, int d, void* st) { cop
 void gather_clusters(const GatherShape& s, int steady, const int32_t* ranked, const int32_t* sizes,
                      const int32_t* offsets, const uint16_t* sk, const uint16_t* sv, uint16_t* xk, uint16_t* xv,
                      int32_t* lens, void*, const GatherCache* cache) {
+    emu::launch("gather_clusters", s, steady, ranked, sizes, offsets, sk, sv, xk, xv, lens, cache ? *cache : GatherCache{});
     if (s.d % 8 || s.r < 0 || s.r > s.clusters || s.r > kMaxGatherClusters || steady < 0 || steady > s.capacity)
         throw ParamError("cuda gather_clusters: bad shape");
+    if (s.steady_at) steady = std::min(std::max(*s.steady_at, 0), s.capacity);  // as the kernel reads it
     if (cache && (!cache->first || !cache->blocks || !cache->miss_rows || cache->block_tokens < 1 ||
                   (cache->pool_rows > 0 && (!cache->pool_k || !cache->pool_v))))
         throw ParamError("cuda gather_clusters: a cache view without its tables, pool or miss rows");

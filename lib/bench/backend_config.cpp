@@ -51,9 +51,9 @@ bool boolean(const json& j, const char* key, const std::string& where) {
 CudaOptions CudaOptions::from_json(const json& j, const std::string& where) {
     if (!j.is_object())
         throw ConfigError(where + ": expected an object {batch, kmeans, warmup, warm_steps, full_kernel, launch_gate, "
-                                  "wave_kv, device_gather, async_update, host_threads, sequences}");
-    check_keys(j, {"batch", "kmeans", "warmup", "warm_steps", "full_kernel", "launch_gate", "wave_kv", "device_gather",
-                   "async_update", "host_threads", "sequences"},
+                                  "step_graph, wave_kv, device_gather, async_update, host_threads, sequences}");
+    check_keys(j, {"batch", "kmeans", "warmup", "warm_steps", "full_kernel", "launch_gate", "step_graph", "wave_kv",
+                   "device_gather", "async_update", "host_threads", "sequences"},
                where);
     CudaOptions o;
     if (j.contains("batch")) {
@@ -89,6 +89,7 @@ CudaOptions CudaOptions::from_json(const json& j, const std::string& where) {
     }
     if (j.contains("full_kernel")) o.full_kernel = choice_list(j, "full_kernel", {"flashinfer", "cudnn", "own"}, where);
     if (j.contains("launch_gate")) o.launch_gate = boolean(j, "launch_gate", where);
+    if (j.contains("step_graph")) o.step_graph = boolean(j, "step_graph", where);
     if (j.contains("wave_kv")) o.wave_kv = choice_list(j, "wave_kv", {"host", "gpu"}, where);
     if (j.contains("device_gather")) o.device_gather = boolean(j, "device_gather", where);
     if (j.contains("async_update")) o.async_update = boolean(j, "async_update", where);
@@ -114,6 +115,7 @@ json CudaOptions::to_json() const {
     json j = {{"batch", batch}, {"kmeans", kmeans}, {"warmup", warmup}, {"full_kernel", full_kernel}};
     // the defaults left out: the manifests written before these keys stay the same
     if (!launch_gate) j["launch_gate"] = false;
+    if (step_graph) j["step_graph"] = true;
     if (wave_kv != std::vector<std::string>{"host"}) j["wave_kv"] = wave_kv;
     if (!device_gather) j["device_gather"] = false;
     if (async_update) j["async_update"] = true;
@@ -125,6 +127,9 @@ json CudaOptions::to_json() const {
 
 void check_cuda_run(const MethodRun& r, const CudaOptions& o, const std::string& where) {
     gpu_job_for(r, o, where);  // a GPU twin, and its check of the job's fields
+    if (o.step_graph && !find_gpu_method(r.method)->step_graph)
+        throw ConfigError(where + ": backend 'cuda': cuda.step_graph = true: " + r.method +
+                          " on the GPU does not run its step as one CUDA graph (full and wave do)");
     if (r.system.is_object() && r.system.value("policy", "lru") == "belady")
         throw ConfigError(where + ": backend 'cuda': system.policy \"belady\" needs the future; the GPU block cache "
                           "runs online (use lru, lfu, fifo or clock)");

@@ -25,6 +25,9 @@ struct CudaOptions {
     /// each timed step's launches queued behind a launch gate before the GPU runs it (GpuLayerJob::
     /// launch_gate): the GPU's time, not the host's launch calls; false: the calls inside the timing
     bool launch_gate = true;
+    /// the step as one CUDA graph (GpuLayerJob::step_graph): full and wave (its device path without the
+    /// asynchronous update); refused for the other methods by name
+    bool step_graph = false;
     /// where a method with a KV placement axis (GpuMethodInfo::kv_axis: wave) keeps the clustered KV, a
     /// sweep axis: "host" (pinned host memory, misses over PCIe: the paper's offloaded setting) | "gpu"
     /// (device memory: the within-GPU-memory setting, misses are device copies)

@@ -173,6 +173,7 @@ void run_cuda_layer(const RunConfig& cfg, const PreparedTrace& tr, const TraceRe
                 kv["gpu_admit_us"].push_back(t.admit_us);
                 kv["gpu_total_us"].push_back(t.total_us());
                 kv["gpu_gate_timed_out"].push_back(t.gate_timed_out ? 1.0 : 0.0);
+                kv["gpu_graph_us"].push_back(t.graph_us);
                 kv["gpu_h2d_bytes"].push_back(sample->batch_h2d_bytes);
                 kv["gpu_d2h_bytes"].push_back(sample->batch_d2h_bytes);
                 kv["gpu_head_h2d_bytes"].push_back(st.head_h2d_bytes[(size_t)h]);

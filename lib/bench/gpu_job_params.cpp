@@ -78,6 +78,7 @@ GpuLayerJob gpu_job_for(const MethodRun& r, const CudaOptions& o, const std::str
     job.kmeans_on_gpu = o.kmeans == "gpu";
     job.warmup = o.warmup;
     job.launch_gate = o.launch_gate;
+    job.step_graph = o.step_graph;
     job.full_kernel = full_kernel_of(r.kernel);
     job.batch = r.batch > 0 ? r.batch : 1;
     job.kv_on_gpu = r.kv == "gpu";

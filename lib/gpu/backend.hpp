@@ -130,6 +130,13 @@ struct GpuLayerJob {
     /// issues it, the launch calls inside the timing. Host work the step waits for (wave's lookups)
     /// stays inside either way: the gate is released before any wait.
     bool launch_gate = true;
+    /// The methods with GpuMethodInfo::step_graph (full; wave on its device path without the asynchronous
+    /// update): each timed step's GPU work launched as one CUDA graph (cuda::StepGraph), captured again when
+    /// what its launches take changes (wave: the index's growth; the zones' sizes) and replayed otherwise
+    /// (issue 40 #6: a batch-1 step is ~12 dependent kernels). The phases inside a graph are not timed
+    /// (select_us, estimate_us, gather_us 0; attend_us = step_us); graph_us says what capturing cost the host.
+    /// full's FlashInfer plans on the device inside the graph (plan_device), as wave's attention does.
+    bool step_graph = false;
     /// wave, pq: the heads built already (GpuBackend::build_index for this job's heads, params and
     /// k-means), copied by the run instead of built again; nullptr = the run builds them.
     const BuiltIndex* built = nullptr;
@@ -147,6 +154,9 @@ struct GpuStepTimes {
     double host_us = 0;      ///< host: ranked ids -> cache lookup -> copy segments (-> library plan); 0 on the device path
     double plan_us = 0;      ///< of host_us: the library decode's planning of the execution buffers
     double admit_us = 0;     ///< cache admission scatter, after the step, on the same stream
+    /// job.step_graph: host time this step spent capturing and instantiating the step's graph (0 on a replay;
+    /// behind the launch gate the GPU waits for it outside step_us, as for any launch call)
+    double graph_us = 0;
 
     /// job.launch_gate: whether the gate ended by its timeout (the host took longer than it to issue the
     /// step) rather than by release, so the step's times include the host's launch calls after all

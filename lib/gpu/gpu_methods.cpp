@@ -15,6 +15,7 @@ GpuMethodInfo full_gpu_method() {
     m.name = "full";
     m.summary = "exact decode attention (FlashInfer, cuDNN or the own kernel); KV in HBM or offloaded to pinned host memory";
     m.kernel_axis = true;
+    m.step_graph = true;
     m.overlap = [](const GpuLayerJob& job) { return job.offloaded ? Overlap::stream : Overlap::serial; };
     m.check = [](const GpuLayerJob&) {};
     return m;
@@ -30,8 +31,13 @@ GpuMethodInfo wave_gpu_method() {
     m.shared_build = true;
     m.kv_axis = true;
     m.lookup_axis = true;
+    m.step_graph = true;
     m.overlap = [](const GpuLayerJob&) { return Overlap::wave; };
     m.check = [](const GpuLayerJob& job) {
+        if (job.step_graph && (!job.wave_device_gather || job.async_update))
+            throw ParamError("wave with cuda.step_graph needs its device path without the asynchronous update "
+                             "(device_gather true, async_update false: the host's lookups or the update's apply "
+                             "inside the step cannot be captured)");
         if (job.wave.gqa != GroupRank::sum)
             throw ParamError("wave parameter 'gqa' = \"" + std::string(job.wave.gqa == GroupRank::max ? "max" : "mean") +
                              "\": the GPU ranks clusters by the sum over the group only (\"sum\")");

@@ -28,6 +28,8 @@ struct GpuMethodInfo {
     bool shared_build = false;
     /// Its full-attention kernel is a sweep axis (cuda.full_kernel: FlashInfer, cuDNN, the own kernel).
     bool kernel_axis = false;
+    /// Its step can run as one CUDA graph (GpuLayerJob::step_graph; cuda.step_graph): full, wave.
+    bool step_graph = false;
     /// Its KV placement is a sweep axis (cuda.wave_kv: pinned host memory or device memory): wave, pq.
     bool kv_axis = false;
     /// cuda.device_gather (the host's lookups or the cache's table on the GPU) applies to it, and its records

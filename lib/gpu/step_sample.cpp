@@ -29,7 +29,7 @@ void GpuStepMeans::add(const GpuStepSample& s) {
     times.select_us += s.times.select_us, times.estimate_us += s.times.estimate_us;
     times.gather_us += s.times.gather_us, times.attend_us += s.times.attend_us;
     times.step_us += s.times.step_us, times.host_us += s.times.host_us;
-    times.plan_us += s.times.plan_us, times.admit_us += s.times.admit_us;
+    times.plan_us += s.times.plan_us, times.admit_us += s.times.admit_us, times.graph_us += s.times.graph_us;
     gate_timeouts += s.times.gate_timed_out ? 1 : 0;
     times.gate_timed_out = gate_timeouts > 0;
     batch_h2d_bytes += s.batch_h2d_bytes;
@@ -41,7 +41,7 @@ void GpuStepMeans::add(const GpuStepSample& s) {
 void GpuStepMeans::finish() {
     const double n = std::max(1, steps);
     for (double* x : {&times.select_us, &times.estimate_us, &times.gather_us, &times.attend_us, &times.step_us,
-                      &times.host_us, &times.plan_us, &times.admit_us, &batch_h2d_bytes, &model.select_us,
+                      &times.host_us, &times.plan_us, &times.admit_us, &times.graph_us, &batch_h2d_bytes, &model.select_us,
                       &model.h2d_us, &model.attend_us, &model.attention_us})
         *x /= n;
 }

@@ -77,6 +77,8 @@ std::vector<MetricInfo> gpu_metric_registry() {
         step("gpu_gate_timed_out", "1 when the step's launch gate ended by its timeout (cuda.launch_gate): the host "
                                    "took longer than 20 ms to issue the step, whose times then include its launch calls",
              ""),
+        step("gpu_graph_us", "host wall time capturing and instantiating the step's CUDA graph (cuda.step_graph) in "
+                             "this step: 0 on a replay and without the graph", "us"),
         step("gpu_h2d_bytes", "KV bytes read from pinned host memory over PCIe, one layer step, the whole batch", "B"),
         step("gpu_d2h_bytes", "cluster ids read back by the host, one layer step, the whole batch", "B"),
         step("gpu_head_h2d_bytes", "this KV head's measured PCIe KV bytes for one sequence (h2d_bytes: the "

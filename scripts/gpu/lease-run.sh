@@ -37,6 +37,9 @@
 #      RETRO_VARIANT_ENV (default "RETRO_SELECT_SPLIT=on": cluster_select over a cluster of blocks per (b, KV
 #      head), issue 40 #6; left out, with a line saying so, unless its check ClusterSelectSplit passed), into
 #      OUT/wave-variants
+#   RETRO_GRAPH_BATCHES=1,8: the device-only rows once more at those batches with --step-graph (full's and wave's
+#      steps as one CUDA graph each, issue 40 #6; the select split on where it fits, RETRO_SELECT_SPLIT=auto,
+#      when its check passed: both batch-1 levers), into OUT/wave-graph
 # A retro_gpu_check.prev beside the binary (the previous revision's build) runs the wave step instead
 # when the binary's own checks fail (but for CudnnDecode, a library the machine may lack; ClusterSelectSplit,
 # a variant no default row takes, runs in a process of its own and only decides the variant rows).
@@ -117,6 +120,14 @@ if [[ -n ${RETRO_VARIANT_BATCHES:-} ]]; then  # the kernel variants' rows beside
   env $variant_env timeout "${RETRO_WAVE_TIMEOUT:-330}" "$bin" --out "$out/wave-variants" --wave-only --contexts "$ctx" \
     --batches "$RETRO_VARIANT_BATCHES" --wave-kv gpu > "$out/wave-variants.log" 2>&1
   echo "wave run with $variant_env: exit $? ($((SECONDS - t0)) s)"
+fi
+if [[ -n ${RETRO_GRAPH_BATCHES:-} ]]; then  # the steps as CUDA graphs (and the split select), side by side
+  t0=$SECONDS
+  graph_env=RETRO_SELECT_SPLIT=off
+  grep -qE "^passed +ClusterSelectSplit" "$out/checks-split/gpu-report.txt" 2> /dev/null && graph_env=RETRO_SELECT_SPLIT=auto
+  env $graph_env timeout "${RETRO_WAVE_TIMEOUT:-330}" "$bin" --out "$out/wave-graph" --wave-only --step-graph --contexts "$ctx" \
+    --batches "$RETRO_GRAPH_BATCHES" --wave-kv gpu > "$out/wave-graph.log" 2>&1
+  echo "wave run with --step-graph ($graph_env): exit $? ($((SECONDS - t0)) s)"
 fi
 grep -v Warning "$out/sdpa.log" | grep "^sdpa"
 sed -n '/^wave decode step/,$p' "$out/wave/gpu-report.txt" 2>/dev/null || grep -E "^  (full|wave)" "$out/wave.log"

@@ -264,6 +264,27 @@ TEST(BackendConfig, SequencesAreCheckedAndKept) {
     EXPECT_EQ(parse_config(j, "").cuda.sequences, 4);  // the host-side twins too
 }
 
+// cuda.step_graph (issue 40 #6): kept in the manifest, reaching the job; refused by name for a method whose step
+// is not one graph, and for wave's host lookups and asynchronous update (their host work sits inside the step).
+TEST(BackendConfig, StepGraphIsCheckedAndKept) {
+    json j = cuda_config();
+    EXPECT_FALSE(parse_config(j, "").resolved()["cuda"].contains("step_graph"));
+    j["cuda"]["step_graph"] = true;
+    const RunConfig c = parse_config(j, "");
+    EXPECT_TRUE(c.cuda.step_graph);
+    EXPECT_EQ(c.resolved()["cuda"]["step_graph"], true);
+    EXPECT_TRUE(gpu_job_for(c.runs[0], c.cuda, "t").step_graph);
+    json bad = j;
+    bad["cuda"]["step_graph"] = "yes";
+    EXPECT_TRUE(has(error_of(bad), "step_graph = \"yes\": expected true or false")) << error_of(bad);
+    json quest = j;
+    quest["methods"] = json::parse(R"([{"name": "quest", "params": {"placement": "gpu"}}])");
+    EXPECT_TRUE(has(error_of(quest), "quest on the GPU does not run its step as one CUDA graph")) << error_of(quest);
+    json host = j;
+    host["cuda"]["device_gather"] = false;
+    EXPECT_TRUE(has(error_of(host), "wave with cuda.step_graph needs its device path")) << error_of(host);
+}
+
 TEST(BackendConfig, BatchIsASweepAxis) {
     const RunConfig c = parse_config(cuda_config(), "");
     EXPECT_EQ(c.backend, "cuda");

@@ -853,6 +853,131 @@ BACKEND_TEST(DistinctSequencesRunAsTheyDoAlone) {
     }
 }
 
+// cuda::StepGraph (issue 40 #6): the first run with a key captures the body, later runs with that key replay
+// it (the body not called again on a GPU), a new key captures again; the replay reads device memory and
+// pinned host memory as they are then (a copy from a pinned buffer rewritten between replays moves the new
+// values). In the emulation a replay whose launches' arguments differ from the capture's is refused by name,
+// and so are an event or a wait inside the body: what a GPU would silently get wrong, or refuse.
+BACKEND_TEST(StepGraphReplaysWhatItCaptured) {
+    REQUIRE_DEVICE();
+    cuda::Stream stream;
+    cuda::PinnedBuffer<int32_t> h(4), back(4);
+    cuda::DeviceBuffer<int32_t> d(4);
+    cuda::StepGraph graph("test graph");
+    size_t bytes = 4 * sizeof(int32_t);
+    int calls = 0;
+    const auto body = [&] {
+        ++calls;
+        cuda::copy_h2d_async(d.get(), h.get(), bytes, stream.get());
+    };
+    for (int round = 0; round < 3; ++round) {
+        for (int i = 0; i < 4; ++i) h[(size_t)i] = 10 * round + i;
+        graph.run(7, stream.get(), body);
+        cuda::copy_d2h_async(back.get(), d.get(), 4 * sizeof(int32_t), stream.get());
+        stream.synchronize();
+        for (int i = 0; i < 4; ++i) EXPECT_EQ(back[(size_t)i], 10 * round + i) << "round " << round;
+        EXPECT_EQ(graph.captures(), 1);
+        if (round > 0) EXPECT_EQ(graph.last_capture_us(), 0.0) << "a replay has no capture time";
+    }
+    graph.run(8, stream.get(), body);  // another key: captured again
+    stream.synchronize();
+    EXPECT_EQ(graph.captures(), 2);
+#ifdef RETRO_GPU_EMULATION
+    EXPECT_EQ(calls, 4);  // the emulation runs the body every time (a GPU: at the captures only)
+    bytes = 2 * sizeof(int32_t);  // the same key, another argument: what a graph would not see
+    try {
+        graph.run(8, stream.get(), body);
+        ADD_FAILURE() << "a replay with other arguments than its capture's was taken";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("copy_h2d_async"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("test graph"), std::string::npos) << e.what();
+    }
+    cuda::Event ev;
+    cuda::StepGraph timed("timed graph");
+    EXPECT_THROW(timed.run(1, stream.get(), [&] { ev.record(stream.get()); }), Error);
+    EXPECT_THROW(timed.run(2, stream.get(), [&] { stream.synchronize(); }), Error);
+#else
+    EXPECT_EQ(calls, 2);
+#endif
+}
+
+// cuda.step_graph on the run path: full attention (FlashInfer planned on the device inside the graph, cuDNN,
+// the own kernel) and wave on its device path (KV in device memory; KV in host memory through the GPU block
+// cache's table) give the steps they give without the graph, over steps that cross the index's growth: wave
+// captures again after each growth (graph_us > 0) and replays in between (graph_us 0) — in the emulation
+// every replay's launches are checked against the capture's, so a key that misses what a growth changes
+// fails here. The phases inside a graph are not timed. Refused: a method without a graph, wave's host
+// lookups and its asynchronous update.
+BACKEND_TEST(StepGraphGivesTheSameSteps) {
+    REQUIRE_DEVICE();
+    const int H = 2, prompt = 1200, steps = 150;
+    auto heads = layer_heads(H, prompt, steps);
+    round_kv_to_half(heads);
+    SystemParams sp;
+    sp.cache = 0.2, sp.token_block = 64;
+    const json wave_params = {{"segment", 512}, {"update_segment", 64}, {"window", 16}, {"retrieval", 0.1},
+                              {"estimation", 0.25}};
+    struct Case {
+        const char* method;
+        json params;
+        std::string kv, kernel;
+    };
+    const Case cases[] = {{"full", json::object(), "", "flashinfer"},
+                          {"full", json::object(), "", "own"},
+                          {"full", json::object(), "", "cudnn"},
+                          {"wave", wave_params, "gpu", ""},
+                          {"wave", wave_params, "", ""}};
+    const auto backend = gpu_run::make_cuda_backend();
+    for (const Case& c : cases) {
+        SCOPED_TRACE(std::string(c.method) + " kv " + c.kv + " kernel " + c.kernel);
+        if (c.kernel == "cudnn" && !cuda::cudnn_decode_unsupported(kD, kG).empty()) continue;  // no cuDNN here
+        MethodRun mr;
+        mr.method = c.method, mr.params = resolve_params(find_method(c.method), c.params), mr.kv = c.kv;
+        mr.kernel = c.kernel, mr.batch = 2, mr.system = sp.to_json();
+        const auto run = [&](bool graphed) {
+            CudaOptions o;
+            o.step_graph = graphed;
+            GpuLayerJob job = gpu_job_for(mr, o, "test");
+            set_job_cache(mr, kD, prompt, job, "test");
+            for (const HeadSlice& h : heads) job.heads.push_back(&h);
+            job.steps = {0, 1, 2, 3, 70, 71, 72, 140, 141, 149};
+            std::vector<std::vector<float>> outs;
+            std::vector<GpuStepTimes> times;
+            backend->run_layer(job, [&](const GpuStep& st) {
+                outs.emplace_back(st.out, st.out + (size_t)job.batch * H * kG * kD);
+                times.push_back(st.times);
+            });
+            return std::make_pair(outs, times);
+        };
+        const auto [plain, plain_t] = run(false);
+        const auto [graphed, graph_t] = run(true);
+        ASSERT_EQ(plain.size(), graphed.size());
+        int captures = 0;
+        for (size_t i = 0; i < plain.size(); ++i) {
+            EXPECT_LT(rel_l2(graphed[i].data(), plain[i].data(), (int)plain[i].size()), 1e-5) << "step " << i;
+            captures += graph_t[i].graph_us > 0;
+            EXPECT_EQ(plain_t[i].graph_us, 0.0);
+            EXPECT_EQ(graph_t[i].select_us + graph_t[i].gather_us, 0.0) << "a graph's phases are not timed";
+            EXPECT_EQ(graph_t[i].attend_us, graph_t[i].step_us);
+        }
+        EXPECT_GT(graph_t[0].graph_us, 0.0) << "the first step captures";
+        if (std::string(c.method) == "full") EXPECT_EQ(captures, 1);
+        else EXPECT_GE(captures, 3) << "the index grew twice: captured again each time";
+        EXPECT_LE(captures, (int)plain.size() - 5) << "replays between the growths";
+    }
+    MethodRun q;
+    q.method = "quest", q.params = resolve_params(find_method("quest"), {{"placement", "gpu"}});
+    CudaOptions o;
+    o.step_graph = true;
+    EXPECT_THROW(check_cuda_run(q, o, "t"), ConfigError);
+    MethodRun w;
+    w.method = "wave", w.params = resolve_params(find_method("wave"), json::object());
+    o.async_update = true;
+    EXPECT_THROW(gpu_job_for(w, o, "t"), ConfigError);
+    o.async_update = false, o.device_gather = false;
+    EXPECT_THROW(gpu_job_for(w, o, "t"), ConfigError);
+}
+
 // pq's heads built once for the layer (build_index: the quantizers and the prompt's codes, as the runner and the
 // driver share them across batch points and placements) give the same steps as a run that builds its own,
 // offloaded and in device memory alike: the same lists and outputs; the shared heads are copied, not
