@@ -119,6 +119,9 @@ Stream::Stream() {
 }
 Stream::~Stream() { cudaStreamDestroy(st(s_)); }
 void Stream::synchronize() { check(cudaStreamSynchronize(st(s_)), "cudaStreamSynchronize"); }
+void Stream::wait(const Event& e) {
+    check(cudaStreamWaitEvent(st(s_), static_cast<cudaEvent_t>(e.get()), 0), "cudaStreamWaitEvent");
+}
 
 Event::Event() {
     cudaEvent_t e;

@@ -58,6 +58,8 @@ struct DeviceCeilings {
 /// Medians of repeated copies; quick: 256 MiB / 128 MiB buffers and 5 repetitions (about a second).
 DeviceCeilings measure_ceilings(bool quick);
 
+class Event;
+
 /// RAII CUDA stream (cudaStreamCreate); get() is what the launchers take as `stream`.
 class Stream {
   public:
@@ -67,6 +69,9 @@ class Stream {
     Stream& operator=(const Stream&) = delete;
     void* get() const { return s_; }
     void synchronize();
+    /// Work queued on this stream after the call waits for `e`'s recorded point on its own stream
+    /// (cudaStreamWaitEvent; the host does not wait).
+    void wait(const Event& e);
 
   private:
     void* s_ = nullptr;
@@ -83,6 +88,7 @@ class Event {
     void synchronize();
     /// Milliseconds from `start` to this event (both recorded); synchronizes on this one.
     float ms_since(const Event& start);
+    void* get() const { return e_; }
 
   private:
     void* e_ = nullptr;

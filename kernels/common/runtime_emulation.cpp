@@ -56,6 +56,7 @@ static void not_in_graph(const char* what) {
         throw Error(std::string("step graph: ") + what + " inside a captured body (a capture can neither wait nor time it)");
 }
 void Stream::synchronize() { not_in_graph("a stream synchronize"); }
+void Stream::wait(const Event&) {}  // launches ran at once: nothing to wait for
 Event::Event() {}
 Event::~Event() {}
 void Event::record(void*) {  // launches ran already: the host clock is the event's time

@@ -137,7 +137,6 @@ PqOffload::Applied PqOffload::apply(cuda::Stream& stream) {
     Applied a;
     if (!pending_) return a;
     const auto t0 = std::chrono::steady_clock::now();
-    void* st = stream.get();
     const int ut = src_.unit_tokens, bt = block_rows_;
     const size_t d = (size_t)s_.d, ub = (size_t)(ut / bt);
     const int64_t per_pair = (int64_t)((kv_rows_ + ut - 1) / ut) * (int64_t)ub;
@@ -161,15 +160,9 @@ PqOffload::Applied PqOffload::apply(cuda::Stream& stream) {
     }
     if (n_adm > h_adm_.size() || n_at > h_at_.size())
         throw Error("cuda backend: pq's cache update larger than its bound (internal error)");
-    if (n_adm > 0) {  // the data first, then the table that points at it (one stream: in this order)
-        cuda::copy_h2d_async(d_adm_.get(), h_adm_.get(), n_adm * sizeof(cuda::CopySegment), st);
-        cuda::copy_segments(d_adm_.get(), (int)n_adm, s_.d, bt, st);
-    }
-    if (n_at > 0) {
-        cuda::copy_h2d_async(d_at_.get(), h_at_.get(), n_at * sizeof(int64_t), st);
-        cuda::copy_h2d_async(d_val_.get(), h_val_.get(), n_at * sizeof(int32_t), st);
-        cuda::set_entries(d_at_.get(), d_val_.get(), (int)n_at, blocks_.get(), st);
-    }
+    // asynchronous: on the queue's own stream, overlapping the select on the method's (PQCache §3.4)
+    updates_.queue({h_adm_, d_adm_, h_at_, h_val_, d_at_, d_val_}, n_adm, bt, n_at, s_.d, blocks_.get(), stream,
+                   job_.async_update);
     pending_ = false;
     a.host_us = us_since(t0);
     return a;

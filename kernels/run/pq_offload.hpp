@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "cuda_api.hpp"
+#include "run/cache_update.hpp"
 #include "run/gpu_cache_map.hpp"
 #include "run/layer_common.hpp"
 
@@ -54,9 +55,10 @@ class PqOffload {
     Update collect(const int32_t* d_table, int fixed, int k, int n, cuda::Stream& stream);
 
     /// The pending requests through each cache's policy step, the admitted units' rows copied whole from the
-    /// pinned store into their pool blocks and the table's entries set and cleared, queued on `stream` (so
-    /// before any later gather): after collect() (the update after the attention) or at the next step while
-    /// the GPU selects (job.async_update). Nothing pending (no cache, or applied): nothing done.
+    /// pinned store into their pool blocks and the table's entries set and cleared, before any later work on
+    /// `stream` (the gather): queued on it after collect() (the update after the attention), or at the next
+    /// step while the GPU selects (job.async_update) on a stream of their own that `stream` then waits for
+    /// (CacheUpdateQueue: the copies overlap the select). Nothing pending (no cache, or applied): nothing done.
     struct Applied {
         double fill_bytes = 0;  ///< the admitted units' K and V copied over PCIe
         double host_us = 0;
@@ -77,6 +79,7 @@ class PqOffload {
     cuda::PinnedBuffer<int32_t> h_val_;
     cuda::DeviceBuffer<int64_t> d_at_;
     cuda::DeviceBuffer<int32_t> d_val_;
+    CacheUpdateQueue updates_;
     cuda::DeviceBuffer<uint16_t> static_k_, static_v_, pool_k_, pool_v_, xk_, xv_;
     cuda::DeviceBuffer<int32_t> blocks_;  ///< [B*H, units * unit_blocks] the cache's table
     cuda::PqRowSources src_;

@@ -25,6 +25,7 @@
 #include <string>
 #include <thread>
 
+#include "run/cache_update.hpp"
 #include "run/gpu_cache_map.hpp"
 #include "run/host_pool.hpp"
 #include "run/layer_common.hpp"
@@ -499,15 +500,10 @@ class WaveLayer {
             for (const auto& [at, v] : e) h_at_[n] = at, h_val_[n] = v, ++n;
         int64_t longest = 0;
         const int n_adm = gather_lists(h_adm_, longest);
-        if (n_adm > 0) {  // the data first, then the table that points at it (one stream: in this order)
-            cuda::copy_h2d_async(d_adm_.get(), h_adm_.get(), (size_t)n_adm * sizeof(CopySegment), st_);
-            cuda::copy_segments(d_adm_.get(), n_adm, s_.d, longest, st_);
-        }
-        if (n > 0) {
-            cuda::copy_h2d_async(d_at_.get(), h_at_.get(), n * sizeof(int64_t), st_);
-            cuda::copy_h2d_async(d_val_.get(), h_val_.get(), n * sizeof(int32_t), st_);
-            cuda::set_entries(d_at_.get(), d_val_.get(), (int)n, d_blocks_.get(), st_);
-        }
+        // asynchronous: on the queue's own stream, overlapping the ranking and estimation on st_ (RetroInfer's
+        // asynchronous cache update); else on st_ after the attention (admit_us)
+        updates_.queue({h_adm_, d_adm_, h_at_, h_val_, d_at_, d_val_}, (size_t)n_adm, longest, n, s_.d, d_blocks_.get(),
+                       stream_, async_update());
         return ms_since(t0) * 1e3;
     }
 
@@ -806,6 +802,7 @@ class WaveLayer {
     cuda::PinnedBuffer<int32_t> h_val_;                     ///< ... and their values (-1: evicted)
     cuda::DeviceBuffer<int64_t> d_at_;
     cuda::DeviceBuffer<int32_t> d_val_;
+    CacheUpdateQueue updates_;  ///< the update's copies and table entries, on their own stream when asynchronous
     std::vector<std::vector<std::pair<int64_t, int32_t>>> bh_entries_;
     std::vector<std::vector<Placed>> pending_misses_;  ///< [B*H] the collected step's misses
     bool pending_ = false;                             ///< async_update(): a collected step not applied yet
