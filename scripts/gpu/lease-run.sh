@@ -105,7 +105,7 @@ timeout "${RETRO_WAVE_TIMEOUT:-330}" "$bin" --out "$out/wave" --wave-only --seed
 echo "wave run: exit $? ($((SECONDS - t0)) s)"
 if [[ -n ${RETRO_UNGATED_BATCHES:-} ]]; then  # the same rows timed with the launch calls inside, side by side
   t0=$SECONDS
-  timeout "${RETRO_WAVE_TIMEOUT:-330}" "$bin" --out "$out/wave-ungated" --wave-only --no-launch-gate --contexts "$ctx" \
+  timeout "${RETRO_WAVE_TIMEOUT:-330}" "$bin" --out "$out/wave-ungated" --wave-only --seeds none --no-launch-gate --contexts "$ctx" \
     --batches "$RETRO_UNGATED_BATCHES" --wave-kv gpu > "$out/wave-ungated.log" 2>&1
   echo "wave run without the launch gate: exit $? ($((SECONDS - t0)) s)"
 fi
@@ -117,7 +117,7 @@ if [[ -n ${RETRO_VARIANT_BATCHES:-} ]]; then  # the kernel variants' rows beside
     variant_env=${variant_env//RETRO_SELECT_SPLIT=on/RETRO_SELECT_SPLIT=off}
   fi
   # shellcheck disable=SC2086  # the variables, one word each
-  env $variant_env timeout "${RETRO_WAVE_TIMEOUT:-330}" "$bin" --out "$out/wave-variants" --wave-only --contexts "$ctx" \
+  env $variant_env timeout "${RETRO_WAVE_TIMEOUT:-330}" "$bin" --out "$out/wave-variants" --wave-only --seeds none --contexts "$ctx" \
     --batches "$RETRO_VARIANT_BATCHES" --wave-kv gpu > "$out/wave-variants.log" 2>&1
   echo "wave run with $variant_env: exit $? ($((SECONDS - t0)) s)"
 fi
@@ -125,7 +125,7 @@ if [[ -n ${RETRO_GRAPH_BATCHES:-} ]]; then  # the steps as CUDA graphs (and the 
   t0=$SECONDS
   graph_env=RETRO_SELECT_SPLIT=off
   grep -qE "^passed +ClusterSelectSplit" "$out/checks-split/gpu-report.txt" 2> /dev/null && graph_env=RETRO_SELECT_SPLIT=auto
-  env $graph_env timeout "${RETRO_WAVE_TIMEOUT:-330}" "$bin" --out "$out/wave-graph" --wave-only --step-graph --contexts "$ctx" \
+  env $graph_env timeout "${RETRO_WAVE_TIMEOUT:-330}" "$bin" --out "$out/wave-graph" --wave-only --seeds none --step-graph --contexts "$ctx" \
     --batches "$RETRO_GRAPH_BATCHES" --wave-kv gpu > "$out/wave-graph.log" 2>&1
   echo "wave run with --step-graph ($graph_env): exit $? ($((SECONDS - t0)) s)"
 fi
