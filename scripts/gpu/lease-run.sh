@@ -152,7 +152,7 @@ if command -v ncu > /dev/null && (( left > 40 )); then
   timeout "$left" ncu --clock-control none --metrics gpu__time_duration.sum --csv \
     -k 'regex:cluster|estimate|gather_clusters|page_table|device_schedule|finish_merge' \
     --launch-count 160 \
-    "$bin" --out "$out/ncu-run" --wave-only --wave-kv gpu --contexts "${RETRO_NCU_CONTEXT:-131072}" \
+    "$bin" --out "$out/ncu-run" --wave-only --seeds none --wave-kv gpu --contexts "${RETRO_NCU_CONTEXT:-131072}" \
     --batches "${RETRO_NCU_BATCHES:-8}" \
     > "$out/ncu.csv" 2> "$out/ncu.log"
   echo "ncu: exit $? ($((SECONDS - t0)) s)"
