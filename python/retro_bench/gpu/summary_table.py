@@ -94,10 +94,17 @@ def load_rows(paths):
 
 
 def best_sdpa(path):
+    """The fastest SDPA row per (context, batch) of sdpa_baseline's file; {} when there is none (no path, or
+    a run without PyTorch or cut by its time limit wrote no file: the table then has no SDPA column's
+    values, said on stderr)."""
     if not path:
         return {}
-    with open(path) as f:
-        data = json.load(f)
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except (OSError, ValueError) as e:
+        print(f"summary_table: no SDPA rows ({path}: {e})", file=sys.stderr)
+        return {}
     best = {}
     for r in data.get("rows", []):
         if r.get("status") != "ok":
