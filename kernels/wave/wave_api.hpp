@@ -7,11 +7,39 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <iterator>
 #include <string>
 
 #include "core/error.hpp"
 
 namespace retro::cuda {
+
+// ---- the kernels' variants, chosen per process (select_histograms, select_split, estimate_width) ----
+
+/// The variant environment variable `var` names: unset or empty gives `unset`; name(x) for one of
+/// `variants` gives x; any other value a ParamError "VAR=value: expected a, b or c".
+template <class E, class Variants, class Name>
+E variant_from_env(const char* var, E unset, const Variants& variants, Name name) {
+    const char* v = std::getenv(var);
+    if (v == nullptr || *v == '\0') return unset;
+    std::string expected;
+    const size_t n = std::size(variants);
+    size_t i = 0;
+    for (const E x : variants) {
+        if (std::string(v) == name(x)) return x;
+        if (i > 0) expected += i + 1 == n ? " or " : ", ";
+        expected += name(x);
+        ++i;
+    }
+    throw ParamError(std::string(var) + "=" + v + ": expected " + expected);
+}
+/// The process's variant held in `slot` (host state shared by the CUDA build and the CPU emulation, which
+/// only remembers it; -1 until set or first read): from_env() on the first read.
+template <class E>
+E process_variant(std::atomic<int>& slot, E (*from_env)()) {
+    if (slot < 0) slot = static_cast<int>(from_env());
+    return static_cast<E>(slot.load());
+}
 
 // ---- cluster scoring (wave/cluster_rank.cu; CPU reference: lib/attention/cluster_rank) ----
 
@@ -58,20 +86,13 @@ inline const char* select_hist_name(SelectHist h) {
 }
 /// RETRO_SELECT_HIST's variant (unset or empty: plain; an unknown name: ParamError naming the four).
 inline SelectHist select_histograms_from_env() {
-    const char* v = std::getenv("RETRO_SELECT_HIST");
-    if (v == nullptr || *v == '\0') return SelectHist::plain;
-    for (const SelectHist h : kSelectHists)
-        if (std::string(v) == select_hist_name(h)) return h;
-    throw ParamError(std::string("RETRO_SELECT_HIST=") + v + ": expected plain, combined, adaptive or adaptive_combined");
+    return variant_from_env("RETRO_SELECT_HIST", SelectHist::plain, kSelectHists, select_hist_name);
 }
 /// The process's variant: host state shared by the CUDA build and the CPU emulation (which only remembers
 /// it); -1 until set or first read from the environment.
 inline std::atomic<int> g_select_hist{-1};
 inline void set_select_histograms(SelectHist h) { g_select_hist = (int)h; }
-inline SelectHist select_histograms() {
-    if (g_select_hist < 0) g_select_hist = (int)select_histograms_from_env();
-    return (SelectHist)g_select_hist.load();
-}
+inline SelectHist select_histograms() { return process_variant(g_select_hist, select_histograms_from_env); }
 
 /// cluster_select split over several blocks per (b, kv head) (issue 40 #6, batch 1): off: one block of
 /// 1,024 threads per (b, kv head), the histogram variant above; on: a thread-block cluster of
@@ -87,25 +108,19 @@ inline SelectHist select_histograms() {
 /// ParamError); the check ClusterSelect runs it against cluster_rank, the wave_step microbenchmark times
 /// it beside the unsplit kernel.
 enum class SelectSplit { off, on, automatic };
+inline constexpr SelectSplit kSelectSplits[] = {SelectSplit::off, SelectSplit::on, SelectSplit::automatic};
 inline constexpr int kSelectSplitBlocks = 8;  ///< blocks per (b, kv head): the portable cluster size
 inline const char* select_split_name(SelectSplit v) {
     return v == SelectSplit::on ? "on" : v == SelectSplit::automatic ? "auto" : "off";
 }
 /// RETRO_SELECT_SPLIT's mode (unset or empty: off; an unknown name: ParamError naming the three).
 inline SelectSplit select_split_from_env() {
-    const char* v = std::getenv("RETRO_SELECT_SPLIT");
-    if (v == nullptr || *v == '\0') return SelectSplit::off;
-    for (const SelectSplit m : {SelectSplit::off, SelectSplit::on, SelectSplit::automatic})
-        if (std::string(v) == select_split_name(m)) return m;
-    throw ParamError(std::string("RETRO_SELECT_SPLIT=") + v + ": expected off, on or auto");
+    return variant_from_env("RETRO_SELECT_SPLIT", SelectSplit::off, kSelectSplits, select_split_name);
 }
 /// The process's mode, as select_histograms' variant.
 inline std::atomic<int> g_select_split{-1};
 inline void set_select_split(SelectSplit m) { g_select_split = static_cast<int>(m); }
-inline SelectSplit select_split() {
-    if (g_select_split < 0) g_select_split = static_cast<int>(select_split_from_env());
-    return static_cast<SelectSplit>(g_select_split.load());
-}
+inline SelectSplit select_split() { return process_variant(g_select_split, select_split_from_env); }
 /// Whether cluster_select of `pairs` (b, kv head)s takes the split under mode m on a device of compute
 /// capability `cc` (major * 10 + minor) with `sms` SMs (the caller has checked M <= 8192, r <= 1024).
 inline bool select_split_for(SelectSplit m, long long pairs, int cc, int sms) {
@@ -135,19 +150,15 @@ void cluster_select(const ClusterScoreShape& s, int r, int e, const float* d_q, 
 /// ParamError); the check EstimateAttention runs both widths.
 enum class EstimateWidth { four, wide, automatic };
 inline EstimateWidth estimate_width_from_env() {
-    const char* v = std::getenv("RETRO_EST_WARPS");
-    if (v == nullptr || *v == '\0' || std::string(v) == "auto") return EstimateWidth::automatic;
-    if (std::string(v) == "4") return EstimateWidth::four;
-    if (std::string(v) == "wide") return EstimateWidth::wide;
-    throw ParamError(std::string("RETRO_EST_WARPS=") + v + ": expected 4, wide or auto");
+    constexpr EstimateWidth widths[] = {EstimateWidth::four, EstimateWidth::wide, EstimateWidth::automatic};
+    return variant_from_env("RETRO_EST_WARPS", EstimateWidth::automatic, widths, [](EstimateWidth w) {
+        return w == EstimateWidth::four ? "4" : w == EstimateWidth::wide ? "wide" : "auto";  // (the rows say 4warps)
+    });
 }
 /// The process's width, as select_histograms' variant.
 inline std::atomic<int> g_estimate_width{-1};
 inline void set_estimate_width(EstimateWidth w) { g_estimate_width = static_cast<int>(w); }
-inline EstimateWidth estimate_width() {
-    if (g_estimate_width < 0) g_estimate_width = static_cast<int>(estimate_width_from_env());
-    return static_cast<EstimateWidth>(g_estimate_width.load());
-}
+inline EstimateWidth estimate_width() { return process_variant(g_estimate_width, estimate_width_from_env); }
 /// Whether a launch of `blocks` blocks on `sms` SMs takes the wide blocks under width w.
 inline bool estimate_wide_for(EstimateWidth w, long long blocks, int sms) {
     return w == EstimateWidth::wide || (w == EstimateWidth::automatic && blocks <= 2LL * sms);
