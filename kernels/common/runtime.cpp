@@ -2,6 +2,7 @@
 #include <cuda_runtime.h>
 
 #include <chrono>
+#include <exception>
 #include <string>
 
 #include "core/error.hpp"
@@ -164,30 +165,33 @@ StepGraph::~StepGraph() {
 
 void StepGraph::run_impl(uint64_t key, void* stream, void (*call)(void*), void* body) {
     capture_us_ = 0;
+    const auto graph_check = [&](cudaError_t e, const char* step) {
+        if (e != cudaSuccess) throw StepGraphError("cuda: " + what_ + ": " + step + ": " + cudaGetErrorString(e));
+    };
     if (!have_ || key != key_) {
         const auto t0 = std::chrono::steady_clock::now();
         if (exec_) cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(exec_)), exec_ = nullptr;
         if (graph_) cudaGraphDestroy(static_cast<cudaGraph_t>(graph_)), graph_ = nullptr;
         have_ = false;
-        check(cudaStreamBeginCapture(st(stream), cudaStreamCaptureModeThreadLocal), (what_ + ": begin capture").c_str());
+        graph_check(cudaStreamBeginCapture(st(stream), cudaStreamCaptureModeThreadLocal), "begin capture");
         cudaGraph_t g = nullptr;
         try {
             call(body);
-        } catch (...) {
+        } catch (const std::exception& x) {  // a launch the capture refused (or the body's own error): the graph's failure
             cudaStreamEndCapture(st(stream), &g);  // the stream out of capture mode before the error goes on
             if (g) cudaGraphDestroy(g);
             cudaGetLastError();
-            throw;
+            throw StepGraphError("cuda: " + what_ + ": capture: " + x.what());
         }
-        check(cudaStreamEndCapture(st(stream), &g), (what_ + ": end capture").c_str());
+        graph_check(cudaStreamEndCapture(st(stream), &g), "end capture");
         graph_ = g;
         cudaGraphExec_t e = nullptr;
-        check(cudaGraphInstantiate(&e, g, 0), (what_ + ": instantiate").c_str());
+        graph_check(cudaGraphInstantiate(&e, g, 0), "instantiate");
         exec_ = e;
         have_ = true, key_ = key, ++captures_;
         capture_us_ = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
     }
-    check(cudaGraphLaunch(static_cast<cudaGraphExec_t>(exec_), st(stream)), (what_ + ": launch").c_str());
+    graph_check(cudaGraphLaunch(static_cast<cudaGraphExec_t>(exec_), st(stream)), "launch");
 }
 
 }  // namespace retro::cuda

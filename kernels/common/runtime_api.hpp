@@ -9,6 +9,8 @@
 #include <utility>
 #include <vector>
 
+#include "core/error.hpp"
+
 namespace retro::cuda {
 
 
@@ -124,10 +126,17 @@ class LaunchGate {
 /// the last one; then the graph is launched on `stream`. With the same key the graph is launched and body
 /// not called. body must only enqueue work on `stream` whose arguments (pointers, scalars) are fixed for a
 /// key — what changes from step to step lives in device memory — and must not record events or wait
-/// (an event recorded in a capture cannot be timed). A failed capture throws Error naming `what`.
+/// (an event recorded in a capture cannot be timed). A failed capture throws StepGraphError naming `what`.
 /// The CPU emulation runs body on every call and records its launches' arguments; a replay whose
 /// arguments differ from its capture's throws Error naming the first differing launch (what the GPU would
 /// silently replay with the captured ones), so the emulated runs check the key.
+/// What StepGraph throws when a capture, instantiation or launch fails (or, in the emulation, when a replay
+/// differs from its capture): a caller may drop the row that asked for the graph and go on.
+class StepGraphError : public Error {
+  public:
+    using Error::Error;
+};
+
 class StepGraph {
   public:
     explicit StepGraph(std::string what = "step graph") : what_(std::move(what)) {}

@@ -53,7 +53,7 @@ Stream::~Stream() {}
 // a wait or an event inside a step graph's body: what a capture refuses (or cannot time), refused here too
 static void not_in_graph(const char* what) {
     if (emu::recording())
-        throw Error(std::string("step graph: ") + what + " inside a captured body (a capture can neither wait nor time it)");
+        throw StepGraphError(std::string("step graph: ") + what + " inside a captured body (a capture can neither wait nor time it)");
 }
 void Stream::synchronize() { not_in_graph("a stream synchronize"); }
 void Stream::wait(const Event&) {}  // launches ran at once: nothing to wait for
@@ -124,7 +124,7 @@ void StepGraph::run_impl(uint64_t key, void*, void (*call)(void*), void* body) {
     for (size_t i = 0; i < std::max(now.size(), launches_.size()); ++i) {
         const std::string got = i < now.size() ? now[i] : "(none)", want = i < launches_.size() ? launches_[i] : "(none)";
         if (got != want)
-            throw Error(what_ + ": a replay under the same key launches other work than its capture (launch " +
+            throw StepGraphError(what_ + ": a replay under the same key launches other work than its capture (launch " +
                         std::to_string(i) + ": captured \"" + want + "\", now \"" + got +
                         "\"): on a GPU the graph would replay the captured arguments; the key misses what changed");
     }

@@ -30,7 +30,7 @@ LayerShape check_job(const GpuLayerJob& job) {
     if (job.more_heads.size() % job.heads.size() != 0)
         throw ParamError("cuda backend: " + std::to_string(job.more_heads.size()) + " more heads is not a whole number of " +
                          "sequences of " + std::to_string(s.H) + " KV heads");
-    s.D = std::min(s.B, 1 + (int)(job.more_heads.size() / job.heads.size()));
+    s.D = std::min(s.B, job.sequences());
     check_gpu_shape(s.d, s.g);
     if (job.steps.empty()) throw ParamError("cuda backend: a layer job without steps");
     for (size_t i = 0; i < job.steps.size(); ++i)
@@ -40,10 +40,7 @@ LayerShape check_job(const GpuLayerJob& job) {
     s.last = job.steps.back();
     const GpuMethodInfo* m = find_gpu_method(job.method);
     if (!m) throw ParamError("cuda backend: '" + job.method + "' has no GPU twin (GPU methods: " + gpu_method_names() + ")");
-    if (job.step_graph && !m->step_graph)
-        throw ParamError("cuda backend: " + job.method + " on the GPU does not run its step as one CUDA graph "
-                         "(cuda.step_graph: full and wave)");
-    m->check(job);
+    check_gpu_job(*m, job);
     return s;
 }
 

@@ -133,11 +133,6 @@ class SelectAttendStep {
 /// (unset: 0, a test's MethodContext).
 MethodContext head_context(const HeadSlice& h, const std::function<unsigned(int, int)>& seed);
 
-/// Every sequence the job gives (1 + more_heads / H; a run uses the first LayerShape::D of them).
-inline int sequences_of(const GpuLayerJob& job) {
-    return job.heads.empty() ? 1 : 1 + (int)(job.more_heads.size() / job.heads.size());
-}
-
 /// A CPU method's JSON-free per-head cores (pq's PqHead, magicpig's MagicPigHead) for the job's KV heads of
 /// its first `sequences` sequences ([sequences * H], sequence by sequence), built over the prompt as the
 /// method's build() does (head_context); build_ms: their wall time.

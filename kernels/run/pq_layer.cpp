@@ -36,7 +36,7 @@ namespace retro::gpu_run {
 BuiltIndex build_pq_heads(const GpuLayerJob& job) {
     const LayerShape s = check_job(job);
     BuiltIndex out;
-    out.pq = build_method_heads<PqHead>(job, s, job.pq.head, job.pq.seed, sequences_of(job), out.build_ms);  // every sequence: shared by the batches
+    out.pq = build_method_heads<PqHead>(job, s, job.pq.head, job.pq.seed, job.sequences(), out.build_ms);  // every sequence: shared by the batches
     return out;
 }
 

@@ -827,7 +827,7 @@ BuiltIndex build_wave_heads(const GpuLayerJob& job) {
     if (job.kmeans_on_gpu)
         km = [](const float* x, int n, int d, const KMeansParams& p) { return cuda::segmented_kmeans_gpu(x, n, d, p); };
     BuiltIndex out;  // every sequence the job gives, sequence by sequence: shared by the batches
-    for (int q = 0; q < sequences_of(job); ++q)
+    for (int q = 0; q < job.sequences(); ++q)
         for (int h = 0; h < s.H; ++h) {
             const HeadSlice& hs = head_of(job, q, h);
             out.wave.emplace_back(job.wave, hs.layer, hs.kv_head, km);

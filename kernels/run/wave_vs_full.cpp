@@ -100,7 +100,7 @@ WaveRunRow run_point(const GpuBackend& gpu, const WaveRunOptions& o, const Kind&
     job.more_heads = more;
     job.step_graph = o.step_graph && m.step_graph;
     if (job.step_graph) try {  // a row whose step cannot be one graph (wave's host lookups, its async update) runs without
-            m.check(job);
+            check_gpu_job(m, job);
         } catch (const ParamError&) {
             job.step_graph = false;
         }
@@ -296,8 +296,7 @@ std::vector<WaveRunRow> run_wave_vs_full(const GpuBackend& gpu, const WaveRunOpt
                     row.method = method_label(kind);
                     row.context = N, row.batch = B, row.status = std::string("does not fit: ") + e.what();
                     fits = false;
-                } catch (const Error& e) {  // a step graph the device would not capture: that row, not the run
-                    if (!o.step_graph || std::string(e.what()).find("step graph") == std::string::npos) throw;
+                } catch (const cuda::StepGraphError& e) {  // a graph the device would not capture: that row, not the run
                     row.method = method_label(kind);
                     row.context = N, row.batch = B, row.status = std::string("step graph failed: ") + e.what();
                     fits = false;

@@ -5,7 +5,6 @@
 
 #include "bench/config.hpp"
 #include "bench/gpu_job_params.hpp"
-#include "gpu/gpu_methods.hpp"
 #include "core/error.hpp"
 #include "core/json_keys.hpp"
 
@@ -127,9 +126,6 @@ json CudaOptions::to_json() const {
 
 void check_cuda_run(const MethodRun& r, const CudaOptions& o, const std::string& where) {
     gpu_job_for(r, o, where);  // a GPU twin, and its check of the job's fields
-    if (o.step_graph && !find_gpu_method(r.method)->step_graph)
-        throw ConfigError(where + ": backend 'cuda': cuda.step_graph = true: " + r.method +
-                          " on the GPU does not run its step as one CUDA graph (full and wave do)");
     if (r.system.is_object() && r.system.value("policy", "lru") == "belady")
         throw ConfigError(where + ": backend 'cuda': system.policy \"belady\" needs the future; the GPU block cache "
                           "runs online (use lru, lfu, fifo or clock)");

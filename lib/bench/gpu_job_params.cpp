@@ -94,7 +94,7 @@ GpuLayerJob gpu_job_for(const MethodRun& r, const CudaOptions& o, const std::str
     }
     try {
         b->second(r.params, job);
-        m->check(job);
+        check_gpu_job(*m, job);
     } catch (const ParamError& e) {
         throw ConfigError(w + ": " + e.what());
     }

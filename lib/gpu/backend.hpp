@@ -94,6 +94,8 @@ struct GpuLayerJob {
     /// b % D (sequence 0: job.heads, the one the harness evaluates); empty: every replica a copy of job.heads.
     /// Every GPU twin takes it.
     std::vector<const HeadSlice*> more_heads;
+    /// The sequences the job gives: 1 + more_heads / H (a run uses min(that, batch) of them).
+    int sequences() const { return heads.empty() ? 1 : 1 + (int)(more_heads.size() / heads.size()); }
     bool offloaded = false;               ///< full: KV in pinned host memory, read over PCIe every step
     /// wave, pq (the methods with GpuMethodInfo::kv_axis): the KV in device memory (the within-GPU-memory
     /// setting: wave's misses are device copies, pq reads its chosen tokens in place) instead of pinned host

@@ -156,6 +156,12 @@ const GpuMethodInfo* find_gpu_method(const std::string& name) {
     return nullptr;
 }
 
+void check_gpu_job(const GpuMethodInfo& m, const GpuLayerJob& job) {
+    if (job.step_graph && !m.step_graph)
+        throw ParamError(m.name + " on the GPU does not run its step as one CUDA graph (cuda.step_graph: full and wave)");
+    m.check(job);
+}
+
 std::string gpu_method_names() {
     std::string s;
     for (const GpuMethodInfo& m : gpu_method_registry()) s += (s.empty() ? "" : ", ") + m.name;

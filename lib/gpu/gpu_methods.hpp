@@ -54,4 +54,9 @@ const GpuMethodInfo* find_gpu_method(const std::string& name);
 /// "full, wave": the names, for messages.
 std::string gpu_method_names();
 
+/// Throws ParamError when the job asks what m's GPU path does not do: the capabilities every twin declares
+/// (step_graph), then m.check. The one check of a job, at config time (gpu_job_for) and at run time
+/// (check_job).
+void check_gpu_job(const GpuMethodInfo& m, const GpuLayerJob& job);
+
 }  // namespace retro

@@ -15,7 +15,7 @@ GpuStepSample sample_gpu_step(const GpuStep& st, const GpuStepContext& c) {
     s.times = st.times;
     s.batch_h2d_bytes = st.batch_h2d_bytes;
     s.batch_d2h_bytes = st.batch_d2h_bytes;
-    const int sequences = 1 + (int)(job.more_heads.size() / job.heads.size());  // replicas of one sequence agree
+    const int sequences = job.sequences();  // replicas of one sequence agree
     s.replica_diff = replica_diff(st.out, job.batch, job.heads.size() * (size_t)h0.group * (size_t)h0.head_dim, sequences);
     if (c.hw) {
         s.modeled = true;

@@ -888,14 +888,14 @@ BACKEND_TEST(StepGraphReplaysWhatItCaptured) {
     try {
         graph.run(8, stream.get(), body);
         ADD_FAILURE() << "a replay with other arguments than its capture's was taken";
-    } catch (const Error& e) {
+    } catch (const cuda::StepGraphError& e) {
         EXPECT_NE(std::string(e.what()).find("copy_h2d_async"), std::string::npos) << e.what();
         EXPECT_NE(std::string(e.what()).find("test graph"), std::string::npos) << e.what();
     }
     cuda::Event ev;
     cuda::StepGraph timed("timed graph");
-    EXPECT_THROW(timed.run(1, stream.get(), [&] { ev.record(stream.get()); }), Error);
-    EXPECT_THROW(timed.run(2, stream.get(), [&] { stream.synchronize(); }), Error);
+    EXPECT_THROW(timed.run(1, stream.get(), [&] { ev.record(stream.get()); }), cuda::StepGraphError);
+    EXPECT_THROW(timed.run(2, stream.get(), [&] { stream.synchronize(); }), cuda::StepGraphError);
 #else
     EXPECT_EQ(calls, 2);
 #endif
