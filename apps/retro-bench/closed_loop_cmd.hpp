@@ -20,6 +20,9 @@ struct ClosedLoopRun {
     /// "I/N": only the I-th of N groups of cases (cases sharing a prompt prefix stay together; every run
     /// of those cases); empty = every case. docs/closed-loop.md "Sharded".
     std::string shard;
+    /// > 0: print which cases each of this many shards holds and which of their parts the results directory
+    /// has (the tokenizer alone: no model loaded, no lock taken, nothing written), then exit.
+    int shard_plan = 0;
     int threads = -1;  ///< > 0: overrides the config's "threads" (a shard's cores); otherwise the config's
     /// "fidelity", "niah" or "task": only the cases of that kind; the directory stays "partial" (a last run
     /// without it writes runs.jsonl). Empty = every kind.

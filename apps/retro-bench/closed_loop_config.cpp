@@ -93,6 +93,13 @@ int run_closed_loop_config(const json& j, const std::string& origin, const Close
     if (opt.threads > 0) args.insert(args.end(), {"--threads", std::to_string(opt.threads)});
     if (!opt.only_kind.empty()) args.insert(args.end(), {"--only-kind", opt.only_kind});
     if (!opt.device.empty()) args.insert(args.end(), {"--device", opt.device});
+    ChildOptions child{.what = "Python interpreter",
+                       .hint = "the closed loop runs in the trace dumper's venv: bash scripts/dump/setup_venv.sh, "
+                               "or set RETRO_CLOSED_LOOP_PYTHON"};
+    if (opt.shard_plan > 0) {  // reads the results directory only: no lock, nothing created
+        args.insert(args.end(), {"--shard-plan", std::to_string(opt.shard_plan)});
+        return run_child(args, child);
+    }
     // One writer per results directory (issue 43): the directory's lock is taken here and inherited by the
     // model process, which holds it with us (and passes it to its own writers): it is free only when no
     // writer lives. A shard of the cases or one kind of them runs beside the others (shared lock plus its
@@ -115,12 +122,9 @@ int run_closed_loop_config(const json& j, const std::string& origin, const Close
     clean_temp_files(lock);
     // RETRO_HOST_JSON: this binary's host_info() (git revision, BLAS, CPU, version), for the runner's manifest
     // "host" as an open-loop run records it (the report's header reads git_revision and blas there)
-    ChildOptions child{.env_set = {{"RETRO_HOST_JSON", host_info().dump()}},
-                       .what = "Python interpreter",
-                       .hint = "the closed loop runs in the trace dumper's venv: bash scripts/dump/setup_venv.sh, "
-                               "or set RETRO_CLOSED_LOOP_PYTHON",
-                       .inherit_fds = lock.fds(),
-                       .on_started = [&](long pid) { lock.add_writer(pid, "closed loop: " + py + " -m " + module); }};
+    child.env_set = {{"RETRO_HOST_JSON", host_info().dump()}};
+    child.inherit_fds = lock.fds();
+    child.on_started = [&](long pid) { lock.add_writer(pid, "closed loop: " + py + " -m " + module); };
     const int rc = run_child(args, child);
     if (!existed && lock.exclusive() && holds_only_lock_files(dir))
         fs::remove_all(dir, ec);  // refused before anything was written (bad input): no empty directory left

@@ -127,7 +127,8 @@ const CommandRegistrar reg(10, [](CLI::App& app) {
                     "into the shared results directory; the last shard to finish merges (docs/cluster.md); a closed-loop "
                     "config: the I-th of N groups of cases, every run (docs/closed-loop.md)");
     sub->add_option("--shard-plan", a->shard_plan, "print how N shards would split the sweep (units and "
-                    "estimated cost per shard) and exit; nothing is generated or run")->check(CLI::Range(1, 100000));
+                    "estimated cost per shard) and exit; nothing is generated or run; a closed-loop config: each "
+                    "shard's cases and what of them is still to do in the results directory")->check(CLI::Range(1, 100000));
     sub->add_option("--only-kind", a->only_kind,
                     "a closed-loop config: run only its cases of this kind (the directory stays partial; a "
                     "last run without it writes runs.jsonl; docs/closed-loop.md)")
@@ -154,9 +155,10 @@ const CommandRegistrar reg(10, [](CLI::App& app) {
                 throw ConfigError(a->config + ": --device places a closed-loop config's model; this is not an "
                                   "\"experiment\": \"closed-loop\" config (a replay config's GPU path is its "
                                   "\"backend\": \"cuda\")");
-            if (is_ood_recall_config(j) && shard.active())
-                throw ConfigError(a->config + ": --shard applies to method sweeps; an \"experiment\": \"ood-recall\" "
-                                  "config runs on one machine");
+            if (is_ood_recall_config(j) && (shard.active() || a->shard_plan > 0))
+                throw ConfigError(a->config + ": " + (shard.active() ? "--shard" : "--shard-plan") +
+                                  " applies to method sweeps; an \"experiment\": \"ood-recall\" config runs on one "
+                                  "machine");
             if (is_ood_recall_config(j))
                 return run_ood_config(j, a->config,
                                       OodConfigRun{.results_root = a->results, .resume = a->resume,
@@ -167,6 +169,7 @@ const CommandRegistrar reg(10, [](CLI::App& app) {
                                               ClosedLoopRun{.results_root = a->results, .resume = a->resume,
                                                             .force = a->force, .wait_lock = a->wait_lock,
                                                             .shard = a->shard,
+                                                            .shard_plan = a->shard_plan,
                                                             .threads = a->threads, .only_kind = a->only_kind,
                                                             .device = a->device,
                                                             .command_line = a->command_line()});

@@ -575,7 +575,7 @@ TEST_F(Cli, PeakMemoryIsBoundedByAHeadNotTheTrace) {
 }
 
 // `run --only-kind KIND` on a closed-loop config passes the kind on to its script (with the shard and
-// threads) and records it in the command; a kind outside fidelity/niah/task, or --only-kind on a replay
+// threads) and records it in the command; `--shard-plan N` reaches it without a lock; a kind outside fidelity/niah/task, or --only-kind on a replay
 // config, is refused before any work, naming the option.
 TEST_F(Cli, OnlyKindAndDeviceReachTheClosedLoopScriptAndAreCheckedBeforeWork) {
     {
@@ -599,6 +599,12 @@ TEST_F(Cli, OnlyKindAndDeviceReachTheClosedLoopScriptAndAreCheckedBeforeWork) {
     // the shard's results directory holds its lock files (taken before the script starts; issue 43)
     EXPECT_TRUE(fs::exists("results/cl/.lock-shard-1-of-3-niah"));
     fs::remove_all("results");
+    // --shard-plan reaches the script, which only reads the results directory: no lock, nothing created
+    r = sh(env + bin() + " run cl.json --shard-plan 3 --only-kind niah");
+    ASSERT_EQ(r.code, 0) << r.out;
+    EXPECT_NE(slurp("script.args").find("\n--shard-plan\n3\n"), std::string::npos) << slurp("script.args");
+    EXPECT_FALSE(fs::exists("results/cl"));
+    fs::remove("script.args");
     for (const char* bad : {"--only-kind needle", "--device gpu"}) {
         r = sh(env + bin() + " run cl.json " + bad);
         EXPECT_NE(r.code, 0) << bad << ": " << r.out;

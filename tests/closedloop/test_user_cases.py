@@ -137,6 +137,22 @@ class Sharded(unittest.TestCase):
         with open(path, "w") as f:
             json.dump(cfg, f)
         out = os.path.join(d, "results", "sharded")
+
+        def plan():
+            """`--shard-plan 2` (the results directory only read): {case's line: shard} of the cases it lists
+            as having parts to do, and its text."""
+            r = subprocess.run([BIN, "run", path, "--results", os.path.join(d, "results"), "--shard-plan", "2"],
+                               capture_output=True, text=True)
+            self.assertEqual(r.returncode, 0, r.stderr[-3000:])
+            return {line.split("(", 1)[1].split(" ")[0]: int(block[0]) for block in r.stdout.split("  shard ")[1:]
+                    for line in block.splitlines()[1:]}, r.stdout
+        first, text = plan()
+        self.assertFalse(os.path.exists(out))  # no lock, no directory: nothing written
+        self.assertIn("3 case(s) in 2 group(s)", text)
+        self.assertIn("reference to do, runs 0/2 done", text)
+        self.assertEqual(sorted(first), ["cases.jsonl:1", "cases.jsonl:2", "cases.jsonl:3"], text)
+        self.assertEqual(first["cases.jsonl:1"], first["cases.jsonl:2"])  # one prefix, one shard
+        self.assertNotEqual(first["cases.jsonl:1"], first["cases.jsonl:3"])
         done = []
         for i in (0, 1):
             r = subprocess.run([BIN, "run", path, "--results", os.path.join(d, "results"), "--shard", f"{i}/2"]
@@ -148,6 +164,10 @@ class Sharded(unittest.TestCase):
             ids_of = {c["desc"].split(" ")[0]: c["id"] for c in m["cases"]}
             have = {line for line, cid in ids_of.items() if os.path.exists(os.path.join(out, "parts", "reference", cid + ".json"))}
             done.append((have - set().union(*[x[0] for x in done]) if done else have, r.stderr))
+            if i == 0:  # shard 0's cases done: the plan lists shard 1's alone
+                left, text = plan()
+                self.assertEqual(left, {k: v for k, v in first.items() if v == 1}, text)
+                self.assertRegex(text, r"shard 0/2: .*to do: 0 part\(s\) on 0 case\(s\)")
             self.assertEqual(os.path.exists(os.path.join(out, "runs.jsonl")), i == 1, r.stderr[-2000:])
         lines_of = {1: "cases.jsonl:1", 2: "cases.jsonl:2", 3: "cases.jsonl:3"}
         shards = [{k for k, v in lines_of.items() if v in x[0]} for x in done]

@@ -28,10 +28,9 @@ import sys
 import numpy as np
 
 from . import metrics
-from .results import read_json
+from .results import REFERENCE, read_json
 from .tables import _f, short_label
 
-REFERENCE = "reference"
 TARGETS = (0.018, 0.05, 0.10)  # the papers' budgets, as fractions of the visible tokens
 WITHIN_POINTS = 2.0
 

@@ -28,13 +28,12 @@ if __name__ == "__main__":  # ends with retro-bench however it ends (before the 
 
 import numpy as np  # noqa: E402
 
-from . import backend, metrics, tasks, user_cases  # noqa: E402
+from . import backend, metrics, sharding, tasks, user_cases  # noqa: E402
 from ..atomic import save_npy, write_text  # noqa: E402
-from .results import ResultsDir, ResultsError  # noqa: E402
+from .results import REFERENCE, ResultsDir, ResultsError  # noqa: E402
 
 FIDELITY_KEYS = {"texts", "prompt_tokens", "continuation_tokens", "greedy_tokens", "random_prompt", "seed"}
 NIAH_KEYS = {"texts", "prompt_tokens", "depths", "variants", "num_keys", "max_new_tokens", "seed", "haystack"}
-REFERENCE = "reference"
 
 
 class ConfigError(Exception):
@@ -156,20 +155,31 @@ def build_key(run, search_params):
                        {k: v for k, v in run["params"].items() if k not in skip}], sort_keys=True)
 
 
-def case_shard(order, spec, chunk):
-    """The ids of the cases shard "I/N" runs: `order` [(index, case)] cut into groups of cases whose
-    prompts share their first `chunk` tokens (a haystack's cases: their prefills reuse each other's), the
-    groups dealt out in turn in that order."""
+def parse_case_shard(spec):
+    """(I, N) of a --case-shard "I/N", or ConfigError."""
     try:
         i, n = (int(x) for x in spec.split("/"))
         if not 0 <= i < n:
             raise ValueError
     except ValueError:
         raise ConfigError(f"--case-shard {spec!r}: expected I/N with 0 <= I < N") from None
-    group = {}  # first chunk -> its group's number, in order of first appearance
-    for _, c in order:
-        group.setdefault(tuple(c["ids"][:chunk]), len(group))
-    return {c["id"] for _, c in order if group[tuple(c["ids"][:chunk])] % n == i}
+    return i, n
+
+
+def print_shard_plan(cfg, args, runs, own):
+    """--shard-plan N: the cases each shard holds (the same cases and order a session builds, from the
+    tokenizer alone) and which of their parts are on disk; the results directory is only read."""
+    if args.shard_plan < 1:
+        raise ConfigError(f"--shard-plan {args.shard_plan}: expected a number of shards >= 1")
+    from . import model_runner
+    tok, vocab, _ = model_runner.load_tokenizer(cfg["model"])
+    cases = tasks.fidelity_cases(cfg, tok, vocab) + tasks.niah_cases(cfg, tok) + own
+    res = ResultsDir.reader(args.results, cfg["name"])
+    # grouped over every case, as a session groups them; --only-kind leaves the other kinds out of the list
+    plan = sharding.shard_plan(sharding.case_order(cases), args.shard_plan, int(cfg.get("prefill_chunk", 1024)),
+                               [r["id"] for r in runs], lambda run_id, case_id: case_done(res, cfg, run_id, case_id),
+                               keep=lambda c: not args.only_kind or c["kind"] == args.only_kind)
+    print(sharding.format_plan(cfg["name"], plan, len(runs)))
 
 
 def build_groups(runs, search_params):
@@ -474,6 +484,9 @@ def main(argv=None):
                     help="run every run on the I-th of N groups of cases (cases sharing their first prefill chunk "
                          "form a group: a haystack's cases, whose prefills reuse each other's); `retro-bench run "
                          "--shard I/N` passes it. The shard that finds every part done writes runs.jsonl")
+    ap.add_argument("--shard-plan", type=int, default=0, metavar="N",
+                    help="print which cases each of N shards (--case-shard I/N) holds and what of them is still "
+                         "to do in the results directory, and exit: no model is loaded, nothing is written")
     ap.add_argument("--threads", type=int, default=None,
                     help="> 0: overrides the config's \"threads\" (torch, BLAS and the methods' OpenMP; a shard's "
                          "cores; not part of a run's id)")
@@ -534,7 +547,7 @@ def run(args):
     search_params = {name: {p["name"] for p in m["params"] if p.get("search")} for name, m in methods.items()}
     from . import model_runner
     # a device torch cannot use: refused before the model is fetched and anything is written
-    device = None if args.aggregate_only else model_runner.check_device(args.device)
+    device = None if args.aggregate_only or args.shard_plan else model_runner.check_device(args.device)
     ctx = model_runner.model_context(cfg["model"])  # ModelError for a model the loaders cannot read
     tasks.check_lengths(cfg, ctx, args.config)
     own = []
@@ -544,6 +557,9 @@ def run(args):
         tok, vocab, stop_ids = model_runner.load_tokenizer(cfg["model"])
         own = user_cases.build(parsed, path, tok, vocab, ctx, bool(cfg.get("allow_beyond_context", False)), stop_ids)
         log(f"{len(own)} case(s) from {path}")
+    if args.shard_plan:
+        print_shard_plan(cfg, args, runs, own)
+        return 0
     res = ResultsDir(args.results, cfg["name"], args.resume, args.force)
     if device is not None:
         check_same_device(res, args.device)
@@ -584,11 +600,9 @@ def run(args):
         pdir = os.path.join(res.dir, "prompts")
         for c in cases:  # the prompts' token ids: the open-loop traces are dumped from these (--prompt-ids)
             write_text(os.path.join(pdir, c["id"] + ".json"), json.dumps(c["ids"]))
-        # shorter prompts first (in 1024-token buckets: an interrupted long grid has its cheap cases done),
-        # then in the order of their token ids: prompts that share a prefix (one haystack, several
-        # questions) come one after the other and each prefill reuses the previous one's (LoadedModel.prefill)
-        order = sorted(enumerate(cases), key=lambda ic: (len(ic[1]["ids"]) // 1024, ic[1]["ids"]))
-        mine = case_shard(order, args.case_shard, int(cfg.get("prefill_chunk", 1024))) if args.case_shard else None
+        order = sharding.case_order(cases)
+        mine = sharding.case_shard(order, *parse_case_shard(args.case_shard), int(cfg.get("prefill_chunk", 1024))) \
+            if args.case_shard else None
         if args.resume:  # damaged parts of this session's units are moved aside, so recomputed below
             res.set_aside_damaged(session_units(args, runs, cases, mine, search_params), log)
         if args.worker:

@@ -127,6 +127,14 @@ class ResultsDir:
                 if ".tmp-" in f and temp_writer_gone(f):
                     os.remove(os.path.join(dp, f))
 
+    @classmethod
+    def reader(cls, root, name):
+        """The directory root/name as it is, for reading only (--shard-plan): nothing created or removed, no
+        check that it exists (has_part is then False everywhere)."""
+        self = cls.__new__(cls)
+        self.dir = os.path.join(root, name)
+        return self
+
     def part_path(self, run_id, case_id):
         return os.path.join(self.dir, "parts", run_id, case_id + ".json")
 
