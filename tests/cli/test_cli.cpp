@@ -215,7 +215,8 @@ TEST_F(Cli, BadInputGivesClearErrorsAndNoResults) {
 }
 
 // An "experiment": "ood-recall" config (configs/paper/ood-recall.json): `run` writes one ood-recall JSON
-// per index, refuses an existing directory without --resume/--force, skips finished files on --resume.
+// per index, refuses an existing directory without --resume/--force, skips finished files on --resume,
+// refuses --shard and --shard-plan.
 TEST_F(Cli, OodRecallConfigRunsEachIndexAndResumes) {
     make_trace("t.h5");
     json c = json::parse(R"({"name": "ood", "experiment": "ood-recall", "figure": "RetrievalAttention Fig. 3a",
@@ -248,6 +249,12 @@ TEST_F(Cli, OodRecallConfigRunsEachIndexAndResumes) {
     r = sh(bin() + " run o.json --resume");
     EXPECT_EQ(r.code, 0) << r.out;
     EXPECT_NE(r.out.find("0 ood-recall file(s) written, 2 already present"), std::string::npos) << r.out;
+    for (const char* opt : {"--shard 0/2", "--shard-plan 2"}) {  // one machine: refused, naming the option
+        r = sh(bin() + " run o.json --resume " + opt);
+        EXPECT_EQ(r.code, 2) << opt << ": " << r.out;
+        EXPECT_NE(r.out.find(std::string(opt).substr(0, std::string(opt).find(' ')) + " applies to method sweeps"),
+                  std::string::npos) << r.out;
+    }
 
     c["indexes"][1]["efSearch"] = 8;
     write_config("bad.json", c);
