@@ -1145,5 +1145,54 @@ class ClosedLoopVariantsTest(unittest.TestCase):
         self.assertEqual([(sfx, len(g)) for sfx, g in variant_groups(ragged)], [(None, 5)])
 
 
+class ModelThroughputTest(unittest.TestCase):
+    """retro_bench.gpu.model_throughput (issue 40 #5): memory caps, the best within each cap, the batch from
+    which offloading pays, the figure's rows, and the figure itself (the same file twice)."""
+    MODEL = {"layers": 32, "kv_heads": 8, "head_dim": 128, "device_memory_bytes": 143 * 2**30}  # an H200
+
+    class Args:
+        gpu_GiB, reserved_GiB, weights_GB, host_GiB, wave_resident = 0.0, 4.0, 16.06, 512.0, 0.13
+
+    def rows(self):
+        tps = {"full": (100, 180, None, None), "full-cudnn": (110, 190, None, None),  # batch 1, 2, 8, 32
+               "wave-hbm": (150, 280, 900, None), "wave": (60, 110, 380, 1200), "wave-dev": (70, 120, 300, 1100),
+               "quest": (120, 200, None, None)}
+        return [{"method": m, "context": 131072, "batch": b, "tokens_per_s": v}
+                for m, vals in tps.items() for b, v in zip((1, 2, 8, 32), vals) if v is not None]
+
+    def test_caps_best_and_where_offloading_pays(self):
+        from retro_bench.gpu import model_throughput as mt
+        (t,) = mt.tables(self.rows(), self.MODEL, self.Args)
+        kv = 131072 * 8 * 128 * 4.0 * 32  # one sequence's KV, every layer: 17.2 GB
+        free = 139 * 2**30 - 16.06e9
+        self.assertEqual(t["caps"]["full"], (int(free // kv), None))  # Llama-3-8B: 7 requests at 128K
+        self.assertEqual(t["caps"]["full"][0], 7)
+        self.assertEqual(t["caps"]["wave"], (int(free // (0.13 * kv)), int(512 * 2**30 // kv)))
+        by = {r["batch"]: r["cells"] for r in t["rows"]}
+        self.assertTrue(by[8]["wave-hbm"]["oom"])  # past the HBM cap: shown, not counted
+        self.assertFalse(by[32]["wave"]["oom"])
+        self.assertEqual(t["best"]["full-cudnn"], (190, 2))
+        self.assertEqual(t["full"], "full-cudnn")  # the fastest capped full row is the bar
+        self.assertEqual(t["best"]["wave-hbm"], (280, 2))
+        self.assertEqual(t["pays_from"], {"wave": 8, "wave-dev": 8})  # 380 and 300 > 190; 110 and 120 are not
+        self.assertEqual(mt.figure_methods(t), ["full-cudnn", "quest", "wave-hbm", "wave"])  # wave beats wave-dev
+
+    def test_figure_file_is_written_and_reproducible(self):
+        import tempfile
+        from retro_bench.gpu import model_throughput as mt
+        ts = mt.tables(self.rows(), self.MODEL, self.Args)
+        d = tempfile.mkdtemp(prefix="retro-mt-")
+        try:
+            paths = [os.path.join(d, f"t{i}.png") for i in (1, 2)]
+            for p in paths:
+                mt.draw(ts, p)
+            with open(paths[0], "rb") as a, open(paths[1], "rb") as b:
+                first = a.read()
+                self.assertEqual(first, b.read())
+            self.assertEqual(first[:8], b"\x89PNG\r\n\x1a\n")
+        finally:
+            shutil.rmtree(d)
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)

@@ -14,10 +14,13 @@ meta index's centroids and value sums ~1/16, the execution buffer's 1.8% + stead
 Rows beyond a method's cap print "oom"; where host memory cannot hold every layer's KV the wave row still
 shows the measured layer (its other layers modeled as its repeats) and says so. Below each context: the
 best tokens/s of each method within its cap, and wave (offloaded) over memory-capped full (the issue's
-target: >= 3x at 128K; the paper: 4.4x). Prints Markdown.
+target: >= 3x at 128K; the paper: 4.4x), and the smallest batch from which each offloaded method's tokens/s
+exceed that best (where offloading starts to pay). Prints Markdown; --figure draws the same as tokens/s vs
+batch, one panel per context (issue 40 #5's figure).
 
     PYTHONPATH=python python3 -m retro_bench.gpu.model_throughput GPU_REPORT.json [GPU_REPORT.json ...]
         [--weights-GB 16.06] [--gpu-GiB G] [--reserved-GiB 4] [--host-GiB 128] [--wave-resident 0.13]
+        [--figure FIG.png]
 """
 import argparse
 import json
@@ -53,6 +56,134 @@ def caps(method, n, model, a):
     return (int(free // kv) if free > 0 else 0), None
 
 
+def tables(rows, model, a):
+    """Per context: {context, methods, caps {method: (gpu cap, host cap or None)}, rows [{batch, cells {method:
+    {tps, oom, host_short}}}], best {method: (tokens/s, batch)} within its cap, full (the fastest
+    memory-capped full row's method), pays_from {offloaded method: the smallest batch whose tokens/s exceed
+    capped full's best, or None}}."""
+    methods = [m for m in HBM_METHODS + OFFLOADED if any(r["method"] == m for r in rows)]
+    by = {(r["method"], r["context"], r["batch"]): r for r in rows}
+    out = []
+    for n in sorted({r["context"] for r in rows}):
+        t = {"context": n, "methods": methods, "caps": {m: caps(m, n, model, a) for m in methods}, "rows": [],
+             "best": {}, "full": None, "pays_from": {}}
+        for b in sorted({r["batch"] for r in rows if r["context"] == n}):
+            cells = {}
+            for m in methods:
+                r = by.get((m, n, b))
+                if not r:
+                    continue
+                cap, host_cap = t["caps"][m]
+                cells[m] = {"tps": r["tokens_per_s"], "oom": b > cap,
+                            "host_short": host_cap is not None and b > host_cap}
+                if b <= cap and r["tokens_per_s"] > t["best"].get(m, (0, 0))[0]:
+                    t["best"][m] = (r["tokens_per_s"], b)
+            t["rows"].append({"batch": b, "cells": cells})
+        fulls = [m for m in methods if m.startswith("full") and m in t["best"]]
+        if fulls:
+            t["full"] = max(fulls, key=lambda m: t["best"][m][0])
+            bar = t["best"][t["full"]][0]
+            for m in methods:
+                if m in OFFLOADED:
+                    t["pays_from"][m] = next((row["batch"] for row in t["rows"] if m in row["cells"] and
+                                              not row["cells"][m]["oom"] and row["cells"][m]["tps"] > bar), None)
+        out.append(t)
+    return out
+
+
+def print_tables(ts, model, a):
+    print(f"model: {model.get('dense') or '?'}, {model['layers']} layers; weights {a.weights_GB:g} GB; "
+          f"wave keeps {a.wave_resident:g} of its KV on the GPU; host memory {a.host_GiB:g} GiB\n")
+    for t in ts:
+        methods = t["methods"]
+        print(f"### {ctx_name(t['context'])}\n")
+        head = ["batch"] + [f"{m} (cap {t['caps'][m][0]})" for m in methods]
+        print("| " + " | ".join(head) + " |")
+        print("|" + "---|" * len(head))
+        notes = set()
+        for row in t["rows"]:
+            cells = [str(row["batch"])]
+            for m in methods:
+                c = row["cells"].get(m)
+                if not c:
+                    cells.append("-")
+                elif c["oom"]:
+                    cells.append(f"oom ({c['tps']:.0f})")
+                else:
+                    cell = f"{c['tps']:.0f}"
+                    if c["host_short"]:
+                        cell += "†"
+                        notes.add("† host memory holds fewer sequences' KV of every layer: one layer measured, "
+                                  "the others modeled as its repeats")
+                    cells.append(cell)
+            print("| " + " | ".join(cells) + " |")
+        print()
+        for note in sorted(notes):
+            print(note + "\n")
+        if t["full"]:
+            f, best = t["full"], t["best"]
+            line = f"best within its cap: {f} {best[f][0]:.0f} tokens/s (batch {best[f][1]})"
+            for m in methods:
+                if m in best and not m.startswith("full"):
+                    line += f"; {m} {best[m][0]:.0f} (batch {best[m][1]}, {best[m][0] / best[f][0]:.2f}x)"
+            print(line + "\n")
+            pays = [f"{m} from batch {b}" if b is not None else f"{m} at no measured batch"
+                    for m, b in t["pays_from"].items()]
+            if pays:
+                print(f"offloading pays (tokens/s above {f}'s best within its cap): " + "; ".join(pays) + "\n")
+
+
+def figure_methods(t):
+    """The rows a context's panel draws: the fastest memory-capped full row, wave in HBM, the fastest offloaded
+    wave row (wave, wave-dev*: one line), and every other method (Quest, PQCache in HBM and offloaded, ...)."""
+    waves = [m for m in t["methods"] if m in OFFLOADED and m.startswith("wave")]
+    wave = max(waves, key=lambda m: t["best"].get(m, (0, 0))[0]) if waves else None
+    return [m for m in t["methods"] if m == t["full"] or m == wave or
+            not (m.startswith("full") or m in waves)]
+
+
+def draw(ts, path):
+    """One panel per context: tokens/s vs batch (log-log) for figure_methods, their points within the memory cap
+    filled, those beyond it hollow on a dotted line; KV-in-HBM methods dashed, offloaded ones solid; capped
+    full's best as a grey line."""
+    import os
+
+    from ..plotting import style
+    from ..plotting.cli import require_matplotlib
+    from ..plotting.figure_file import savefig_atomic
+    from ..plotting.figures.gpu import batch_axis, ctx_title, plain_log_y
+    require_matplotlib()
+    import matplotlib.pyplot as plt
+    style.apply_rc()
+    fig, axes = plt.subplots(1, len(ts), figsize=(style.WIDE_W, 2.1), squeeze=False)
+    for ax, t in zip(axes[0], ts):
+        for m in figure_methods(t):
+            st = style.method_style(m.split("-")[0])
+            pts = [(row["batch"], row["cells"][m]) for row in t["rows"] if m in row["cells"]]
+            if not pts:
+                continue
+            ls = "-" if m in OFFLOADED else "--"
+            fits = [(b, c["tps"]) for b, c in pts if not c["oom"]]
+            over = [(b, c["tps"]) for b, c in pts if c["oom"]]
+            if fits:
+                ax.plot(*zip(*fits), ls=ls, marker=st["marker"], color=st["color"],
+                        label=f"{m} (cap {t['caps'][m][0]})")
+            if over:
+                line = fits[-1:] + over
+                ax.plot(*zip(*line), ls=":", color=st["color"], lw=0.8)
+                ax.plot(*zip(*over), ls="none", marker=st["marker"], mfc="none", color=st["color"],
+                        label=None if fits else f"{m} (cap {t['caps'][m][0]})")
+        if t["full"]:
+            ax.axhline(t["best"][t["full"]][0], color="0.5", lw=0.6, ls="-.")
+        batch_axis(ax)
+        plain_log_y(ax)
+        ax.set_title(ctx_title(t["context"]))
+    axes[0][0].set_ylabel("Decode tokens/s per GPU")
+    axes[0][-1].legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    savefig_atomic(fig, path, os.path.splitext(path)[1].lstrip(".") or "png")
+    plt.close(fig)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("reports", nargs="+")
@@ -61,53 +192,18 @@ def main(argv=None):
     ap.add_argument("--reserved-GiB", type=float, default=4.0, help="runtime, activations, workspace")
     ap.add_argument("--host-GiB", type=float, default=128.0, help="host memory for offloaded KV")
     ap.add_argument("--wave-resident", type=float, default=0.13)
+    ap.add_argument("--figure", default=None, metavar="PATH",
+                    help="also draw tokens/s vs batch per context (png, pdf or svg by the extension)")
     a = ap.parse_args(argv)
     rows, model = load(a.reports)
     if not rows or not model:
         print("model_throughput: no rows with tokens_per_s (a report of retro_gpu_check with the dense layer)",
               file=sys.stderr)
         return 2
-    methods = [m for m in HBM_METHODS + OFFLOADED if any(r["method"] == m for r in rows)]
-    by = {(r["method"], r["context"], r["batch"]): r for r in rows}
-    print(f"model: {model.get('dense') or '?'}, {model['layers']} layers; weights {a.weights_GB:g} GB; "
-          f"wave keeps {a.wave_resident:g} of its KV on the GPU; host memory {a.host_GiB:g} GiB\n")
-    for n in sorted({r["context"] for r in rows}):
-        print(f"### {ctx_name(n)}\n")
-        head = ["batch"] + [f"{m} (cap {caps(m, n, model, a)[0]})" for m in methods]
-        print("| " + " | ".join(head) + " |")
-        print("|" + "---|" * len(head))
-        best = {}
-        notes = set()
-        for b in sorted({r["batch"] for r in rows if r["context"] == n}):
-            cells = [str(b)]
-            for m in methods:
-                r = by.get((m, n, b))
-                cap, host_cap = caps(m, n, model, a)
-                if not r:
-                    cells.append("-")
-                elif b > cap:
-                    cells.append(f"oom ({r['tokens_per_s']:.0f})")
-                else:
-                    cell = f"{r['tokens_per_s']:.0f}"
-                    if host_cap is not None and b > host_cap:
-                        cell += "†"
-                        notes.add("† host memory holds fewer sequences' KV of every layer: one layer measured, "
-                                  "the others modeled as its repeats")
-                    cells.append(cell)
-                    if r["tokens_per_s"] > best.get(m, (0, 0))[0]:
-                        best[m] = (r["tokens_per_s"], b)
-            print("| " + " | ".join(cells) + " |")
-        print()
-        for note in sorted(notes):
-            print(note + "\n")
-        fulls = [m for m in methods if m.startswith("full") and m in best]
-        if fulls:
-            f = max(fulls, key=lambda m: best[m][0])
-            line = f"best within its cap: {f} {best[f][0]:.0f} tokens/s (batch {best[f][1]})"
-            for m in methods:
-                if m in best and not m.startswith("full"):
-                    line += f"; {m} {best[m][0]:.0f} (batch {best[m][1]}, {best[m][0] / best[f][0]:.2f}x)"
-            print(line + "\n")
+    ts = tables(rows, model, a)
+    print_tables(ts, model, a)
+    if a.figure:
+        draw(ts, a.figure)
     return 0
 
 

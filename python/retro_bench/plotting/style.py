@@ -28,7 +28,7 @@ ALIASES = {
     "hnsw": "faiss_hnsw", "faiss-hnsw": "faiss_hnsw", "flat": "faiss_flat", "exact": "faiss_flat",
     "ivfpq": "faiss_ivfpq", "ivf_pq": "faiss_ivfpq", "roargraph": "retrieval_attention",
     "retrievalattention": "retrieval_attention", "ra": "retrieval_attention", "topk": "oracle_topk",
-    "oracle": "oracle_topk", "retroinfer": "wave", "streamingllm": "streaming",
+    "oracle": "oracle_topk", "retroinfer": "wave", "streamingllm": "streaming", "pq": "pqcache",
 }
 _FALLBACK_COLORS = ["#999933", "#117733", "#44AA99", "#88CCEE", "#DDCC77", "#AA4499", "#661100", "#6699CC"]
 _FALLBACK_MARKERS = ["o", "s", "^", "v", "D", "P", "X", "h"]

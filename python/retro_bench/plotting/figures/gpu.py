@@ -250,11 +250,11 @@ PHASE_LABEL = {"select": "select (rank)", "estimate": "estimate", "gather": "gat
                "attend": "attend", "other": "rest of the step (id copy, host wait, gaps)"}
 
 
-def _ctx_title(N):
+def ctx_title(N):
     return f"{style.tokens_label(N)} context"
 
 
-def _batch_axis(ax):
+def batch_axis(ax):
     from matplotlib.ticker import FuncFormatter, NullFormatter
     ax.set_xscale("log", base=2)
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
@@ -262,7 +262,7 @@ def _batch_axis(ax):
     ax.set_xlabel("Batch size")
 
 
-def _plain_log_y(ax):
+def plain_log_y(ax):
     from matplotlib.ticker import FuncFormatter
     ax.set_yscale("log")
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
@@ -281,9 +281,9 @@ def _draw_gpu_step_time(s, fig):
             h = method_line(ax, [p["batch"] for p in pts], [p["step_us"] for p in pts], ser["method"],
                             label=ser["label"], variant=ser["variant"], ms=3.5)
             handles.setdefault(ser["label"], h)
-        _batch_axis(ax)
-        _plain_log_y(ax)
-        ax.set_title(_ctx_title(N))
+        batch_axis(ax)
+        plain_log_y(ax)
+        ax.set_title(ctx_title(N))
     axes[0].set_ylabel("Step time (µs per layer)" + (f"\n{s['device']}" if s.get("device") else ""))
     fig.tight_layout(pad=0.3, w_pad=0.8)
     legend_above(fig, list(handles.values()), list(handles.keys()), ncol=min(len(handles), 4))
@@ -335,7 +335,7 @@ def _draw_gpu_phases(s, fig):
             ax.set_ylim(0, top * 1.18 if top > 0 else 1)
             ax.grid(axis="x", visible=False)
             if i == 0:
-                ax.set_title(_ctx_title(N))
+                ax.set_title(ctx_title(N))
             if i == len(rows) - 1:
                 ax.set_xlabel("Batch size")
             if j == 0:
@@ -375,9 +375,9 @@ def _draw_gpu_speedup(s, fig):
                         fontsize=5.5, color=h.get_color(), va="center")
             lo, hi = min(lo, min(ys)), max(hi, max(ys))
         ax.axhline(1.0, color="#777777", lw=0.8, ls="--", zorder=1)
-        _batch_axis(ax)
+        batch_axis(ax)
         ax.set_xlim(right=ax.get_xlim()[1] * 1.35)  # room for the last point's value
-        ax.set_title(_ctx_title(N))
+        ax.set_title(ctx_title(N))
     from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
     axes[0].set_yscale("log")
     axes[0].set_ylim(lo / 1.25, hi * 1.25)
