@@ -28,11 +28,17 @@
 //                the other rows as without); their phases are not timed, the step and its capture cost are
 //   --no-launch-gate  time each step as one host thread issues it, its launch calls inside the events
 //                (default: behind a launch gate, the GPU's work alone; GpuLayerJob::launch_gate)
+//   --time-budget S  the wave run starts no row S seconds or more after this process started, and none after a
+//                SIGTERM or SIGINT (timeout's, a lease's limit): the rows measured so far are written, the report
+//                saying where and why the run stopped ("wave_run_stopped"); default: no budget
 //   --measured   the model calibrated by this device (gpu/measured.hpp): the --hardware profile (or the
 //                defaults) with the measured HBM, PCIe and transfer-latency ceilings, as "hardware":
 //                "measured" does for `retro-bench run`
 // Exit status: 0 all checks passed, 1 a check or the wave run failed or threw, 77 no CUDA device
 // (everything skipped; the report is still written), 2 bad arguments or an --out DIR that cannot be made
+#include <atomic>
+#include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -56,6 +62,15 @@ using namespace retro;
 using namespace retro::cuda;
 
 namespace {
+
+// A SIGTERM or SIGINT during the wave run: no further row starts, the report is written with the rows so far
+// (a second signal kills: the handler restores the default).
+std::atomic<int> g_stop_signal{0};
+extern "C" void on_stop_signal(int sig) {
+    g_stop_signal = sig;
+    std::signal(SIGTERM, SIG_DFL);
+    std::signal(SIGINT, SIG_DFL);
+}
 
 std::string num(double v) {
     if (!(v == v) || v == 1.0 / 0.0 || v == -1.0 / 0.0) return "null";
@@ -81,6 +96,8 @@ std::vector<int> int_list(const std::string& s) {
 }
 
 int main(int argc, char** argv) {
+    const auto started = std::chrono::steady_clock::now();
+    double time_budget_s = -1;  // --time-budget: < 0 none
     std::string out_dir = ".", filter, skip, hardware;
     std::vector<int> contexts, batches;
     bool kmeans_gpu = true, measured = false, wave_host = true, wave_dev = true, wave_ablation = true, wave_hbm = true, wave_hbm_host = false;
@@ -122,6 +139,8 @@ int main(int argc, char** argv) {
             host_threads = std::atoi(argv[++i]);
         else if (a == "--steps" && i + 1 < argc && std::atoi(argv[i + 1]) > 0)
             steps = std::atoi(argv[++i]);
+        else if (a == "--time-budget" && i + 1 < argc && std::atof(argv[i + 1]) >= 0)
+            time_budget_s = std::atof(argv[++i]);
         else if (a == "--sequences" && i + 1 < argc && std::atoi(argv[i + 1]) > 0)
             sequences = std::atoi(argv[++i]);
         else if (a == "--warm-steps" && i + 1 < argc && std::atoi(argv[i + 1]) >= 0)
@@ -146,7 +165,7 @@ int main(int argc, char** argv) {
             std::fprintf(stderr, "usage: retro_gpu_check [--out DIR] [--quick] [--checks-only] [--filter S] [--skip S] "
                                  "[--wave-only] [--bench-only GROUP] [--tiny] [--hardware VALUES] [--contexts N,..] [--batches B,..] "
                                  "[--kmeans cpu|gpu] [--measured] [--wave-kv host|gpu|both|all] [--seeds LIST] [--host-threads N] "
-                                 "[--no-launch-gate] [--step-graph] [--steps N] [--warm-steps N] [--sequences N]\n");
+                                 "[--no-launch-gate] [--step-graph] [--steps N] [--warm-steps N] [--sequences N] [--time-budget S]\n");
             return 2;
         }
     }
@@ -277,11 +296,7 @@ int main(int argc, char** argv) {
                 txt << line;
             }
             if (quick) wo.contexts = {32768}, wo.batches = {1, 8}, wo.layer.steps = 4;
-            if (tiny) {
-                wo.contexts = {2048}, wo.batches = {1, 2}, wo.layer.steps = 3, wo.layer.kv_heads = 2;
-                wo.layer.head_dim = 64, wo.layer.topics = 32;
-                wo.dense = {"tiny", 256, 4, 2, 64, 512}, wo.layers = 2, wo.dense_reps = 2;  // the emulation's speed
-            }
+            if (tiny) gpu_run::make_tiny(wo);
             if (steps > 0) wo.layer.steps = steps;
             wo.warm_steps = warm_steps;
             if (wo.warm_steps >= wo.layer.steps) {
@@ -298,11 +313,28 @@ int main(int argc, char** argv) {
             wo.launch_gate = launch_gate;
             wo.step_graph = step_graph;
             wo.sequences = sequences;
+            std::string stopped;  // why the run stopped early, if it did
+            wo.stop = [&] {
+                const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+                if (stopped.empty() && g_stop_signal)
+                    stopped = std::string(g_stop_signal == SIGINT ? "SIGINT" : "SIGTERM") + " after " + num(elapsed) + " s";
+                if (stopped.empty() && time_budget_s >= 0 && elapsed >= time_budget_s)
+                    stopped = "the time budget (--time-budget " + num(time_budget_s) + " s) spent after " + num(elapsed) + " s";
+                return !stopped.empty();
+            };
             std::fprintf(stderr, "wave vs full per layer (kernels/run)...\n");
             const auto backend = gpu_run::make_cuda_backend();
+            std::signal(SIGTERM, on_stop_signal);
+            std::signal(SIGINT, on_stop_signal);
             const auto rows = gpu_run::run_wave_vs_full(*backend, wo, [](const std::string& s) {
                 std::fprintf(stderr, "  %s\n", s.c_str());
             });
+            std::signal(SIGTERM, SIG_DFL);
+            std::signal(SIGINT, SIG_DFL);
+            if (!stopped.empty()) {
+                js << "  \"wave_run_stopped\": " << json_quote(stopped) << ",\n";
+                txt << "wave run stopped early (" << stopped << "): the rows measured before it\n";
+            }
             js << "  \"wave_run_model\": {\"dense\": " << json_quote(wo.dense_layer ? wo.dense.name : "")
                << ", \"layers\": " << wo.layers << ", \"kv_heads\": " << wo.layer.kv_heads << ", \"head_dim\": "
                << wo.layer.head_dim << ", \"device_memory_bytes\": " << (ceilings ? ceilings->memory_bytes : 0)

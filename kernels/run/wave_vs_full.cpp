@@ -226,6 +226,12 @@ std::string row_line(const WaveRunRow& r) {
 
 }  // namespace
 
+void make_tiny(WaveRunOptions& o) {
+    o.contexts = {2048}, o.batches = {1, 2}, o.layer.steps = 3, o.layer.kv_heads = 2;
+    o.layer.head_dim = 64, o.layer.topics = 32;
+    o.dense = {"tiny", 256, 4, 2, 64, 512}, o.layers = 2, o.dense_reps = 2;
+}
+
 std::vector<WaveRunRow> run_wave_vs_full(const GpuBackend& gpu, const WaveRunOptions& o,
                                          const std::function<void(const std::string&)>& progress) {
     std::vector<WaveRunRow> rows;
@@ -236,7 +242,9 @@ std::vector<WaveRunRow> run_wave_vs_full(const GpuBackend& gpu, const WaveRunOpt
         if (why.empty()) dense = std::make_unique<cuda::DenseLayer>(o.dense, *std::max_element(o.batches.begin(), o.batches.end()));
         else if (progress) progress("no dense layer, no tokens/s: " + why);
     }
+    bool stopped = false;  // o.stop said so: no further row, the rows so far finished below
     for (int N : o.contexts) {
+        if (stopped || (o.stop && o.stop())) break;
         SyntheticLayerParams lp = o.layer;
         lp.prompt = N;
         if (progress) progress("synthetic layer, context " + std::to_string(N));
@@ -278,11 +286,16 @@ std::vector<WaveRunRow> run_wave_vs_full(const GpuBackend& gpu, const WaveRunOpt
         // the shared indexes over the prompt (wave's, pq's), built once for every batch point and placement (in the GPU-only build the
         // k-means's final pass runs on one CPU core without BLAS: minutes per point at 128K)
         std::map<std::string, BuiltIndex> built;  // per method: every kind and batch point of it
-        for (size_t k = 0; k < kinds.size(); ++k) {
+        for (size_t k = 0; k < kinds.size() && !stopped; ++k) {
             const Kind& kind = kinds[k];
             const bool shared_build = find_gpu_method(kind.method)->shared_build;
             bool fits = true;
             for (size_t i = 0; i < o.batches.size() && fits; ++i) {
+                if (o.stop && o.stop()) {
+                    stopped = true;
+                    if (progress) progress("stopped: no further row (a time budget or a stop signal)");
+                    break;
+                }
                 const int B = o.batches[i];
                 if (progress) progress(method_label(kind) + " N=" + std::to_string(N) + " B=" + std::to_string(B));
                 WaveRunRow row;

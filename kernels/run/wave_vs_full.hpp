@@ -84,6 +84,10 @@ struct WaveRunOptions {
     /// device path without the asynchronous update); the other rows as without
     bool step_graph = false;
     double hbm_bytes_per_s = 0;  ///< the measured device-memory ceiling (D2D read+write); 0 = no fractions
+    /// Asked before each row starts: true = start no further row (a time budget, a stop signal). The rows
+    /// measured so far are returned with their speed-ups, dense time, tokens/s and calibration, so a run cut
+    /// short by a lease's limit still writes its report. Empty = run every row.
+    std::function<bool()> stop;
 };
 
 /// One (method, context, batch): means over the decode steps.
@@ -115,6 +119,10 @@ struct WaveRunRow {
     /// batch / (layers x (total_us + dense_us)): the whole model's decode tokens/s per GPU (0: not measured)
     double tokens_per_s = 0;
 };
+
+/// The run on a tiny layer at the CPU emulation's speed (retro_gpu_check --tiny, the tests): context 2048,
+/// batches 1 and 2, 3 steps, 2 KV heads of d 64, a tiny dense layer of 2 layers.
+void make_tiny(WaveRunOptions& o);
 
 std::vector<WaveRunRow> run_wave_vs_full(const GpuBackend& gpu, const WaveRunOptions& o,
                                          const std::function<void(const std::string&)>& progress);

@@ -29,6 +29,9 @@
 #   RETRO_STEPS=N, RETRO_WARM_STEPS=W: the wave run's decode steps and, of them, the first W untimed that fill
 #      the block cache (--steps, --warm-steps; the one timing rule asks >= 64 timed: RETRO_STEPS=80
 #      RETRO_WARM_STEPS=16)
+#   RETRO_WAVE_TIMEOUT=S (default 330), RETRO_ROW_SLACK=S (default 60): each wave run's limit, and the seconds
+#      before it after which it starts no row (--time-budget) and writes the rows it has; the contexts run in
+#      the order given (131072,32768: 128K first)
 #   RETRO_HOST_THREADS=N: wave's host lookup workers (--host-threads; 1 = the caller alone, no pool): the
 #      offloaded rows' host phase with and without the pool, call against call
 #   RETRO_UNGATED_BATCHES=1,8: the device-only rows once more at those batches with --no-launch-gate (the
@@ -93,19 +96,25 @@ fi
 hwfile=$out/hardware.txt
 python3 -B "$root/python/retro_bench/_launch.py" retro_bench.gpu.hardware_values "$root/configs/hardware/$hw.json" > "$hwfile" 2>/dev/null ||
   cp "$root/build-gpu/$hw.txt" "$hwfile"
+# each wave run under its limit (RETRO_WAVE_TIMEOUT, default 330 s); one that knows --time-budget starts no
+# row in its last RETRO_ROW_SLACK seconds (default 60) and writes the rows it has (a SIGTERM at the limit
+# does the same after the row in flight; -k 30 kills one that hangs)
+wave_limit=${RETRO_WAVE_TIMEOUT:-330}
+wave_budget=
+grep -qa -- --time-budget "$bin" && wave_budget="--time-budget $(( wave_limit - ${RETRO_ROW_SLACK:-60} ))"
 t0=$SECONDS
 PYTHONWARNINGS=ignore timeout "${RETRO_SDPA_TIMEOUT:-150}" python3 -B "$root/python/retro_bench/_launch.py" retro_bench.gpu.sdpa_baseline "$out/sdpa.json" --contexts "$ctx" \
   --batches "$bat" > "$out/sdpa.log" 2>&1
 echo "sdpa: exit $? ($((SECONDS - t0)) s)"
 t0=$SECONDS
-timeout "${RETRO_WAVE_TIMEOUT:-330}" "$bin" --out "$out/wave" --wave-only --seeds "${RETRO_SEEDS:-quest,pq}" --contexts "$ctx" --batches "$bat" \
+timeout -k 30 "$wave_limit" "$bin" $wave_budget --out "$out/wave" --wave-only --seeds "${RETRO_SEEDS:-quest,pq}" --contexts "$ctx" --batches "$bat" \
   --wave-kv "${RETRO_WAVE_KV:-all}" --hardware "$hwfile" --measured ${RETRO_HOST_THREADS:+--host-threads "$RETRO_HOST_THREADS"} \
   ${RETRO_STEPS:+--steps "$RETRO_STEPS"} ${RETRO_WARM_STEPS:+--warm-steps "$RETRO_WARM_STEPS"} \
   ${RETRO_SEQUENCES:+--sequences "$RETRO_SEQUENCES"} > "$out/wave.log" 2>&1
 echo "wave run: exit $? ($((SECONDS - t0)) s)"
 if [[ -n ${RETRO_UNGATED_BATCHES:-} ]]; then  # the same rows timed with the launch calls inside, side by side
   t0=$SECONDS
-  timeout "${RETRO_WAVE_TIMEOUT:-330}" "$bin" --out "$out/wave-ungated" --wave-only --seeds none --no-launch-gate --contexts "$ctx" \
+  timeout -k 30 "$wave_limit" "$bin" $wave_budget --out "$out/wave-ungated" --wave-only --seeds none --no-launch-gate --contexts "$ctx" \
     --batches "$RETRO_UNGATED_BATCHES" --wave-kv gpu > "$out/wave-ungated.log" 2>&1
   echo "wave run without the launch gate: exit $? ($((SECONDS - t0)) s)"
 fi
@@ -117,7 +126,7 @@ if [[ -n ${RETRO_VARIANT_BATCHES:-} ]]; then  # the kernel variants' rows beside
     variant_env=${variant_env//RETRO_SELECT_SPLIT=on/RETRO_SELECT_SPLIT=off}
   fi
   # shellcheck disable=SC2086  # the variables, one word each
-  env $variant_env timeout "${RETRO_WAVE_TIMEOUT:-330}" "$bin" --out "$out/wave-variants" --wave-only --seeds none --contexts "$ctx" \
+  env $variant_env timeout -k 30 "$wave_limit" "$bin" $wave_budget --out "$out/wave-variants" --wave-only --seeds none --contexts "$ctx" \
     --batches "$RETRO_VARIANT_BATCHES" --wave-kv gpu > "$out/wave-variants.log" 2>&1
   echo "wave run with $variant_env: exit $? ($((SECONDS - t0)) s)"
 fi
@@ -125,7 +134,7 @@ if [[ -n ${RETRO_GRAPH_BATCHES:-} ]]; then  # the steps as CUDA graphs (and the 
   t0=$SECONDS
   graph_env=RETRO_SELECT_SPLIT=off
   grep -qE "^passed +ClusterSelectSplit" "$out/checks-split/gpu-report.txt" 2> /dev/null && graph_env=RETRO_SELECT_SPLIT=auto
-  env $graph_env timeout "${RETRO_WAVE_TIMEOUT:-330}" "$bin" --out "$out/wave-graph" --wave-only --seeds none --step-graph --contexts "$ctx" \
+  env $graph_env timeout -k 30 "$wave_limit" "$bin" $wave_budget --out "$out/wave-graph" --wave-only --seeds none --step-graph --contexts "$ctx" \
     --batches "$RETRO_GRAPH_BATCHES" --wave-kv gpu > "$out/wave-graph.log" 2>&1
   echo "wave run with --step-graph ($graph_env): exit $? ($((SECONDS - t0)) s)"
 fi

@@ -877,7 +877,9 @@ BACKEND_TEST(StepGraphReplaysWhatItCaptured) {
         stream.synchronize();
         for (int i = 0; i < 4; ++i) EXPECT_EQ(back[(size_t)i], 10 * round + i) << "round " << round;
         EXPECT_EQ(graph.captures(), 1);
-        if (round > 0) EXPECT_EQ(graph.last_capture_us(), 0.0) << "a replay has no capture time";
+        if (round > 0) {
+            EXPECT_EQ(graph.last_capture_us(), 0.0) << "a replay has no capture time";
+        }
     }
     graph.run(8, stream.get(), body);  // another key: captured again
     stream.synchronize();
@@ -1193,8 +1195,9 @@ BACKEND_TEST(RunWithDistinctSequences) {
         for (const char* m : {"recall@100", "exact_frac", "out_err", "h2d_bytes"})
             EXPECT_NEAR(c["metrics"][m]["mean"].get<double>(), d["metrics"][m]["mean"].get<double>(), 1e-6) << m;
         // the batch's PCIe bytes: the second replica misses what layer 1's selections miss, not a copy's
-        if (d["method"] == "pq")
+        if (d["method"] == "pq") {
             EXPECT_NE(c["metrics"]["gpu_h2d_bytes"]["mean"].get<double>(), d["metrics"]["gpu_h2d_bytes"]["mean"].get<double>());
+        }
     }
     j["name"] = "seq3";
     j["cuda"]["sequences"] = 3;
@@ -1618,6 +1621,34 @@ TEST(GpuMethods, EveryTwinHasItsCpuMethodALayerRunAndItsParameters) {
     GpuLayerJob job;
     job.method = "ctkvr";
     EXPECT_THROW(gpu_run::make_cuda_backend()->run_layer(job, [](const GpuStep&) {}), ParamError);
+}
+
+// The wave-vs-full run stopped between rows (WaveRunOptions::stop: retro_gpu_check's --time-budget and its
+// SIGTERM, a lease's limit): no row starts after stop() said so, the rows before it are kept whole (their
+// speed-ups, dense time and tokens/s), and the same rows run without a stop measure the same points.
+BACKEND_TEST(WaveRunStopsBetweenRowsAndKeepsItsRows) {
+    REQUIRE_DEVICE();
+    gpu_run::WaveRunOptions o;
+    gpu_run::make_tiny(o);
+    o.wave_ablation = o.wave_hbm = o.pq = o.magicpig = o.full_cudnn = false;  // full, full-own, wave, wave-dev, quest
+    const auto backend = gpu_run::make_cuda_backend();
+    const auto all = gpu_run::run_wave_vs_full(*backend, o, nullptr);
+    ASSERT_GE(all.size(), 6u);
+    int asked = 0;
+    o.stop = [&] { return ++asked > 4; };  // the context, then three rows: the fourth is refused
+    const auto cut = gpu_run::run_wave_vs_full(*backend, o, nullptr);
+    EXPECT_EQ(asked, 5);  // asked no more once it said stop
+    ASSERT_EQ(cut.size(), 3u);
+    for (size_t i = 0; i < cut.size(); ++i) {
+        SCOPED_TRACE(cut[i].method + " B=" + std::to_string(cut[i].batch));
+        EXPECT_EQ(cut[i].method, all[i].method);
+        EXPECT_EQ(cut[i].batch, all[i].batch);
+        EXPECT_EQ(cut[i].status, "ok");
+        EXPECT_GT(cut[i].tokens_per_s, 0) << "the dense layer still timed for the rows kept";
+        EXPECT_FALSE(cut[i].baseline.empty()) << "speed-ups set over the rows kept";
+    }
+    o.stop = [] { return true; };  // stopped before the first context: no row, no error
+    EXPECT_TRUE(gpu_run::run_wave_vs_full(*backend, o, nullptr).empty());
 }
 
 #if defined(RETRO_HAVE_CUDA) && !defined(RETRO_GPU_EMULATION)
