@@ -23,6 +23,7 @@ struct ClosedLoopRun {
     /// > 0: print which cases each of this many shards holds and which of their parts the results directory
     /// has (the tokenizer alone: no model loaded, no lock taken, nothing written), then exit.
     int shard_plan = 0;
+    bool quiet = false;  ///< no progress lines from the model process (-q); its tables, results and errors stay
     int threads = -1;  ///< > 0: overrides the config's "threads" (a shard's cores); otherwise the config's
     /// "fidelity", "niah" or "task": only the cases of that kind; the directory stays "partial" (a last run
     /// without it writes runs.jsonl). Empty = every kind.

@@ -93,6 +93,7 @@ int run_closed_loop_config(const json& j, const std::string& origin, const Close
     if (opt.threads > 0) args.insert(args.end(), {"--threads", std::to_string(opt.threads)});
     if (!opt.only_kind.empty()) args.insert(args.end(), {"--only-kind", opt.only_kind});
     if (!opt.device.empty()) args.insert(args.end(), {"--device", opt.device});
+    if (opt.quiet) args.push_back("--quiet");
     ChildOptions child{.what = "Python interpreter",
                        .hint = "the closed loop runs in the trace dumper's venv: bash scripts/dump/setup_venv.sh, "
                                "or set RETRO_CLOSED_LOOP_PYTHON"};

@@ -83,7 +83,9 @@ int run_ood_config(const nlohmann::json& j, const std::string& origin, const Ood
     const OodRecallConfigCounts n = run_ood_recall_config(
         e, OodRecallConfigRun{.results_root = opt.results_root, .resume = opt.resume, .force = opt.force,
                               .wait_lock = opt.wait_lock, .threads = opt.threads},
-        [](const std::string& s) { fmt::print(stderr, "{}\n", s); },
+        [quiet = opt.quiet](const std::string& s) {
+            if (!quiet) fmt::print(stderr, "{}\n", s);
+        },
         [](const OodRecallReport& r, const std::string& file) {
             print_ood(r);
             fmt::print("wrote {}\n\n", file);

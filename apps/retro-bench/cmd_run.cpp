@@ -155,6 +155,10 @@ const CommandRegistrar reg(10, [](CLI::App& app) {
                 throw ConfigError(a->config + ": --device places a closed-loop config's model; this is not an "
                                   "\"experiment\": \"closed-loop\" config (a replay config's GPU path is its "
                                   "\"backend\": \"cuda\")");
+            if (!a->max_memory.empty() && (is_ood_recall_config(j) || is_closed_loop_config(j)))
+                throw ConfigError(a->config + ": --max-memory applies to replay sweeps (the runner's estimate of its "
+                                  "heads' memory); this is an \"experiment\": \"" +
+                                  (is_ood_recall_config(j) ? "ood-recall" : "closed-loop") + "\" config");
             if (is_ood_recall_config(j) && (shard.active() || a->shard_plan > 0))
                 throw ConfigError(a->config + ": " + (shard.active() ? "--shard" : "--shard-plan") +
                                   " applies to method sweeps; an \"experiment\": \"ood-recall\" config runs on one "
@@ -163,13 +167,13 @@ const CommandRegistrar reg(10, [](CLI::App& app) {
                 return run_ood_config(j, a->config,
                                       OodConfigRun{.results_root = a->results, .resume = a->resume,
                                                    .force = a->force, .wait_lock = a->wait_lock,
-                                                   .threads = a->threads});
+                                                   .threads = a->threads, .quiet = a->quiet});
             if (is_closed_loop_config(j))  // the Python side over the binding (closed_loop_config.cpp)
                 return run_closed_loop_config(j, a->config,
                                               ClosedLoopRun{.results_root = a->results, .resume = a->resume,
                                                             .force = a->force, .wait_lock = a->wait_lock,
                                                             .shard = a->shard,
-                                                            .shard_plan = a->shard_plan,
+                                                            .shard_plan = a->shard_plan, .quiet = a->quiet,
                                                             .threads = a->threads, .only_kind = a->only_kind,
                                                             .device = a->device,
                                                             .command_line = a->command_line()});

@@ -15,6 +15,7 @@ struct OodConfigRun {
     bool wait_lock = false;  ///< wait for the results directory's lock instead of refusing
     int threads = -1;  ///< overrides the config when >= 0
     bool validate_only = false;  ///< check keys and traces (absent ones must have a synth recipe), print, run nothing
+    bool quiet = false;  ///< no progress lines (-q); the tables and the files written are still printed
 };
 
 /// Runs (or with `validate_only` checks and describes) an ood-recall config: one

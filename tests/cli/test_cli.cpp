@@ -216,7 +216,7 @@ TEST_F(Cli, BadInputGivesClearErrorsAndNoResults) {
 
 // An "experiment": "ood-recall" config (configs/paper/ood-recall.json): `run` writes one ood-recall JSON
 // per index, refuses an existing directory without --resume/--force, skips finished files on --resume,
-// refuses --shard and --shard-plan.
+// refuses --shard, --shard-plan and --max-memory.
 TEST_F(Cli, OodRecallConfigRunsEachIndexAndResumes) {
     make_trace("t.h5");
     json c = json::parse(R"({"name": "ood", "experiment": "ood-recall", "figure": "RetrievalAttention Fig. 3a",
@@ -249,12 +249,15 @@ TEST_F(Cli, OodRecallConfigRunsEachIndexAndResumes) {
     r = sh(bin() + " run o.json --resume");
     EXPECT_EQ(r.code, 0) << r.out;
     EXPECT_NE(r.out.find("0 ood-recall file(s) written, 2 already present"), std::string::npos) << r.out;
-    for (const char* opt : {"--shard 0/2", "--shard-plan 2"}) {  // one machine: refused, naming the option
+    for (const char* opt : {"--shard 0/2", "--shard-plan 2", "--max-memory 1G"}) {  // refused, naming the option
         r = sh(bin() + " run o.json --resume " + opt);
         EXPECT_EQ(r.code, 2) << opt << ": " << r.out;
-        EXPECT_NE(r.out.find(std::string(opt).substr(0, std::string(opt).find(' ')) + " applies to method sweeps"),
+        EXPECT_NE(r.out.find(std::string(opt).substr(0, std::string(opt).find(' ')) + " applies to "),
                   std::string::npos) << r.out;
     }
+    r = sh(bin() + " run o.json --resume -q");  // -q: the tables, no progress lines
+    EXPECT_EQ(r.code, 0) << r.out;
+    EXPECT_NE(r.out.find("already present"), std::string::npos) << r.out;
 
     c["indexes"][1]["efSearch"] = 8;
     write_config("bad.json", c);
@@ -593,14 +596,15 @@ TEST_F(Cli, OnlyKindAndDeviceReachTheClosedLoopScriptAndAreCheckedBeforeWork) {
     write_config("cl.json", json::parse(R"({"name": "cl", "experiment": "closed-loop", "model": "tiny-random-llama",
                                            "methods": []})"));
     const std::string env = "RETRO_CLOSED_LOOP_PYTHON='" + (fs::current_path() / "fake-python.sh").string() + "' ";
-    auto r = sh(env + bin() + " run cl.json --only-kind niah --shard 1/3 --threads 1 --device cuda");
+    auto r = sh(env + bin() + " run cl.json --only-kind niah --shard 1/3 --threads 1 --device cuda -q");
     ASSERT_EQ(r.code, 0) << r.out;
     const std::string args = slurp("script.args");
+    EXPECT_NE(args.find("\n--quiet\n"), std::string::npos) << args;  // -q: the script's progress lines off
     EXPECT_NE(args.find("\n--only-kind\nniah\n"), std::string::npos) << args;
     EXPECT_NE(args.find("\n--case-shard\n1/3\n"), std::string::npos) << args;
     EXPECT_NE(args.find("\n--device\ncuda\n"), std::string::npos) << args;
     // the command as given (RunArgs::command_line), for the manifest
-    EXPECT_NE(args.find("\nretro-bench run cl.json --threads 1 --shard 1/3 --only-kind niah --device cuda\n"),
+    EXPECT_NE(args.find("\nretro-bench run cl.json --threads 1 -q --shard 1/3 --only-kind niah --device cuda\n"),
               std::string::npos) << "the recorded command: " << args;
     fs::remove("script.args");
     // the shard's results directory holds its lock files (taken before the script starts; issue 43)
@@ -612,7 +616,7 @@ TEST_F(Cli, OnlyKindAndDeviceReachTheClosedLoopScriptAndAreCheckedBeforeWork) {
     EXPECT_NE(slurp("script.args").find("\n--shard-plan\n3\n"), std::string::npos) << slurp("script.args");
     EXPECT_FALSE(fs::exists("results/cl"));
     fs::remove("script.args");
-    for (const char* bad : {"--only-kind needle", "--device gpu"}) {
+    for (const char* bad : {"--only-kind needle", "--device gpu", "--max-memory 8G"}) {
         r = sh(env + bin() + " run cl.json " + bad);
         EXPECT_NE(r.code, 0) << bad << ": " << r.out;
         EXPECT_NE(r.out.find(std::string(bad).substr(0, std::string(bad).find(' '))), std::string::npos) << r.out;

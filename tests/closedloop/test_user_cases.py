@@ -233,6 +233,11 @@ class OnlyWhereReferenceAnswers(unittest.TestCase):
         with open(os.path.join(out, "runs.jsonl")) as f:
             again = {x["run_id"]: x for x in map(json.loads, f)}
         self.assertEqual((again[recs[1]["run_id"]]["cases"], again[recs[1]["run_id"]]["complete"]), (2, True))
+        self.assertIn("[closed-loop]", r.stderr)
+        r = subprocess.run([BIN, "run", path, "--results", res, "--resume", "-q"], capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stderr[-3000:])
+        self.assertNotIn("[closed-loop]", r.stderr)  # -q: no progress lines from the model process
+        self.assertIn("results: ", r.stdout)  # its table and where the results are, still printed
         r = subprocess.run([BIN, "validate", path], capture_output=True, text=True)
         self.assertEqual(r.returncode, 0, r.stderr)
         cfg["only_where_reference_answers"] = "yes"

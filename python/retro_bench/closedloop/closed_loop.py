@@ -40,8 +40,13 @@ class ConfigError(Exception):
     pass
 
 
-def log(msg):
-    print(f"[closed-loop] {msg}", file=sys.stderr, flush=True)
+QUIET = False  # --quiet (retro-bench run -q): no progress lines; errors and the results table still print
+
+
+def log(msg, always=False):
+    """A progress line on stderr; `always`: a warning, printed under --quiet too."""
+    if always or not QUIET:
+        print(f"[closed-loop] {msg}", file=sys.stderr, flush=True)
 
 
 def prefill_progress(case, t0, every_s=300.0, clock=time.perf_counter):
@@ -487,6 +492,7 @@ def main(argv=None):
     ap.add_argument("--shard-plan", type=int, default=0, metavar="N",
                     help="print which cases each of N shards (--case-shard I/N) holds and what of them is still "
                          "to do in the results directory, and exit: no model is loaded, nothing is written")
+    ap.add_argument("--quiet", action="store_true", help="no progress lines (errors and the table still print)")
     ap.add_argument("--threads", type=int, default=None,
                     help="> 0: overrides the config's \"threads\" (torch, BLAS and the methods' OpenMP; a shard's "
                          "cores; not part of a run's id)")
@@ -499,6 +505,8 @@ def main(argv=None):
     ap.add_argument("--retro-bin", default=shutil.which("retro-bench") or "retro-bench",
                     help="retro-bench, for the open-loop replay (\"open_loop\" section)")
     args = ap.parse_args(argv)
+    global QUIET
+    QUIET = args.quiet
 
     def terminated(signum, frame):  # Slurm's time limit, kill, a shell's background job: as Ctrl-C
         # once: a second copy (Slurm signals every process of the step, retro-bench passes its own on)
@@ -604,7 +612,8 @@ def run(args):
         mine = sharding.case_shard(order, *parse_case_shard(args.case_shard), int(cfg.get("prefill_chunk", 1024))) \
             if args.case_shard else None
         if args.resume:  # damaged parts of this session's units are moved aside, so recomputed below
-            res.set_aside_damaged(session_units(args, runs, cases, mine, search_params), log)
+            res.set_aside_damaged(session_units(args, runs, cases, mine, search_params),
+                                 lambda msg: log(msg, always=True))
         if args.worker:
             # a worker takes every N-th group of runs that share a build (build_key: a budget sweep of one
             # index) and completes it on every case before the next one (the prefills and references come
