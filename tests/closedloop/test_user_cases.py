@@ -145,7 +145,7 @@ class Sharded(unittest.TestCase):
                                capture_output=True, text=True)
             self.assertEqual(r.returncode, 0, r.stderr[-3000:])
             return {line.split("(", 1)[1].split(" ")[0]: int(block[0]) for block in r.stdout.split("  shard ")[1:]
-                    for line in block.splitlines()[1:]}, r.stdout
+                    for line in block.splitlines()[1:] if line.startswith("    ")}, r.stdout
         first, text = plan()
         self.assertFalse(os.path.exists(out))  # no lock, no directory: nothing written
         self.assertIn("3 case(s) in 2 group(s)", text)
@@ -167,7 +167,11 @@ class Sharded(unittest.TestCase):
             if i == 0:  # shard 0's cases done: the plan lists shard 1's alone
                 left, text = plan()
                 self.assertEqual(left, {k: v for k, v in first.items() if v == 1}, text)
-                self.assertRegex(text, r"shard 0/2: .*to do: 0 part\(s\) on 0 case\(s\)")
+                self.assertRegex(text, r"shard 0/2: .*to do: 0 part\(s\) on 0 case\(s\)\n")
+                # shard 1's estimate at the rates shard 0's parts recorded
+                self.assertRegex(text, r"shard 1/2: .*to do: [36] part\(s\) on [12] case\(s\); ~[0-9]+ min of runs "
+                                       r"\+ [12] prefill\(s\) of up to ~[0-9]+ min each")
+                self.assertIn("estimates: the medians of the parts on disk", text)
             self.assertEqual(os.path.exists(os.path.join(out, "runs.jsonl")), i == 1, r.stderr[-2000:])
         lines_of = {1: "cases.jsonl:1", 2: "cases.jsonl:2", 3: "cases.jsonl:3"}
         shards = [{k for k, v in lines_of.items() if v in x[0]} for x in done]

@@ -183,8 +183,23 @@ def print_shard_plan(cfg, args, runs, own):
     # grouped over every case, as a session groups them; --only-kind leaves the other kinds out of the list
     plan = sharding.shard_plan(sharding.case_order(cases), args.shard_plan, int(cfg.get("prefill_chunk", 1024)),
                                [r["id"] for r in runs], lambda run_id, case_id: case_done(res, cfg, run_id, case_id),
-                               keep=lambda c: not args.only_kind or c["kind"] == args.only_kind)
-    print(sharding.format_plan(cfg["name"], plan, len(runs)))
+                               keep=lambda c: not args.only_kind or c["kind"] == args.only_kind,
+                               kept=lambda case_id: os.path.exists(prefill_path(res, case_id)))
+    rates = sharding.recorded_rates(readable_parts(res, [REFERENCE] + [r["id"] for r in runs]))
+    print(sharding.format_plan(cfg["name"], plan, len(runs), rates))
+
+
+def readable_parts(res, run_ids):
+    """(run_id, part) of every readable part file of `run_ids` in the results directory (a damaged one is
+    passed over: the plan only reads)."""
+    for run_id in run_ids:
+        d = os.path.join(res.dir, "parts", run_id)
+        for f in sorted(os.listdir(d)) if os.path.isdir(d) else []:
+            if f.endswith(".json"):
+                try:
+                    yield run_id, res.read_part(run_id, f[:-len(".json")])
+                except (ResultsError, OSError):
+                    continue
 
 
 def build_groups(runs, search_params):
