@@ -101,7 +101,9 @@ python3 -B "$root/python/retro_bench/_launch.py" retro_bench.gpu.hardware_values
 # does the same after the row in flight; -k 30 kills one that hangs)
 wave_limit=${RETRO_WAVE_TIMEOUT:-330}
 wave_budget=
-grep -qa -- --time-budget "$bin" && wave_budget="--time-budget $(( wave_limit - ${RETRO_ROW_SLACK:-60} ))"
+wave_budget_s=$(( wave_limit - ${RETRO_ROW_SLACK:-60} ))
+(( wave_budget_s < 0 )) && wave_budget_s=0  # a limit under the slack: no row starts (a negative budget is refused)
+grep -qa -- --time-budget "$bin" && wave_budget="--time-budget $wave_budget_s"
 t0=$SECONDS
 PYTHONWARNINGS=ignore timeout "${RETRO_SDPA_TIMEOUT:-150}" python3 -B "$root/python/retro_bench/_launch.py" retro_bench.gpu.sdpa_baseline "$out/sdpa.json" --contexts "$ctx" \
   --batches "$bat" > "$out/sdpa.log" 2>&1

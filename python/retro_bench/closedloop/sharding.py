@@ -1,6 +1,8 @@
 """How a closed-loop grid's cases are ordered and dealt out to shards (`retro-bench run --shard I/N`), and
 the plan `--shard-plan N` prints: which cases each shard holds and what of them is still to do, read from
 the results directory without writing to it (docs/closed-loop.md "Sharded")."""
+from statistics import median
+
 from .results import REFERENCE
 
 
@@ -64,11 +66,6 @@ def recorded_rates(parts):
             per_run.setdefault(run_id, []).append(float(gen.get("build_s") or 0.0) + steps)
     return {"runs": {r: median(v) for r, v in per_run.items()}, "reference": median(ref) if ref else 0.0,
             "prefill": median(prefill) if prefill else None}
-
-
-def median(v):
-    v = sorted(v)
-    return (v[(len(v) - 1) // 2] + v[len(v) // 2]) / 2.0
 
 
 def estimate(shard, rates):
