@@ -11,6 +11,7 @@
 #   closedloop.claims   retro_bench.closedloop.claims on hand-written results directories (no model; ~1 s)
 #   closedloop.progress the progress lines of a long prefill (closed_loop.py prefill_progress; no model; ~0.1 s)
 #   closedloop.sharding the cases dealt to shards and --shard-plan's list and estimate (sharding.py; no model; ~0.1 s)
+#   closedloop.manifest shards' sessions in one manifest.json, stale sessions marked (results.py; no model; ~1 s)
 # Run by Debian's /usr/bin/python3; the closed loop itself runs in the dump venv (exit 77 = skipped when
 # it is missing). Included from tests/CMakeLists.txt after the retro-bench target exists.
 get_filename_component(_retro_cl_root "${CMAKE_CURRENT_LIST_DIR}/.." ABSOLUTE)
@@ -18,7 +19,8 @@ if(EXISTS /usr/bin/python3)
   foreach(_case "tiny;test_closed_loop.py;300" "smollm2;test_closed_loop_smollm2.py;600"
                 "qwen;test_closed_loop_qwen.py;900" "user_cases;test_user_cases.py;300"
                 "py_method;test_closed_loop_py_method.py;300" "claims;test_claims.py;60"
-                "progress;test_progress.py;60" "sharding;test_sharding.py;60")
+                "progress;test_progress.py;60" "sharding;test_sharding.py;60"
+                "manifest;test_manifest_sessions.py;60")
     list(GET _case 0 _name)
     list(GET _case 1 _script)
     list(GET _case 2 _timeout)

@@ -123,7 +123,10 @@ int run_closed_loop_config(const json& j, const std::string& origin, const Close
     clean_temp_files(lock);
     // RETRO_HOST_JSON: this binary's host_info() (git revision, BLAS, CPU, version), for the runner's manifest
     // "host" as an open-loop run records it (the report's header reads git_revision and blas there)
-    child.env_set = {{"RETRO_HOST_JSON", host_info().dump()}};
+    // RETRO_RESULTS_LOCK: which lock this process holds, so that the model process can tell a session
+    // recorded as running whose process is gone (closedloop/results.py: marked stale, as the runner does)
+    const json held = {{"lock", lock.holder().lock}, {"exclusive", lock.exclusive()}};
+    child.env_set = {{"RETRO_HOST_JSON", host_info().dump()}, {"RETRO_RESULTS_LOCK", held.dump()}};
     child.inherit_fds = lock.fds();
     child.on_started = [&](long pid) { lock.add_writer(pid, "closed loop: " + py + " -m " + module); };
     const int rc = run_child(args, child);

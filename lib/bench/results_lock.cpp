@@ -232,7 +232,8 @@ bool lock_holder_gone(const std::string& dir, const std::string& lock_name, cons
 }
 
 bool is_lock_file_name(const std::string& name) {
-    return name == kMainLock || name.rfind(".lock-shard-", 0) == 0;
+    // .lock-manifest: the closed loop's shards serialize their manifest updates on it (closedloop/results.py)
+    return name == kMainLock || name == ".lock-manifest" || name.rfind(".lock-shard-", 0) == 0;
 }
 
 void clear_locked_dir(const ResultsLock& lock) {

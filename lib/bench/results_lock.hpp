@@ -121,8 +121,8 @@ class ResultsLock {
 /// non-blocking flock) or be this process's own shard file.
 bool lock_holder_gone(const std::string& dir, const std::string& lock_name, const ResultsLock& mine);
 
-/// Names of lock files: ".lock" and ".lock-shard-I-of-N" (never result files; excluded from --force's
-/// deletion and from has_results()).
+/// Names of lock files: ".lock", ".lock-shard-..." and the closed loop's ".lock-manifest" (never result
+/// files; excluded from --force's deletion and from has_results()).
 bool is_lock_file_name(const std::string& file_name);
 
 /// --force: deletes everything in the locked directory but its lock files. Throws ConfigError unless the

@@ -296,7 +296,8 @@ class OneWriter(unittest.TestCase):
     """One writer per results directory (issue 43 #1-#2): the closed loop takes retro-bench's results lock
     and its model process holds it too; a second run is refused naming the live writer; a SIGKILL of
     retro-bench ends the model process within a second, and a --resume started at once waits for the lock
-    rather than running beside it, then completes as an uninterrupted run would."""
+    rather than running beside it, then completes as an uninterrupted run would, marking stale the sessions
+    whose processes are gone (docs/results.md, "One manifest, several shards")."""
 
     def test_second_run_refused_and_sigkill_leaves_no_orphan(self):
         import signal
@@ -329,11 +330,26 @@ class OneWriter(unittest.TestCase):
             p.wait()
         self.assertTrue(gone_within(writer, 1.0),
                         f"the model process {writer} outlived retro-bench's SIGKILL by more than a second")
+        # a session the killed run may have left "running" (it may also have finished meanwhile), and one as
+        # a SIGKILLed shard leaves it: the resume (the whole directory's lock) marks both stale
+        mpath = os.path.join(d, "manifest.json")
+        with open(mpath) as f:
+            m = json.load(f)
+        m["sessions"].append({"start": "2026-11-01T00:00:00Z", "command": "a killed shard", "status": "running",
+                              "pid": 1, "host": "elsewhere", "lock": ".lock-shard-0-of-2"})
+        with open(mpath, "w") as f:
+            json.dump(m, f)
         r = subprocess.run([BIN, "run", cfg, "--results", results, "--resume", "--wait-lock"], capture_output=True,
                            text=True)
         self.assertEqual(r.returncode, 0, r.stderr[-3000:])
         self.assertEqual(len(records("tiny-lock")), 1 + len(EXHAUSTIVE[:2] + LOSSY))
         self.assertEqual([f for _, _, fs in os.walk(d) for f in fs if ".tmp-" in f], [])
+        with open(mpath) as f:
+            sessions = json.load(f)["sessions"]
+        self.assertIn(sessions[0]["status"], ("stale", "complete"))  # never left "running"
+        self.assertEqual((sessions[0]["lock"], sessions[0]["pid"]), (".lock", writer))  # $RETRO_RESULTS_LOCK
+        self.assertEqual([s["status"] for s in sessions[1:]], ["stale", "complete"])
+        self.assertIn("(started 2026-11-01T00:00:00Z, PID 1 on elsewhere) ended without finishing", r.stderr)
 
 
 def venv_has_cuda():

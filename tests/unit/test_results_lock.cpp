@@ -194,6 +194,8 @@ TEST(ResultsLock, NamedPartsCoexistButExcludeTheirCopiesAndUnshardedRuns) {
     ResultsLock c(d.path, s);
     EXPECT_EQ(c.holder().lock, ".lock-shard-1-of-3-niah");
     EXPECT_TRUE(is_lock_file_name(c.holder().lock));
+    EXPECT_TRUE(is_lock_file_name(".lock-manifest"));  // the closed loop's manifest updates (results.py)
+    EXPECT_FALSE(is_lock_file_name("manifest.json"));
     EXPECT_THROW(ResultsLock(d.path, fid), ResultsBusy);
     EXPECT_THROW(ResultsLock(d.path, unsharded()), ResultsBusy);
     ResultsLockRequest bad = unsharded();

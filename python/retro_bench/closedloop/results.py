@@ -9,14 +9,23 @@
   cases.csv                       one row per (run, case)
   manifest.json                   status, config as given, resolved runs, cases, host, sessions
 
-Every file is written to a temporary name and renamed into place (retro_bench.atomic)."""
+Every file is written to a temporary name and renamed into place (retro_bench.atomic). Shards of the cases
+run side by side and share manifest.json: each change to it is a read-modify-write under an exclusive flock
+of `.lock-manifest` that keeps the other sessions' entries (a session rewrote the whole file from its own
+copy before, so a shard ending later set back the sessions that had ended meanwhile to "running"), and a
+session whose process is gone (its results lock free: lib/bench/results_lock.hpp) is marked "stale" when
+the next one starts, as retro-bench's own runner does."""
 
+import contextlib
+import fcntl
 import json
 import os
 import platform
 import shutil
 import socket
+import sys
 import time
+import uuid
 
 from ..atomic import temp_writer_gone, write_text
 
@@ -34,10 +43,55 @@ class ResultsError(Exception):
     pass
 
 
+MAIN_LOCK = ".lock"
+MANIFEST_LOCK = ".lock-manifest"  # serializes the updates of manifest.json (held for milliseconds)
+
+
 def _is_lock_file(name):
     """retro-bench's lock files (lib/bench/results_lock.hpp): held by retro-bench and inherited by this
     process, never deleted (a second run would lock a new file beside the held one)."""
-    return name == ".lock" or name.startswith(".lock-shard-")
+    return name in (MAIN_LOCK, MANIFEST_LOCK) or name.startswith(".lock-shard-")
+
+
+def held_exclusively(path):
+    """Whether a process holds an exclusive flock on path (this one's inherited lock included): probed
+    with a shared lock that is not waited for, as results_lock.cpp's held_exclusively."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return False
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # releases the probe's lock, if it got one
+
+
+def own_lock():
+    """The results lock retro-bench took for this process ($RETRO_RESULTS_LOCK: {"lock": its file's name,
+    "exclusive": whether it holds the whole directory}), or None when run without retro-bench."""
+    text = os.environ.get("RETRO_RESULTS_LOCK")
+    if not text:
+        return None
+    lock = json.loads(text)
+    return {"lock": str(lock["lock"]), "exclusive": bool(lock["exclusive"])}
+
+
+def session_gone(results_dir, session, mine):
+    """Whether the process of a session recorded as running is gone (lib/bench/results_lock.cpp's
+    lock_holder_gone): we hold the whole directory; it ran unsharded (it held .lock exclusively, which our
+    shared lock proves released); it held our own shard's file; or its file is not held now. Without a
+    lock of our own (a direct call) nothing can be told."""
+    if mine is None:
+        return False
+    if mine["exclusive"]:
+        return True
+    name = session.get("lock") or MAIN_LOCK
+    if name == MAIN_LOCK or name == mine["lock"]:
+        return True
+    return not held_exclusively(os.path.join(results_dir, name))
 
 
 # Damaged parts (docs/results.md, "Damaged parts"): parts are written atomically, so a run never leaves a
@@ -189,8 +243,20 @@ class ResultsDir:
     def manifest_path(self):
         return os.path.join(self.dir, "manifest.json")
 
+    @contextlib.contextmanager
+    def _manifest_locked(self):
+        """Exclusive use of manifest.json for one read-modify-write (the other shards wait milliseconds)."""
+        fd = os.open(os.path.join(self.dir, MANIFEST_LOCK), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
+
+    def _on_disk(self):
+        return read_json(self.manifest_path()) if os.path.exists(self.manifest_path()) else {}
+
     def start_session(self, config_source, resolved, command):
-        m = read_json(self.manifest_path()) if os.path.exists(self.manifest_path()) else {}
         # retro-bench's host_info() (git_revision, blas) when it started this run, for the report's header
         host = json.loads(os.environ.get("RETRO_HOST_JSON") or "{}")
         host.update(hostname=socket.gethostname(), machine=platform.machine(), cpus=os.cpu_count(),
@@ -200,18 +266,42 @@ class ResultsDir:
             host.setdefault("versions", {})["torch"] = torch.__version__
         except ImportError:
             pass
-        m.update(experiment="closed-loop", config=config_source, resolved=resolved, status="running", host=host)
-        m.setdefault("sessions", []).append(dict(start=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                                                 command=command, status="running"))
-        write_json(self.manifest_path(), m)
+        mine = own_lock()
+        start = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        session = dict(start=start, command=command, status="running", host=socket.gethostname(), pid=os.getpid())
+        if mine is not None:
+            session["lock"] = mine["lock"]
+        self._session_id = f"{start} {session['host']} {os.getpid()} {uuid.uuid4().hex[:8]}"
+        session["id"] = self._session_id
+        with self._manifest_locked():
+            m = self._on_disk()
+            for s in m.get("sessions", []):
+                if isinstance(s, dict) and s.get("status") == "running" and session_gone(self.dir, s, mine):
+                    s.update(status="stale", marked_stale_at=start)
+                    who = f", PID {s['pid']} on {s.get('host', '?')}" if "pid" in s else ""
+                    print(f"[closed-loop] note: an earlier session (started {s.get('start', '?')}{who}) ended without "
+                          "finishing (killed?); marked stale", file=sys.stderr, flush=True)
+            m.update(experiment="closed-loop", config=config_source, resolved=resolved, status="running", host=host)
+            m.setdefault("sessions", []).append(session)
+            write_json(self.manifest_path(), m)
         return m
 
     def save_manifest(self, m):
         """The manifest as it stands (the cases and the model once known: a sweep still running can be
-        read by claims.py, plot and report)."""
-        write_json(self.manifest_path(), m)
+        read by claims.py, plot and report): m's keys over the file's, the file's sessions with this
+        session's entry taken from m (the other shards' entries as they wrote them)."""
+        with self._manifest_locked():
+            disk = self._on_disk()
+            ours = next(s for s in m["sessions"] if s.get("id") == self._session_id)
+            sessions = [ours if s.get("id") == self._session_id else s for s in disk.get("sessions", [])]
+            if ours not in sessions:  # the file was replaced meanwhile (a --force elsewhere): ours alone
+                sessions.append(ours)
+            disk.update({k: v for k, v in m.items() if k != "sessions"})
+            disk["sessions"] = m["sessions"] = sessions
+            write_json(self.manifest_path(), disk)
 
     def end_session(self, m, status, **extra):
         m["status"] = status
-        m["sessions"][-1].update(end=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), status=status, **extra)
-        write_json(self.manifest_path(), m)
+        next(s for s in m["sessions"] if s.get("id") == self._session_id).update(
+            end=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), status=status, **extra)
+        self.save_manifest(m)
