@@ -1,8 +1,9 @@
 """The cache-locality table (issue 40 #4; scripts/cache-locality.sh): the GPU block cache's hit ratio
-(`cache_hit`, mean over (layer, KV head, step)) per trace and cache size from results directories, and the
-synthetic layer's `stay` whose curve is closest to the real trace's (least squares over the cache sizes).
+(`cache_hit`, mean over (layer, KV head, step)) per trace and cache size from results directories, and, for
+each real trace, the synthetic layer's `stay` whose curve is closest to it (least squares over the cache
+sizes). A trace is synthetic when its file name says its `stay` (`...-stay0.95.h5`), real otherwise.
 
-    cache_locality_table.py REAL_RESULTS SYNTHETIC_RESULTS [--json OUT]
+    cache_locality_table.py RESULTS [RESULTS ...] [--json OUT]
 
 Standard library only."""
 import argparse
@@ -28,29 +29,40 @@ def stay_of(trace):
     return float(m.group(1)) if m else None
 
 
+def closest(real_curve, synthetic):
+    """(trace, sum of squared differences): the synthetic curve nearest the real one over their common caches."""
+    dist = {t: sum((cur[c] - real_curve[c]) ** 2 for c in real_curve if c in cur) for t, cur in synthetic.items()}
+    best = min(dist, key=lambda t: (dist[t], t))
+    return best, dist[best]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("real")
-    ap.add_argument("synthetic")
-    ap.add_argument("--json", help="write the curves and the choice here")
+    ap.add_argument("results", nargs="+", help="results directories (runs.jsonl of wave with system.cache set)")
+    ap.add_argument("--json", help="write the curves and the choices here")
     a = ap.parse_args()
-    real, synth = curves(a.real), curves(a.synthetic)
+    real, synth = {}, {}
+    for d in a.results:
+        for t, cur in curves(d).items():
+            (synth if stay_of(t) is not None else real).setdefault(t, {}).update(cur)
     caches = sorted({c for cur in list(real.values()) + list(synth.values()) for c in cur})
     print("| trace | " + " | ".join(f"cache {100 * c:g}%" for c in caches) + " |")
     print("|---|" + "---|" * len(caches))
-    rows = [(t, real[t]) for t in sorted(real)] + sorted(synth.items(), key=lambda kv: stay_of(kv[0]) or 0)
+    rows = [(t, real[t]) for t in sorted(real)] + sorted(synth.items(), key=lambda kv: stay_of(kv[0]))
     for t, cur in rows:
         print(f"| {t} | " + " | ".join(f"{cur[c]:.3f}" if c in cur else "-" for c in caches) + " |")
-    (rt, rc), = real.items() if len(real) == 1 else [(None, None)]
-    if rc is None:
-        return
-    dist = {t: sum((cur[c] - rc[c]) ** 2 for c in caches if c in cur and c in rc) for t, cur in synth.items()}
-    best = min(dist, key=dist.get)
-    print(f"\nclosest to {rt}: {best} (stay {stay_of(best)}; sum of squared differences {dist[best]:.4f});"
-          f" at 5%: real {rc.get(0.05, float('nan')):.3f}, synthetic {synth[best].get(0.05, float('nan')):.3f}")
+    choices = {}
+    if synth:
+        print()
+    for rt in sorted(real) if synth else []:
+        rc = real[rt]
+        best, d = closest(rc, synth)
+        choices[rt] = {"closest": best, "stay": stay_of(best), "sum_sq": d}
+        print(f"closest to {rt}: {best} (stay {stay_of(best)}; sum of squared differences {d:.4f});"
+              f" at 5%: real {rc.get(0.05, float('nan')):.3f}, synthetic {synth[best].get(0.05, float('nan')):.3f}")
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"real": {rt: rc}, "synthetic": synth, "closest": best, "stay": stay_of(best)}, f, indent=1)
+            json.dump({"real": real, "synthetic": synth, "choices": choices}, f, indent=1)
 
 
 if __name__ == "__main__":
