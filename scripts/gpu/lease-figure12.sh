@@ -5,7 +5,9 @@
 # IVF and HNSW, RetrievalAttention) on the lease configs (configs/gpu/lease-every-method-32k.json, -128k.json:
 # the every-method config cut to a lease), each config under its own time limit, then writes the one table
 # (retro_bench.gpu.summary_table over the runner's records: tokens per layer step and wave against the
-# fastest sparse baseline) and each record's accuracy beside it. An interrupted config resumes on a second
+# fastest sparse baseline) and each record's accuracy beside it: its selections' recall, mass and output error,
+# and the 32K closed-loop grid's NIAH accuracy at the same budget (results/closedloop-qwen2.5-0.5b-32k, committed,
+# so it travels with the working tree). An interrupted config resumes on a second
 # call (--resume): its finished points are kept.
 # usage: bash scripts/gpu/lease-figure12.sh OUTDIR [CONFIG ...]
 #   RETRO_FIG12_TIMEOUT=S   seconds per config (default 250)
@@ -37,7 +39,8 @@ dirs=()
 for d in "$out"/results/*/; do [[ -f $d/runs.jsonl ]] && dirs+=("$d"); done
 if ((${#dirs[@]})); then
   PYTHONPATH=python python3 -m retro_bench.gpu.summary_table "${dirs[@]}" > "$out/summary.md" 2> "$out/summary.err"
-  PYTHONPATH=python python3 -m retro_bench.gpu.accuracy_table "${dirs[@]}" > "$out/accuracy.md" 2>> "$out/summary.err"
+  PYTHONPATH=python python3 -m retro_bench.gpu.accuracy_table "${dirs[@]}" --closed-loop results/closedloop-qwen2.5-0.5b-32k \
+    > "$out/accuracy.md" 2>> "$out/summary.err"
   cat "$out/summary.md" "$out/accuracy.md"
 else
   echo "no records: see $out/*.log"

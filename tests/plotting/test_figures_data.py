@@ -1194,5 +1194,36 @@ class ModelThroughputTest(unittest.TestCase):
             shutil.rmtree(d)
 
 
+class AccuracyTableMatchTest(unittest.TestCase):
+    """retro_bench.gpu.accuracy_table's closed-loop column (issue 41 #4): which closed-loop run stands for a GPU
+    record — the same method (full: the reference), the non-budget parameters equal, then the nearest
+    exact-token share on a log scale."""
+
+    @staticmethod
+    def closed(method, frac, **params):
+        return {"method": method, "params": params, "exact_frac": frac, "task": {"niah_cases": 32, "accuracy": frac}}
+
+    @staticmethod
+    def record(method, frac, **params):
+        return {"method": method, "params": params, "metrics": {"exact_frac": {"mean": frac}}}
+
+    def test_match(self):
+        from retro_bench.gpu.accuracy_table import closed_loop_match as match
+        runs = [self.closed("reference", None), self.closed("wave", 0.018, estimation=0.0, retrieval=32),
+                self.closed("wave", 0.05, estimation=0.232, retrieval=96), self.closed("wave", 0.018, estimation=0.232, retrieval=32),
+                self.closed("magicpig", 0.005, K=12, L=150), self.closed("magicpig", 0.023, K=10, L=150),
+                self.closed("pq", 0.018, k=508), self.closed("pq", 0.05, k=1532), self.closed("pq", 0.10, k=3132)]
+        self.assertIs(match(self.record("full", 1.0), runs), runs[0])
+        self.assertIs(match(self.record("wave", 0.018, estimation=0.232, retrieval=0.018), runs), runs[3])
+        self.assertIs(match(self.record("wave", 0.02, estimation=0.0, retrieval=96), runs), runs[1])
+        # the estimation decides before the distance: no 0.232 run near 0.01, the 5 % one is taken
+        self.assertIs(match(self.record("wave", 0.01, estimation=0.232), runs[:3]), runs[2])
+        self.assertIs(match(self.record("magicpig", 0.004, K=10, L=150), runs), runs[5])  # K, L over the distance
+        self.assertIs(match(self.record("pq", 0.012, k=1532), runs), runs[6])  # 1.2 %: 1.8 % (x1.5), not 5 % (x4.2)
+        self.assertIs(match(self.record("pq", 0.032, k=1532), runs), runs[7])  # log scale: 5 % (x1.6), not 1.8 % (x1.8)
+        self.assertIsNone(match(self.record("quest", 0.05, k=1600), runs))  # no run of the method
+        self.assertIsNone(match(self.record("wave", 0.05, estimation=0.5), runs))  # none with its estimation
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)

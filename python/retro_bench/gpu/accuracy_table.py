@@ -1,15 +1,22 @@
 """The accuracy beside the speed of a GPU run (Figure 12's table, issue 41 #4): for each method of a cuda results
 directory, per context, the harness's metrics of its selections on the run's trace — recall@100, attention
 mass, output error — from its batch-1 records (the selections do not depend on the batch; the GPU runs
-evaluate every selected step). The closed loop's task accuracy at the same budgets is docs/closed-loop.md's
-(configs/gpu/every-method.json takes the 32K grid's middle budget).
+evaluate every selected step) — and, with --closed-loop, the task accuracy of the same method at the same
+budget inside a model's decode (docs/closed-loop.md; configs/gpu/every-method.json takes the 32K grid's middle
+budget): over all NIAH cases and on the cases full attention answers, with the closed-loop run's exact-token
+share beside it so that the match can be read. A row's closed-loop run is the method's (full attention's is
+the reference) whose non-budget parameters (wave's estimation, MagicPIG's K and L) equal the record's where
+both have them and whose exact-token share is nearest the record's (ratio on a log scale; the GPU traces are
+another model at other contexts, so the share of the context attended is what carries over).
 
-    PYTHONPATH=python python3 -m retro_bench.gpu.accuracy_table RESULTS_DIR [RESULTS_DIR ...]
+    PYTHONPATH=python python3 -m retro_bench.gpu.accuracy_table RESULTS_DIR [RESULTS_DIR ...] [--closed-loop DIR]
 
-RESULTS_DIR: a results directory of `retro-bench run` with "backend": "cuda" (its runs.jsonl). Prints Markdown.
+RESULTS_DIR: a results directory of `retro-bench run` with "backend": "cuda" (its runs.jsonl). DIR: a closed-loop
+results directory with its runs.jsonl (results/closedloop-qwen2.5-0.5b-32k is committed). Prints Markdown.
 """
 import argparse
 import json
+import math
 import os
 import sys
 
@@ -41,12 +48,43 @@ def rows_of(dirs):
     return best
 
 
+# parameters that are not the budget: a closed-loop run must have the record's value where both have one
+SAME_PARAMS = ("estimation", "K", "L")
+
+
+def read_runs(d):
+    with open(os.path.join(d, "runs.jsonl")) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def closed_loop_match(record, closed):
+    """The closed-loop run (runs.jsonl record) standing for a GPU record: see the module's doc. None if the
+    method has no run there."""
+    method = "reference" if record["method"] == "full" else record["method"]
+    params = record.get("params", {})
+    cands = [c for c in closed if c["method"] == method and (c.get("task") or {}).get("niah_cases")
+             and all(c["params"][k] == params[k] for k in SAME_PARAMS if k in params and k in c.get("params", {}))]
+    frac = (record["metrics"].get("exact_frac") or {}).get("mean")
+    if not cands or (method != "reference" and not frac):
+        return None
+    return min(cands, key=lambda c: abs(math.log((c.get("exact_frac") or 1.0) / (frac or 1.0))))
+
+
+def pct(v):
+    return f"{100 * v:.1f}" if v is not None else "-"
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("results", nargs="+")
+    ap.add_argument("--closed-loop", metavar="DIR", help="a closed-loop results directory (runs.jsonl): its NIAH "
+                    "accuracy at the nearest budget beside each row")
     a = ap.parse_args(argv)
     rows = rows_of(a.results)
+    closed = read_runs(a.closed_loop) if a.closed_loop else None
     head = ["context", "method", "budget"] + [h for h, _, _ in METRICS] + ["batch of the record"]
+    if closed is not None:
+        head += ["closed loop: exact %", "NIAH acc %", "acc on full's correct %"]
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))
     for (n, method, params), r in sorted(rows.items()):
@@ -56,7 +94,18 @@ def main(argv=None):
             v = m.get(key, {}).get("mean")
             cells.append(fmt.format(v) if v is not None else "-")
         cells.append(str(r["batch"]))
+        if closed is not None:
+            c = closed_loop_match(r, closed)
+            t = (c or {}).get("task") or {}
+            cells += [pct(c.get("exact_frac", 1.0)) if c else "-", pct(t.get("accuracy")),
+                      pct(t.get("accuracy_on_full_correct"))]
         print("| " + " | ".join(cells) + " |")
+    if closed is not None:
+        ref = next((c for c in closed if c["method"] == "reference"), {})
+        t = ref.get("task") or {}
+        print(f"\nclosed loop: {ref.get('model', '?')}, {a.closed_loop} — {t.get('niah_cases', '?')} NIAH cases, full "
+              f"attention answers {t.get('full_correct_cases', '?')}; each row's run: the same method at the nearest "
+              "exact-token share (wave's estimation, MagicPIG's K and L equal)")
     return 0
 
 
