@@ -22,6 +22,8 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr const char* kMainLock = ".lock";
+/// The closed loop's shards serialize their updates of manifest.json on it (closedloop/results.py).
+constexpr const char* kManifestLock = ".lock-manifest";
 
 /// ".lock-shard-I-of-N", ".lock-shard-<part>" or ".lock-shard-I-of-N-<part>" (ResultsLockRequest).
 std::string shard_lock_name(const ResultsLockRequest& req) {
@@ -232,8 +234,7 @@ bool lock_holder_gone(const std::string& dir, const std::string& lock_name, cons
 }
 
 bool is_lock_file_name(const std::string& name) {
-    // .lock-manifest: the closed loop's shards serialize their manifest updates on it (closedloop/results.py)
-    return name == kMainLock || name == ".lock-manifest" || name.rfind(".lock-shard-", 0) == 0;
+    return name == kMainLock || name == kManifestLock || name.rfind(".lock-shard-", 0) == 0;
 }
 
 void clear_locked_dir(const ResultsLock& lock) {

@@ -15,12 +15,10 @@ RESULTS_DIR: a results directory of `retro-bench run` with "backend": "cuda" (it
 results directory with its runs.jsonl (results/closedloop-qwen2.5-0.5b-32k is committed). Prints Markdown.
 """
 import argparse
-import json
 import math
-import os
 import sys
 
-from retro_bench.gpu.summary_table import ctx_name, record_method
+from retro_bench.gpu.summary_table import ctx_name, read_runs, record_method
 
 METRICS = (("recall@100", "recall@100", "{:.3f}"), ("mass", "mass", "{:.3f}"), ("out_err", "out_err", "{:.4f}"))
 
@@ -34,27 +32,15 @@ def row_name(r):
 def rows_of(dirs):
     """{(context, method, params): record} of the batch-1 records (else each method's smallest batch)."""
     best = {}
-    for d in dirs:
-        with open(os.path.join(d, "runs.jsonl")) as f:
-            for line in f:
-                if not line.strip():
-                    continue
-                r = json.loads(line)
-                if r.get("backend") != "cuda":
-                    continue
-                key = (r["prompt_len"],) + row_name(r)
-                if key not in best or r["batch"] < best[key]["batch"]:
-                    best[key] = r
+    for r in (r for d in dirs for r in read_runs(d) if r.get("backend") == "cuda"):
+        key = (r["prompt_len"],) + row_name(r)
+        if key not in best or r["batch"] < best[key]["batch"]:
+            best[key] = r
     return best
 
 
 # parameters that are not the budget: a closed-loop run must have the record's value where both have one
 SAME_PARAMS = ("estimation", "K", "L")
-
-
-def read_runs(d):
-    with open(os.path.join(d, "runs.jsonl")) as f:
-        return [json.loads(line) for line in f if line.strip()]
 
 
 def closed_loop_match(record, closed):

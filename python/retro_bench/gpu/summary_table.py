@@ -52,11 +52,16 @@ def record_method(r):
     return "wave-dev-nocache" if sysp.get("cache") == 0 and not sysp.get("cache_bytes") else "wave-dev"
 
 
+def read_runs(path):
+    """The records of a results directory's runs.jsonl."""
+    with open(os.path.join(path, "runs.jsonl"), encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
 def record_rows(path):
     """The rows of a cuda results directory's records, in the driver's row format."""
-    records = [json.loads(line) for line in open(os.path.join(path, "runs.jsonl")) if line.strip()]
     rows = []
-    for r in records:
+    for r in read_runs(path):
         if r.get("backend") != "cuda":
             continue
         m, c = r["metrics"], r.get("cuda", {})

@@ -52,14 +52,13 @@ def main():
     for t, cur in rows:
         print(f"| {t} | " + " | ".join(f"{cur[c]:.3f}" if c in cur else "-" for c in caches) + " |")
     choices = {}
-    if synth:
+    if real and synth:
         print()
-    for rt in sorted(real) if synth else []:
-        rc = real[rt]
-        best, d = closest(rc, synth)
-        choices[rt] = {"closest": best, "stay": stay_of(best), "sum_sq": d}
-        print(f"closest to {rt}: {best} (stay {stay_of(best)}; sum of squared differences {d:.4f});"
-              f" at 5%: real {rc.get(0.05, float('nan')):.3f}, synthetic {synth[best].get(0.05, float('nan')):.3f}")
+        for rt, rc in sorted(real.items()):
+            best, d = closest(rc, synth)
+            choices[rt] = {"closest": best, "stay": stay_of(best), "sum_sq": d}
+            print(f"closest to {rt}: {best} (stay {stay_of(best)}; sum of squared differences {d:.4f});"
+                  f" at 5%: real {rc.get(0.05, float('nan')):.3f}, synthetic {synth[best].get(0.05, float('nan')):.3f}")
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"real": real, "synthetic": synth, "choices": choices}, f, indent=1)
