@@ -1105,6 +1105,22 @@ class ResultsLoaderTest(U.TempDirMixin, unittest.TestCase):
         with self.assertRaises(R.ResultsError):
             R.load(self.tmp)  # empty directory: no runs
 
+    def test_runs_jsonl_bad_line_named_blank_lines_skipped(self):
+        # one reader (retro_bench.runs_file) serves the loader, the closed-loop tables, the GPU tables and tools
+        from retro_bench.runs_file import read_runs
+        d = U.copy_fixture("wave-segments", self.tmp)
+        jl = os.path.join(d, "runs.jsonl")
+        with open(jl, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+        with open(jl, "w", encoding="utf-8") as f:
+            f.write("\n\n".join(lines) + "\n\n")
+        self.assertEqual([r["run_id"] for r in read_runs(d)], [json.loads(x)["run_id"] for x in lines])
+        self.assertEqual(len(R.load(d).runs), len(lines))
+        with open(jl, "w", encoding="utf-8") as f:
+            f.write(lines[0] + "\n" + lines[1][:-5] + "\n")
+        with self.assertRaisesRegex(R.ResultsError, r"runs\.jsonl:2: bad JSON"):
+            R.load(d)
+
     def test_runs_dir_fallback(self):
         d = U.copy_fixture("wave-segments", self.tmp)
         runs = list(U.runs_by_id("wave-segments").values())

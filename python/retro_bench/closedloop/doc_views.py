@@ -22,13 +22,13 @@ Numbers are means of the part files' per-position values (as claims and the runs
 a run without a part for the case is left out, and the line above the table says how many runs it has."""
 
 import argparse
-import json
 import math
 import os
 import sys
 
 import numpy as np
 
+from ..runs_file import read_runs
 from .claims import ClaimsError, _part, _read_json, load_dir
 from .results import REFERENCE
 from .tables import short_label
@@ -190,8 +190,7 @@ def costs(path, kind="niah"):
 
 
 def steps(path):
-    with open(os.path.join(path, "runs.jsonl"), encoding="utf-8") as f:
-        recs = [json.loads(line) for line in f if line.strip()]
+    recs = read_runs(path)
     ref = recs[0].get("step_ms_median")
     if not ref:
         raise ClaimsError(f"{path}: its first record (the reference) has no step_ms_median")

@@ -20,6 +20,7 @@ import sys
 from .. import lifeline
 from .._launch import launch_command
 from ..atomic import write_text
+from ..runs_file import read_runs
 from . import metrics, model_runner
 
 OPEN = (("recall@100", "recall@100"), ("mass", "mass"), ("out_err", "out_err"))
@@ -83,15 +84,13 @@ def run_open_loop(cfg, traces, results_root, retro_bin):
         with open(done) as f:
             m = json.load(f)
         if m.get("status") == "complete" and m.get("config_source") == ocfg:  # the same replay, finished
-            with open(os.path.join(odir, "runs.jsonl")) as f:
-                return [json.loads(line) for line in f if line.strip()]
+            return read_runs(odir)
     cmd = [retro_bin, "run", cpath, "--results", results_root, "-q", "--resume" if os.path.isdir(odir) else "--force"]
     print(f"[closed-loop] open loop: {' '.join(cmd)}", file=sys.stderr, flush=True)
     r = lifeline.run(cmd, stdout=subprocess.DEVNULL)  # ends with us (its own directory, its own lock)
     if r.returncode != 0:
         raise RuntimeError(f"the open-loop run failed ({r.returncode}): {' '.join(cmd)}")
-    with open(os.path.join(odir, "runs.jsonl")) as f:
-        return [json.loads(line) for line in f if line.strip()]
+    return read_runs(odir)
 
 
 def correlate(open_records, closed_records):

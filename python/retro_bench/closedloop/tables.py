@@ -11,6 +11,8 @@ import json
 import os
 import sys
 
+from ..runs_file import read_runs
+
 
 def _f(v, fmt):
     return fmt.format(v) if v is not None else "–"
@@ -26,8 +28,7 @@ def short_label(r):
 
 
 def main(path):
-    with open(os.path.join(path, "runs.jsonl")) as f:
-        recs = [json.loads(line) for line in f if line.strip()]
+    recs = read_runs(path)
     ref = recs[0]
     rf, rt = ref.get("fidelity") or {}, ref.get("task") or {}
     print(f"Reference (full attention): perplexity {_f(rf.get('ppl'), '{:.2f}')} over {rf.get('tokens')} tokens; "

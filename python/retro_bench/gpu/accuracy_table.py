@@ -18,7 +18,8 @@ import argparse
 import math
 import sys
 
-from retro_bench.gpu.summary_table import ctx_name, read_runs, record_method
+from retro_bench.gpu.summary_table import ctx_name, record_method
+from retro_bench.runs_file import read_runs
 
 METRICS = (("recall@100", "recall@100", "{:.3f}"), ("mass", "mass", "{:.3f}"), ("out_err", "out_err", "{:.4f}"))
 

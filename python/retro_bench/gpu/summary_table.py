@@ -25,6 +25,8 @@ import json
 import os
 import sys
 
+from retro_bench.runs_file import read_runs
+
 
 FULL_KERNEL_ROWS = {"flashinfer": "full", "cudnn": "full-cudnn", "own": "full-own"}
 
@@ -50,12 +52,6 @@ def record_method(r):
     if c.get("update") == "async":
         return "wave-dev-async"
     return "wave-dev-nocache" if sysp.get("cache") == 0 and not sysp.get("cache_bytes") else "wave-dev"
-
-
-def read_runs(path):
-    """The records of a results directory's runs.jsonl."""
-    with open(os.path.join(path, "runs.jsonl"), encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
 
 
 def record_rows(path):

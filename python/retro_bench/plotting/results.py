@@ -8,6 +8,8 @@ import json
 import math
 import os
 
+from ..runs_file import read_runs
+
 
 class ResultsError(Exception):
     """A results directory is missing, unreadable or holds no run records."""
@@ -92,15 +94,10 @@ class Results:
         runs = []
         jl = os.path.join(self.path, "runs.jsonl")
         if os.path.exists(jl):
-            with open(jl, encoding="utf-8") as f:
-                for i, line in enumerate(f):
-                    line = line.strip()
-                    if not line:
-                        continue
-                    try:
-                        runs.append(json.loads(line))
-                    except ValueError as e:
-                        raise ResultsError(f"{jl}:{i + 1}: bad JSON: {e}") from e
+            try:
+                runs = read_runs(self.path)
+            except ValueError as e:
+                raise ResultsError(str(e)) from e
         else:
             for p in sorted(glob.glob(os.path.join(self.path, "runs", "*.json"))):
                 runs.append(_read_json(p))

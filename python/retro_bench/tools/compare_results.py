@@ -1,18 +1,19 @@
 """Compares two results directories record by record: every field of every runs.jsonl record, metric
 statistics included, must be identical, except what measures time or names the machine or the build.
 
-    python/retro_bench/tools/compare_results.py results-before/quickstart results-after/quickstart
-    python/retro_bench/tools/compare_results.py /tmp/before /tmp/after      # every config directory found under both
+    PYTHONPATH=python python3 -m retro_bench.tools.compare_results results-before/quickstart results-after/quickstart
+    PYTHONPATH=python python3 -m retro_bench.tools.compare_results /tmp/before /tmp/after  # every config directory under both
 
 Records are matched by run_id (which hashes trace, method, parameters, metric options and steps).
 Ignored: measured times (metrics and fields ending in _ms or _us, except the cost model's model_*),
 timestamps (*_at), elapsed*, host, revision. Exit status 1 when anything differs or a record is
 missing on one side, so the script can gate a refactoring.
 """
-import json
 import os
 import re
 import sys
+
+from ..runs_file import read_runs
 
 MEASURED = re.compile(r"(_ms|_us)$")
 IGNORED_FIELDS = {"host", "revision"}
@@ -48,8 +49,7 @@ def diff(a, b, path, out):
 
 
 def load(d):
-    with open(os.path.join(d, "runs.jsonl"), encoding="utf-8") as f:
-        return {r["run_id"]: r for r in map(json.loads, filter(str.strip, f))}
+    return {r["run_id"]: r for r in read_runs(d)}
 
 
 def count_values(x):

@@ -20,6 +20,7 @@ import os
 import statistics
 import sys
 
+from ..runs_file import read_runs
 from .gbench_table import TableError, cli
 
 MANIFEST = ("wall_s", "peak_rss_bytes")
@@ -31,8 +32,7 @@ class Results:
 
     def _records(self, path):
         if path not in self.cache:
-            with open(os.path.join(path, "runs.jsonl"), encoding="utf-8") as f:
-                self.cache[path] = [json.loads(line) for line in f if line.strip()]
+            self.cache[path] = read_runs(path)
         return self.cache[path]
 
     def _one(self, root, field, name):
