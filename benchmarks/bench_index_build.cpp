@@ -7,7 +7,11 @@
 // Also the exact top-k selection alone (exact_mips_knn, nq = 100). (2) CTKVR's qcIVF lists (the
 // `ctkvr` method's build: 1024 centroid positions x 7 query heads scored against every key, softmax,
 // max over the group, top rho = 2.5 x 1532) on a synthetic head, with `sel_hash` over the selections of
-// 4 decode steps. docs/performance.md records runs.
+// 4 decode steps. (3) A layer's per-KV-head builds one by one on one core each (the GPU driver's host builds
+// before 2026-11-29, BLAS-free there) against side by side through for_each_item (lib/core/threads, what the
+// GPU path's build_method_heads and build_wave_heads do now): 8 KV heads of d = 128, pq's quantizer and codes
+// (PqHead) or wave's index (WaveHead, CPU k-means), with `out_hash` over what they built — equal in both
+// rows: the heads are the same whichever way they are built. docs/performance.md records runs.
 #include <benchmark/benchmark.h>
 
 #include <cstdint>
@@ -16,6 +20,8 @@
 #include <vector>
 
 #include "cluster/roargraph.hpp"
+#include "methods/pq_head.hpp"
+#include "methods/wave_head.hpp"
 #include "core/hash.hpp"
 #include "core/threads.hpp"
 #include "method_harness.hpp"  // tests/unit: blob_head, make_method
@@ -91,8 +97,46 @@ void BM_CtkvrBuild(benchmark::State& st) {
     st.counters["sel_hash"] = lists_hash(sels);
 }
 
+// args: n keys per head, kind (0 pq, 1 wave), threads (1: one by one; 0: side by side on every core)
+void BM_HeadBuilds(benchmark::State& st) {
+    const int n = (int)st.range(0), kind = (int)st.range(1), threads = (int)st.range(2), heads = 8, d = 128;
+    using namespace retro::method_test;
+    std::vector<retro::HeadSlice> hs;
+    for (int h = 0; h < heads; ++h)
+        hs.push_back(blob_head({.prompt_len = n, .steps = 1, .d = d, .group = 4, .seed = 40u + (unsigned)h, .centers = 64}));
+    retro::set_compute_threads(1);  // one core per head either way: the comparison is the side by side
+    double hash = 0;
+    for (auto _ : st) {
+        uint64_t h = 1469598103934665603ull;
+        if (kind == 0) {
+            std::vector<retro::PqHead> built(heads, retro::PqHead(retro::PqHeadParams{}));
+            retro::for_each_item(heads, threads, [&](int i) {
+                built[(size_t)i].build(context_of(hs[(size_t)i]), {hs[(size_t)i].keys.data(), hs[(size_t)i].values.data(), n, d});
+            });
+            for (const retro::PqHead& b : built)
+                h = retro::fnv1a64(std::string_view((const char*)b.codes().data(), b.codes().size() * 2), h);
+        } else {
+            std::vector<retro::WaveHead> built;
+            for (int i = 0; i < heads; ++i) built.emplace_back(retro::WaveParams{}, 0, i);
+            retro::for_each_item(heads, threads, [&](int i) {
+                built[(size_t)i].build({hs[(size_t)i].keys.data(), hs[(size_t)i].values.data(), n, d});
+            });
+            for (const retro::WaveHead& b : built)
+                for (int c : b.nonempty()) {
+                    const auto m = b.index().members(c);
+                    h = retro::fnv1a64(std::string_view((const char*)m.data(), m.size() * sizeof(int32_t)), h);
+                }
+        }
+        hash = (double)(h % (1ull << 48));
+    }
+    st.counters["out_hash"] = hash;
+    st.counters["heads_per_s"] = benchmark::Counter((double)heads * st.iterations(), benchmark::Counter::kIsRate);
+}
+
 }  // namespace
 
+BENCHMARK(BM_HeadBuilds)->ArgsProduct({{32768}, {0, 1}, {1, 0}})->ArgNames({"n", "kind", "threads"})
+    ->Unit(benchmark::kMillisecond)->Iterations(1)->Repetitions(3);
 BENCHMARK(BM_CtkvrBuild)->Arg(16384)->Unit(benchmark::kMillisecond)->Iterations(1);
 BENCHMARK(BM_ExactMipsKnn)->Arg(16384)->Unit(benchmark::kMillisecond)->MinTime(1.0);
 BENCHMARK(BM_RoarGraphBuild)->Arg(4096)->Arg(16384)->Unit(benchmark::kMillisecond)->Iterations(1);

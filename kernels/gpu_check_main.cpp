@@ -326,8 +326,10 @@ int main(int argc, char** argv) {
             const auto backend = gpu_run::make_cuda_backend();
             std::signal(SIGTERM, on_stop_signal);
             std::signal(SIGINT, on_stop_signal);
-            const auto rows = gpu_run::run_wave_vs_full(*backend, wo, [](const std::string& s) {
-                std::fprintf(stderr, "  %s\n", s.c_str());
+            const auto rows = gpu_run::run_wave_vs_full(*backend, wo, [&](const std::string& s) {
+                // seconds since the process started: a lease's log says where its time went
+                const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+                std::fprintf(stderr, "  [%6.1f s] %s\n", t, s.c_str());
             });
             std::signal(SIGTERM, SIG_DFL);
             std::signal(SIGINT, SIG_DFL);

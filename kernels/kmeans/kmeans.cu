@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include <cmath>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -102,6 +103,10 @@ KMeansResult segmented_kmeans_gpu(const float* x, int n, int d, const KMeansPara
     std::vector<float> cent((size_t)K * d);
     kmeans_initial_centroids(xc, d, plan, p, cent.data());
 
+    // One build's device part at a time (the backend builds its (sequence, KV head) indexes on several host
+    // threads: their device buffers one after another, the host's final pass below side by side)
+    static std::mutex device_part;
+    std::unique_lock<std::mutex> one_at_a_time(device_part);
     DeviceBuffer<float> dx((size_t)n * d), dc((size_t)K * d), dsum((size_t)K * d);
     DeviceBuffer<int32_t> drb((size_t)S + 1), dcb((size_t)S + 1), das((size_t)n);
     DeviceBuffer<int> dcnt((size_t)K);
@@ -123,6 +128,7 @@ KMeansResult segmented_kmeans_gpu(const float* x, int n, int d, const KMeansPara
     copy_d2h(cent.data(), dc.get(), dc.bytes());
     if (p.final_assign == FinalAssign::probe && S > 1) {
         // The probed pass (an IVF over the centroids) runs on the host: the same code as the CPU build.
+        one_at_a_time.unlock();
         kmeans_probe_assign(xc, d, cent.data(), plan, p, compute_threads(), res.assign.data());
     } else {
         kmeans_assign(dx.get(), n, d, dc.get(), K, drb.get(), dcb.get(), S, kmeans_final_radius(p, S),

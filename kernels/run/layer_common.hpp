@@ -6,6 +6,7 @@
 #include <functional>
 #include <vector>
 
+#include "core/threads.hpp"
 #include "cuda_api.hpp"
 #include "gpu/backend.hpp"
 
@@ -135,18 +136,20 @@ MethodContext head_context(const HeadSlice& h, const std::function<unsigned(int,
 
 /// A CPU method's JSON-free per-head cores (pq's PqHead, magicpig's MagicPigHead) for the job's KV heads of
 /// its first `sequences` sequences ([sequences * H], sequence by sequence), built over the prompt as the
-/// method's build() does (head_context); build_ms: their wall time.
+/// method's build() does (head_context); build_ms: their wall time. The heads are built side by side on the
+/// host's cores (for_each_item: each head's build is its own, so the result is the same as one by one; in the
+/// GPU-only build they are plain loops on one core each, and a batch of distinct sequences at 128K has
+/// D x 8 of them).
 template <class Head, class Params>
 std::vector<Head> build_method_heads(const GpuLayerJob& job, const LayerShape& s, const Params& params,
                                      const std::function<unsigned(int, int)>& seed, int sequences, double& build_ms) {
     const auto t0 = std::chrono::steady_clock::now();
     std::vector<Head> heads;
-    for (int q = 0; q < sequences; ++q)
-        for (int k = 0; k < s.H; ++k) {
-            const HeadSlice& h = head_of(job, q, k);
-            heads.emplace_back(params);
-            heads.back().build(head_context(h, seed), KVView{h.keys.data(), h.values.data(), s.prompt, s.d});
-        }
+    for (int i = 0; i < sequences * s.H; ++i) heads.emplace_back(params);
+    for_each_item(sequences * s.H, 0, [&](int i) {
+        const HeadSlice& h = head_of(job, i / s.H, i % s.H);
+        heads[(size_t)i].build(head_context(h, seed), KVView{h.keys.data(), h.values.data(), s.prompt, s.d});
+    });
     build_ms = 1e-3 * (double)std::chrono::duration_cast<std::chrono::microseconds>(
                           std::chrono::steady_clock::now() - t0).count();
     return heads;

@@ -2,12 +2,14 @@
 
 #include <random>
 
+#include "core/threads.hpp"
+
 namespace retro::gpu_run {
 
 std::vector<HeadSlice> synthetic_layer(const SyntheticLayerParams& p) {
     const int d = p.head_dim, n = p.prompt + p.steps;
     std::vector<HeadSlice> heads((size_t)p.kv_heads);
-    for (int h = 0; h < p.kv_heads; ++h) {
+    for_each_item(p.kv_heads, 0, [&](int h) {  // each head from its own generator: the same layer on any cores
         std::mt19937 rng(p.seed * 7919u + (unsigned)h);
         std::normal_distribution<float> N(0.0f, 1.0f);
         std::uniform_int_distribution<int> topic(0, p.topics - 1);
@@ -34,7 +36,7 @@ std::vector<HeadSlice> synthetic_layer(const SyntheticLayerParams& p) {
                 for (int e = 0; e < d; ++e)
                     s.queries[((size_t)j * p.steps + step) * d + e] = p.focus * centre[(size_t)focus * d + e] + 0.5f * N(rng);
         }
-    }
+    });
     return heads;
 }
 

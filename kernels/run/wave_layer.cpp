@@ -827,12 +827,17 @@ BuiltIndex build_wave_heads(const GpuLayerJob& job) {
     if (job.kmeans_on_gpu)
         km = [](const float* x, int n, int d, const KMeansParams& p) { return cuda::segmented_kmeans_gpu(x, n, d, p); };
     BuiltIndex out;  // every sequence the job gives, sequence by sequence: shared by the batches
-    for (int q = 0; q < job.sequences(); ++q)
-        for (int h = 0; h < s.H; ++h) {
-            const HeadSlice& hs = head_of(job, q, h);
-            out.wave.emplace_back(job.wave, hs.layer, hs.kv_head, km);
-            out.wave.back().build({hs.keys.data(), hs.values.data(), s.prompt, s.d});
-        }
+    const int n = job.sequences() * s.H;
+    for (int i = 0; i < n; ++i) {
+        const HeadSlice& hs = head_of(job, i / s.H, i % s.H);
+        out.wave.emplace_back(job.wave, hs.layer, hs.kv_head, km);
+    }
+    // side by side on the host's cores: the k-means's final pass and the zones are host work (one core each
+    // in the GPU-only build); segmented_kmeans_gpu runs one build's device part at a time
+    for_each_item(n, 0, [&](int i) {
+        const HeadSlice& hs = head_of(job, i / s.H, i % s.H);
+        out.wave[(size_t)i].build({hs.keys.data(), hs.values.data(), s.prompt, s.d});
+    });
     out.build_ms = ms_since(t0);
     return out;
 }

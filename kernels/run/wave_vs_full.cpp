@@ -284,7 +284,7 @@ std::vector<WaveRunRow> run_wave_vs_full(const GpuBackend& gpu, const WaveRunOpt
         if (o.magicpig) kinds.push_back({"magicpig", "magicpig"});
         const size_t first_row = rows.size();
         // the shared indexes over the prompt (wave's, pq's), built once for every batch point and placement (in the GPU-only build the
-        // k-means's final pass runs on one CPU core without BLAS: minutes per point at 128K)
+        // host's part of a build is a BLAS-free loop per (sequence, KV head), side by side on the host's cores)
         std::map<std::string, BuiltIndex> built;  // per method: every kind and batch point of it
         for (size_t k = 0; k < kinds.size() && !stopped; ++k) {
             const Kind& kind = kinds[k];
@@ -302,7 +302,13 @@ std::vector<WaveRunRow> run_wave_vs_full(const GpuBackend& gpu, const WaveRunOpt
                 try {
                     if (shared_build && !built.count(kind.method)) {
                         if (progress) progress(kind.method + " index, context " + std::to_string(N));
-                        built.emplace(kind.method, build_index(gpu, o, heads, more, kind.method));
+                        const BuiltIndex& b = built.emplace(kind.method, build_index(gpu, o, heads, more, kind.method)).first->second;
+                        if (progress) {
+                            char line[120];
+                            std::snprintf(line, sizeof line, " index built in %.1f s (%d heads)", b.build_ms / 1e3,
+                                          o.sequences * (int)heads.size());
+                            progress(kind.method + line);
+                        }
                     }
                     row = run_point(gpu, o, kind, heads, more, B, shared_build ? &built.at(kind.method) : nullptr);
                 } catch (const GpuMemoryError& e) {

@@ -20,3 +20,18 @@ void set_compute_threads(int n);
 int compute_threads();
 
 }  // namespace retro
+
+#include <functional>
+
+namespace retro {
+
+/// Calls fn(i) once for every i in [0, n) on up to `threads` threads, the caller's among them (threads <= 0:
+/// std::thread::hardware_concurrency()), items handed out in order; returns when every item is done and
+/// rethrows the exception of the lowest item that threw (the others still run). For independent builds of
+/// about equal cost — one per (sequence, KV head) — whose results do not depend on where they run: while
+/// it runs with more than one thread, OpenBLAS is held at one thread and each thread's OpenMP team at one
+/// (the items' own parallel loops would oversubscribe the cores), both restored after. std::thread only:
+/// the RETRO_GPU_ONLY build (no OpenMP) runs its host builds through it on a lent machine's cores.
+void for_each_item(int n, int threads, const std::function<void(int)>& fn);
+
+}  // namespace retro

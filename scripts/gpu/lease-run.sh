@@ -24,8 +24,10 @@
 #   RETRO_BENCH=GROUP: the microbenchmarks of GROUP (wave_step: cluster_select's four histogram variants and its split,
 #      estimate_attention's two block widths, the phases; full_decode: the own, FlashInfer's and cuDNN's kernels) on the contexts x
 #      RETRO_BENCH_BATCHES (default the batches), into OUT/bench
-#   RETRO_SEQUENCES=D: the wave run's batches over D distinct sequences (synthetic layers of other seeds;
-#      default 1: copies of one; each sequence's indexes are built on the host, pq's on one core at 128K)
+#   RETRO_SEQUENCES=D: every wave run's batches over D distinct sequences (replica b runs sequence b mod D:
+#      synthetic layers of other seeds; default 1: copies of one). Each (sequence, KV head)'s indexes are built
+#      side by side on the host's cores (wave's k-means on the GPU one head at a time, its final pass and
+#      pq's quantizer on the host: ~seconds per head at 128K in this BLAS-free build)
 #   RETRO_STEPS=N, RETRO_WARM_STEPS=W: the wave run's decode steps and, of them, the first W untimed that fill
 #      the block cache (--steps, --warm-steps; the one timing rule asks >= 64 timed: RETRO_STEPS=80
 #      RETRO_WARM_STEPS=16)
@@ -108,16 +110,19 @@ t0=$SECONDS
 PYTHONWARNINGS=ignore timeout "${RETRO_SDPA_TIMEOUT:-150}" python3 -B "$root/python/retro_bench/_launch.py" retro_bench.gpu.sdpa_baseline "$out/sdpa.json" --contexts "$ctx" \
   --batches "$bat" > "$out/sdpa.log" 2>&1
 echo "sdpa: exit $? ($((SECONDS - t0)) s)"
+# what every wave run of the call shares (the one timing rule: the same steps, warm-up and sequences in every
+# row, the ungated, variant and graph rows included)
+timing=(${RETRO_STEPS:+--steps "$RETRO_STEPS"} ${RETRO_WARM_STEPS:+--warm-steps "$RETRO_WARM_STEPS"}
+        ${RETRO_SEQUENCES:+--sequences "$RETRO_SEQUENCES"})
 t0=$SECONDS
 timeout -k 30 "$wave_limit" "$bin" $wave_budget --out "$out/wave" --wave-only --seeds "${RETRO_SEEDS:-quest,pq}" --contexts "$ctx" --batches "$bat" \
   --wave-kv "${RETRO_WAVE_KV:-all}" --hardware "$hwfile" --measured ${RETRO_HOST_THREADS:+--host-threads "$RETRO_HOST_THREADS"} \
-  ${RETRO_STEPS:+--steps "$RETRO_STEPS"} ${RETRO_WARM_STEPS:+--warm-steps "$RETRO_WARM_STEPS"} \
-  ${RETRO_SEQUENCES:+--sequences "$RETRO_SEQUENCES"} > "$out/wave.log" 2>&1
+  "${timing[@]}" > "$out/wave.log" 2>&1
 echo "wave run: exit $? ($((SECONDS - t0)) s)"
 if [[ -n ${RETRO_UNGATED_BATCHES:-} ]]; then  # the same rows timed with the launch calls inside, side by side
   t0=$SECONDS
   timeout -k 30 "$wave_limit" "$bin" $wave_budget --out "$out/wave-ungated" --wave-only --seeds none --no-launch-gate --contexts "$ctx" \
-    --batches "$RETRO_UNGATED_BATCHES" --wave-kv gpu > "$out/wave-ungated.log" 2>&1
+    --batches "$RETRO_UNGATED_BATCHES" --wave-kv gpu "${timing[@]}" > "$out/wave-ungated.log" 2>&1
   echo "wave run without the launch gate: exit $? ($((SECONDS - t0)) s)"
 fi
 if [[ -n ${RETRO_VARIANT_BATCHES:-} ]]; then  # the kernel variants' rows beside the defaults'
@@ -129,7 +134,7 @@ if [[ -n ${RETRO_VARIANT_BATCHES:-} ]]; then  # the kernel variants' rows beside
   fi
   # shellcheck disable=SC2086  # the variables, one word each
   env $variant_env timeout -k 30 "$wave_limit" "$bin" $wave_budget --out "$out/wave-variants" --wave-only --seeds none --contexts "$ctx" \
-    --batches "$RETRO_VARIANT_BATCHES" --wave-kv gpu > "$out/wave-variants.log" 2>&1
+    --batches "$RETRO_VARIANT_BATCHES" --wave-kv gpu "${timing[@]}" > "$out/wave-variants.log" 2>&1
   echo "wave run with $variant_env: exit $? ($((SECONDS - t0)) s)"
 fi
 if [[ -n ${RETRO_GRAPH_BATCHES:-} ]]; then  # the steps as CUDA graphs (and the split select), side by side
@@ -137,11 +142,11 @@ if [[ -n ${RETRO_GRAPH_BATCHES:-} ]]; then  # the steps as CUDA graphs (and the 
   graph_env=RETRO_SELECT_SPLIT=off
   grep -qE "^passed +ClusterSelectSplit" "$out/checks-split/gpu-report.txt" 2> /dev/null && graph_env=RETRO_SELECT_SPLIT=auto
   env $graph_env timeout -k 30 "$wave_limit" "$bin" $wave_budget --out "$out/wave-graph" --wave-only --seeds none --step-graph --contexts "$ctx" \
-    --batches "$RETRO_GRAPH_BATCHES" --wave-kv gpu > "$out/wave-graph.log" 2>&1
+    --batches "$RETRO_GRAPH_BATCHES" --wave-kv gpu "${timing[@]}" > "$out/wave-graph.log" 2>&1
   echo "wave run with --step-graph ($graph_env): exit $? ($((SECONDS - t0)) s)"
 fi
 grep -v Warning "$out/sdpa.log" | grep "^sdpa"
-sed -n '/^wave decode step/,$p' "$out/wave/gpu-report.txt" 2>/dev/null || grep -E "^  (full|wave)" "$out/wave.log"
+sed -n '/^wave decode step/,$p' "$out/wave/gpu-report.txt" 2>/dev/null || grep -E "^  (\[ *[0-9.]+ s\] )?(full|wave)" "$out/wave.log"
 [[ -f "$out/wave/gpu-report.json" ]] &&
   python3 -B "$root/python/retro_bench/_launch.py" retro_bench.gpu.summary_table "$out/wave/gpu-report.json" --sdpa "$out/sdpa.json" |
   tee "$out/summary.md"
