@@ -32,8 +32,14 @@
 #      the block cache (--steps, --warm-steps; the one timing rule asks >= 64 timed: RETRO_STEPS=80
 #      RETRO_WARM_STEPS=16)
 #   RETRO_WAVE_TIMEOUT=S (default 330), RETRO_ROW_SLACK=S (default 60): each wave run's limit, and the seconds
-#      before it after which it starts no row (--time-budget) and writes the rows it has; the contexts run in
-#      the order given (131072,32768: 128K first)
+#      before it after which it starts no row (--time-budget; a quarter of a shorter limit) and writes the rows
+#      it has; the contexts run in the order given (131072,32768: 128K first)
+#   RETRO_DEADLINE=S: the whole call within S seconds of its start (570 under the run tool's 600 s): each wave
+#      run's limit cut to what is left less 20 s for the tables and RETRO_SIDE_MIN (default 90) per side run
+#      after it (unless that leaves it under 60 s: the main run first, then the side runs in order); a run left
+#      under 60 s is skipped, saying so — so one call holds the main rows and item 6's side runs
+#   RETRO_WAVE_ARGS="...", RETRO_CHECKS_ARGS="...": more arguments to every wave run, to the checks' run (the
+#      suite's test of this script: --tiny, --filter LaunchGate)
 #   RETRO_HOST_THREADS=N: wave's host lookup workers (--host-threads; 1 = the caller alone, no pool): the
 #      offloaded rows' host phase with and without the pool, call against call
 #   RETRO_UNGATED_BATCHES=1,8: the device-only rows once more at those batches with --no-launch-gate (the
@@ -62,7 +68,7 @@ nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=c
 [[ -f $root/build-gpu/REVISION ]] && cp "$root/build-gpu/REVISION" "$out/revision.txt" &&
   echo "carried build: $(cat "$out/revision.txt")"
 t0=$SECONDS
-timeout "${RETRO_CHECKS_TIMEOUT:-240}" "$bin" --out "$out/checks" --checks-only --skip ClusterSelectSplit > "$out/checks.log" 2>&1
+timeout "${RETRO_CHECKS_TIMEOUT:-240}" "$bin" --out "$out/checks" --checks-only --skip ClusterSelectSplit ${RETRO_CHECKS_ARGS:-} > "$out/checks.log" 2>&1
 rc=$?
 echo "checks: exit $rc ($((SECONDS - t0)) s)"; grep -E "^(passed|failed)|^checks:" "$out/checks/gpu-report.txt"
 # the split select's check in a process of its own (a faulting kernel would fail every check after it)
@@ -98,52 +104,77 @@ fi
 hwfile=$out/hardware.txt
 python3 -B "$root/python/retro_bench/_launch.py" retro_bench.gpu.hardware_values "$root/configs/hardware/$hw.json" > "$hwfile" 2>/dev/null ||
   cp "$root/build-gpu/$hw.txt" "$hwfile"
-# each wave run under its limit (RETRO_WAVE_TIMEOUT, default 330 s); one that knows --time-budget starts no
-# row in its last RETRO_ROW_SLACK seconds (default 60) and writes the rows it has (a SIGTERM at the limit
-# does the same after the row in flight; -k 30 kills one that hangs)
-wave_limit=${RETRO_WAVE_TIMEOUT:-330}
-wave_budget=
-wave_budget_s=$(( wave_limit - ${RETRO_ROW_SLACK:-60} ))
-(( wave_budget_s < 0 )) && wave_budget_s=0  # a limit under the slack: no row starts (a negative budget is refused)
-grep -qa -- --time-budget "$bin" && wave_budget="--time-budget $wave_budget_s"
 t0=$SECONDS
 PYTHONWARNINGS=ignore timeout "${RETRO_SDPA_TIMEOUT:-150}" python3 -B "$root/python/retro_bench/_launch.py" retro_bench.gpu.sdpa_baseline "$out/sdpa.json" --contexts "$ctx" \
   --batches "$bat" > "$out/sdpa.log" 2>&1
 echo "sdpa: exit $? ($((SECONDS - t0)) s)"
 # what every wave run of the call shares (the one timing rule: the same steps, warm-up and sequences in every
 # row, the ungated, variant and graph rows included)
+# shellcheck disable=SC2206  # RETRO_WAVE_ARGS: words
 timing=(${RETRO_STEPS:+--steps "$RETRO_STEPS"} ${RETRO_WARM_STEPS:+--warm-steps "$RETRO_WARM_STEPS"}
-        ${RETRO_SEQUENCES:+--sequences "$RETRO_SEQUENCES"})
-t0=$SECONDS
-timeout -k 30 "$wave_limit" "$bin" $wave_budget --out "$out/wave" --wave-only --seeds "${RETRO_SEEDS:-quest,pq}" --contexts "$ctx" --batches "$bat" \
-  --wave-kv "${RETRO_WAVE_KV:-all}" --hardware "$hwfile" --measured ${RETRO_HOST_THREADS:+--host-threads "$RETRO_HOST_THREADS"} \
-  "${timing[@]}" > "$out/wave.log" 2>&1
-echo "wave run: exit $? ($((SECONDS - t0)) s)"
+        ${RETRO_SEQUENCES:+--sequences "$RETRO_SEQUENCES"} ${RETRO_WAVE_ARGS:-})
+# Each wave run under a limit: RETRO_WAVE_TIMEOUT (default 330 s) and, with RETRO_DEADLINE=S (the seconds the
+# whole call may take, counted from its start: 570 under the run tool's 600 s), no more than what is left
+# before the deadline less 20 s for the tables and what the runs after it need (RETRO_SIDE_MIN, default 90 s,
+# per side run still to come) — unless that leaves it under 60 s: the earlier run matters more —; a run left
+# under 60 s is skipped, saying so. A binary that knows
+# --time-budget starts no row in the run's last RETRO_ROW_SLACK seconds (default 60; a quarter of a shorter
+# limit) and writes the rows it has (a SIGTERM at the limit does the same after the row in flight; -k 30
+# kills one that hangs).
+deadline=${RETRO_DEADLINE:-0}
+sides_after=0
+for v in RETRO_UNGATED_BATCHES RETRO_VARIANT_BATCHES RETRO_GRAPH_BATCHES; do [[ -n ${!v:-} ]] && ((sides_after++)); done
+knows_budget=0
+grep -qa -- --time-budget "$bin" && knows_budget=1
+# wave_run NAME LABEL [VAR=VALUE ...] -- ARG ...: one run of the binary into $out/NAME (log $out/NAME.log)
+wave_run() {
+  local name=$1 label=$2 envs=()
+  shift 2
+  while [[ $1 != -- ]]; do envs+=("$1"); shift; done
+  shift
+  local limit=${RETRO_WAVE_TIMEOUT:-330}
+  if ((deadline > 0)); then
+    local left=$((deadline - SECONDS - 20)) keep=$((${RETRO_SIDE_MIN:-90} * sides_after))
+    # the runs after it keep their share unless that leaves this one (the more important: main first) under 60 s
+    ((left - keep >= 60)) && left=$((left - keep))
+    ((left < limit)) && limit=$left
+    if ((limit < 60)); then
+      echo "$label: skipped ($((deadline - SECONDS)) s left of RETRO_DEADLINE=$deadline)"
+      return
+    fi
+  fi
+  local slack=${RETRO_ROW_SLACK:-60} budget=()
+  ((slack > limit / 4)) && slack=$((limit / 4))
+  ((knows_budget)) && budget=(--time-budget $((limit - slack)))
+  local t0=$SECONDS
+  env "${envs[@]}" timeout -k 30 "$limit" "$bin" "${budget[@]}" --out "$out/$name" --wave-only "$@" "${timing[@]}" \
+    > "$out/$name.log" 2>&1
+  echo "$label: exit $? ($((SECONDS - t0)) s of its $limit s)"
+}
+wave_run wave "wave run" -- --seeds "${RETRO_SEEDS:-quest,pq}" --contexts "$ctx" --batches "$bat" \
+  --wave-kv "${RETRO_WAVE_KV:-all}" --hardware "$hwfile" --measured ${RETRO_HOST_THREADS:+--host-threads "$RETRO_HOST_THREADS"}
 if [[ -n ${RETRO_UNGATED_BATCHES:-} ]]; then  # the same rows timed with the launch calls inside, side by side
-  t0=$SECONDS
-  timeout -k 30 "$wave_limit" "$bin" $wave_budget --out "$out/wave-ungated" --wave-only --seeds none --no-launch-gate --contexts "$ctx" \
-    --batches "$RETRO_UNGATED_BATCHES" --wave-kv gpu "${timing[@]}" > "$out/wave-ungated.log" 2>&1
-  echo "wave run without the launch gate: exit $? ($((SECONDS - t0)) s)"
+  ((sides_after--))
+  wave_run wave-ungated "wave run without the launch gate" -- --seeds none --no-launch-gate --contexts "$ctx" \
+    --batches "$RETRO_UNGATED_BATCHES" --wave-kv gpu
 fi
 if [[ -n ${RETRO_VARIANT_BATCHES:-} ]]; then  # the kernel variants' rows beside the defaults'
-  t0=$SECONDS
+  ((sides_after--))
   variant_env=${RETRO_VARIANT_ENV:-RETRO_SELECT_SPLIT=on}
   if [[ $variant_env == *RETRO_SELECT_SPLIT=on* ]] && ! grep -qE "^passed +ClusterSelectSplit" "$out/checks-split/gpu-report.txt"; then
     echo "ClusterSelectSplit failed: the variant rows run without the split"
     variant_env=${variant_env//RETRO_SELECT_SPLIT=on/RETRO_SELECT_SPLIT=off}
   fi
   # shellcheck disable=SC2086  # the variables, one word each
-  env $variant_env timeout -k 30 "$wave_limit" "$bin" $wave_budget --out "$out/wave-variants" --wave-only --seeds none --contexts "$ctx" \
-    --batches "$RETRO_VARIANT_BATCHES" --wave-kv gpu "${timing[@]}" > "$out/wave-variants.log" 2>&1
-  echo "wave run with $variant_env: exit $? ($((SECONDS - t0)) s)"
+  wave_run wave-variants "wave run with $variant_env" $variant_env -- --seeds none --contexts "$ctx" \
+    --batches "$RETRO_VARIANT_BATCHES" --wave-kv gpu
 fi
 if [[ -n ${RETRO_GRAPH_BATCHES:-} ]]; then  # the steps as CUDA graphs (and the split select), side by side
-  t0=$SECONDS
+  ((sides_after--))
   graph_env=RETRO_SELECT_SPLIT=off
   grep -qE "^passed +ClusterSelectSplit" "$out/checks-split/gpu-report.txt" 2> /dev/null && graph_env=RETRO_SELECT_SPLIT=auto
-  env $graph_env timeout -k 30 "$wave_limit" "$bin" $wave_budget --out "$out/wave-graph" --wave-only --seeds none --step-graph --contexts "$ctx" \
-    --batches "$RETRO_GRAPH_BATCHES" --wave-kv gpu "${timing[@]}" > "$out/wave-graph.log" 2>&1
-  echo "wave run with --step-graph ($graph_env): exit $? ($((SECONDS - t0)) s)"
+  wave_run wave-graph "wave run with --step-graph ($graph_env)" $graph_env -- --seeds none --step-graph --contexts "$ctx" \
+    --batches "$RETRO_GRAPH_BATCHES" --wave-kv gpu
 fi
 grep -v Warning "$out/sdpa.log" | grep "^sdpa"
 sed -n '/^wave decode step/,$p' "$out/wave/gpu-report.txt" 2>/dev/null || grep -E "^  (\[ *[0-9.]+ s\] )?(full|wave)" "$out/wave.log"
