@@ -11,6 +11,7 @@
 #include <string>
 
 #include "core/error.hpp"
+#include "core/serial_blas.hpp"
 
 namespace retro {
 
@@ -28,6 +29,10 @@ void nearest_centroids_l2(const float* x, int n, int ldx, const float* c, int k,
         cn[(size_t)j] = s;
     }
     std::vector<float> g((size_t)kRowBlock * k);
+    // OpenBLAS's result depends on its thread count in the last bits (a near-tie's code with it): one thread,
+    // so the codebooks and codes are the same whoever builds them (a runner with one worker, the GPU path's
+    // heads built side by side, its twin's test beside the CPU method)
+    const SerialBlas serial;
     for (int r0 = 0; r0 < n; r0 += kRowBlock) {
         const int rb = std::min(kRowBlock, n - r0);
         // g[rb, k] = X_block · Cᵀ

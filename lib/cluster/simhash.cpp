@@ -11,6 +11,7 @@
 #include <string>
 
 #include "core/error.hpp"
+#include "core/serial_blas.hpp"
 
 namespace retro {
 
@@ -31,6 +32,9 @@ void SimHashTables::build(const float* x, int n, int d, const SimHashParams& p) 
     if (KL > 0 && n > 0) {
         const int B = 1024;
         std::vector<float> proj((size_t)B * KL);
+        // OpenBLAS's products depend on its thread count in the last bits (a near-zero projection's sign
+        // with them): one thread, so the codes are the same whoever builds them (pq.cpp likewise)
+        const SerialBlas serial;
         for (int r0 = 0; r0 < n; r0 += B) {
             const int rows = std::min(B, n - r0);
 #ifndef RETRO_NO_BLAS
