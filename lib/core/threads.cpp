@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <exception>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -96,7 +97,11 @@ void for_each_item(int n, int threads, const std::function<void(int)>& fn) {
             }
     };
     std::vector<std::thread> pool;
-    for (int t = 1; t < threads; ++t) pool.emplace_back(work);
+    for (int t = 1; t < threads; ++t) try {
+            pool.emplace_back(work);
+        } catch (const std::system_error&) {  // no more threads to be had: the ones running take every item
+            break;
+        }
     work();
     for (std::thread& t : pool) t.join();
 #ifndef RETRO_NO_BLAS
