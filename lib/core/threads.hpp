@@ -2,6 +2,8 @@
 // The compute threads of BLAS and OpenMP: JSON- and HDF5-free, so the RETRO_GPU_ONLY build (no Debian
 // libraries) links it too (kernels/kmeans.cu's probe pass asks compute_threads()).
 
+#include <functional>
+
 namespace retro {
 
 /// Sets OpenBLAS's (process-wide) thread count, n >= 1; returns false in a build without BLAS
@@ -18,12 +20,6 @@ void set_compute_threads(int n);
 
 /// min(OpenBLAS threads, OpenMP max threads) as the methods see it (1 without BLAS or OpenMP).
 int compute_threads();
-
-}  // namespace retro
-
-#include <functional>
-
-namespace retro {
 
 /// Calls fn(i) once for every i in [0, n) on up to `threads` threads, the caller's among them (threads <= 0:
 /// std::thread::hardware_concurrency()), items handed out in order; returns when every item is done and

@@ -181,10 +181,14 @@ sed -n '/^wave decode step/,$p' "$out/wave/gpu-report.txt" 2>/dev/null || grep -
 [[ -f "$out/wave/gpu-report.json" ]] &&
   python3 -B "$root/python/retro_bench/_launch.py" retro_bench.gpu.summary_table "$out/wave/gpu-report.json" --sdpa "$out/sdpa.json" |
   tee "$out/summary.md"
-# whole-model tokens/s per GPU with each method's memory cap (the rows' dense_us: cuBLAS, issue 40 #5)
+# whole-model tokens/s per GPU with each method's memory cap (the rows' dense_us: cuBLAS, issue 40 #5), and its
+# figure where the machine's Python has matplotlib (otherwise drawn back home from the report)
+figure=()
+python3 -c "import matplotlib" 2> /dev/null && figure=(--figure "$out/model-throughput.png")
 [[ -f "$out/wave/gpu-report.json" ]] &&
-  python3 -B "$root/python/retro_bench/_launch.py" retro_bench.gpu.model_throughput "$out/wave/gpu-report.json" |
+  python3 -B "$root/python/retro_bench/_launch.py" retro_bench.gpu.model_throughput "$out/wave/gpu-report.json" "${figure[@]}" |
   tee "$out/model-throughput.md"
+[[ -f "$out/model-throughput.png" ]] && echo "figure: $out/model-throughput.png"
 # the same table for each side run of the call (no launch gate, the kernel variants, the steps as graphs:
 # item 6's batch-1 rows beside the default rows above)
 for side in wave-ungated wave-variants wave-graph; do
@@ -192,10 +196,6 @@ for side in wave-ungated wave-variants wave-graph; do
   { echo "$side:"; python3 -B "$root/python/retro_bench/_launch.py" retro_bench.gpu.summary_table "$out/$side/gpu-report.json" \
       --sdpa "$out/sdpa.json"; } 2>&1 | tee "$out/summary-$side.md"
 done
-# issue 40 #5's figure, where the machine has matplotlib (otherwise drawn back home from the report)
-[[ -f "$out/wave/gpu-report.json" ]] && python3 -c "import matplotlib" 2> /dev/null &&
-  python3 -B "$root/python/retro_bench/_launch.py" retro_bench.gpu.model_throughput "$out/wave/gpu-report.json" \
-    --figure "$out/model-throughput.png" > /dev/null && echo "figure: $out/model-throughput.png"
 # RetroInfer's Figure 15 on the device path: no cache, the update after the step, at the next step (issue 40 #2)
 [[ -f "$out/wave/gpu-report.json" ]] &&
   python3 -B "$root/python/retro_bench/_launch.py" retro_bench.gpu.ablation_table "$out/wave/gpu-report.json" |
