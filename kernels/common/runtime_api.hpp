@@ -93,8 +93,7 @@ class Event {
     void* get() const { return e_; }
 
   private:
-    void* e_ = nullptr;
-    double host_ms_ = 0;  ///< the CPU emulation's clock (unused by the CUDA runtime)
+    void* e_ = nullptr;  ///< cudaEvent_t (the CPU emulation: its own record, common/runtime_emulation.cpp)
 };
 
 /// nvbench's blocking kernel: hold(stream) enqueues a kernel that spins until release() (a flag in mapped

@@ -1,8 +1,8 @@
 // Part of the CPU emulation of cuda_api.hpp (docs/cuda.md, "CPU emulation"): float32 like the kernels
 // but written independently of them and of the lib/ references; "device" memory is host memory,
-// launches run at once. Linked with the check bodies into retro_check_emulation (and with the run path
-// into retro_backend_emulation), it tests the checks themselves (input layouts, references, tolerances,
-// poisoning) on machines without a GPU. It says nothing about the CUDA kernels.
+// launches run when a synchronization needs them (common/emulation_streams.hpp). Linked with the check
+// bodies into retro_check_emulation (and with the run path into retro_backend_emulation), it tests the
+// checks themselves (input layouts, references, tolerances, poisoning) on machines without a GPU. It says nothing about the CUDA kernels.
 // This file: the runtime (runtime_api.hpp).
 #include <algorithm>
 #include <chrono>
@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "common/emulation_streams.hpp"
 #include "common/emulation_trace.hpp"
 #include "common/registry.hpp"
 #include "core/error.hpp"
@@ -25,62 +26,124 @@ std::string device_name() { return "CPU emulation (not a GPU)"; }
 int device_cc() { return 0; }
 double device_fp32_peak() { return 0; }
 int device_sms() { return 0; }
-void* dev_alloc(size_t b) { return std::aligned_alloc(256, (b + 255) / 256 * 256); }
-void dev_free(void* p) { std::free(p); }
+// New memory holds the checks' poison (0xFF: NaN in fp32 and fp16, -1 in the integers), not the zeros a
+// fresh page happens to hold: what reads memory nothing wrote (or reads it before a copy into it ran) reads
+// garbage, as on a GPU, instead of a plausible value.
+void* dev_alloc(size_t b) {
+    const size_t n = (b + 255) / 256 * 256;
+    void* p = std::aligned_alloc(256, n);
+    if (!p) throw Error("cuda emulation: out of memory allocating " + std::to_string(b) + " bytes");
+    std::memset(p, 0xFF, n);
+    return p;
+}
+// cudaFree and cudaFreeHost wait for the device's work (what is queued may still read the memory)
+void dev_free(void* p) {
+    if (p) emu::run_all();
+    std::free(p);
+}
 void* pinned_alloc(size_t b) { return dev_alloc(b); }
-void pinned_free(void* p) { std::free(p); }
-// a copy of 0 bytes may name null pointers (an empty table: cudaMemcpy takes it); memcpy may not
-void copy_h2d(void* d, const void* s, size_t b) { if (b) std::memcpy(d, s, b); }
-void copy_d2h(void* d, const void* s, size_t b) { if (b) std::memcpy(d, s, b); }
-void copy_d2d(void* d, const void* s, size_t b) { if (b) std::memcpy(d, s, b); }
-void copy_h2d_async(void* d, const void* s, size_t b, void*) {
+void pinned_free(void* p) { dev_free(p); }
+// The synchronous copies wait for every stream's earlier work (the legacy default stream), and the host
+// for them. A copy of 0 bytes may name null pointers (an empty table: cudaMemcpy takes it); memcpy may not.
+static void copy_now(void* d, const void* s, size_t b) {
+    emu::run_all();
+    if (b) std::memcpy(d, s, b);
+}
+void copy_h2d(void* d, const void* s, size_t b) { copy_now(d, s, b); }
+void copy_d2h(void* d, const void* s, size_t b) { copy_now(d, s, b); }
+void copy_d2d(void* d, const void* s, size_t b) { copy_now(d, s, b); }
+// the asynchronous ones read their source when they run, as the copy engine does
+void copy_h2d_async(void* d, const void* s, size_t b, void* st) {
     emu::launch("copy_h2d_async", d, s, b);
-    if (b) std::memcpy(d, s, b);
+    if (b) emu::enqueue(st, [=] { std::memcpy(d, s, b); });
 }
-void dev_memset(void* d, int x, size_t b) { std::memset(d, x, b); }
-void synchronize() {}
-void copy_d2h_async(void* d, const void* s, size_t b, void*) {
+void dev_memset(void* d, int x, size_t b) {  // cudaMemset: on the legacy default stream, the host goes on
+    emu::enqueue(nullptr, [=] { std::memset(d, x, b); });
+}
+void synchronize() { emu::run_all(); }
+void copy_d2h_async(void* d, const void* s, size_t b, void* st) {
     emu::launch("copy_d2h_async", d, s, b);
-    if (b) std::memcpy(d, s, b);
+    if (b) emu::enqueue(st, [=] { std::memcpy(d, s, b); });
 }
-void copy_2d_async(void* d, size_t dp, const void* s, size_t sp, size_t w, size_t rows, void*) {
+void copy_2d_async(void* d, size_t dp, const void* s, size_t sp, size_t w, size_t rows, void* st) {
     emu::launch("copy_2d_async", d, dp, s, sp, w, rows);
-    for (size_t i = 0; i < rows; ++i) std::memcpy((char*)d + i * dp, (const char*)s + i * sp, w);
+    emu::enqueue(st, [=] {
+        for (size_t i = 0; i < rows; ++i) std::memcpy((char*)d + i * dp, (const char*)s + i * sp, w);
+    });
 }
 size_t device_free_bytes() { return (size_t)1 << 40; }
-Stream::Stream() {}
-Stream::~Stream() {}
+Stream::Stream() : s_(emu::new_stream()) {}
+Stream::~Stream() { emu::delete_stream(s_); }
 // a wait or an event inside a step graph's body: what a capture refuses (or cannot time), refused here too
 static void not_in_graph(const char* what) {
     if (emu::recording())
         throw StepGraphError(std::string("step graph: ") + what + " inside a captured body (a capture can neither wait nor time it)");
 }
-void Stream::synchronize() { not_in_graph("a stream synchronize"); }
-void Stream::wait(const Event&) {}  // launches ran at once: nothing to wait for
-Event::Event() {}
-Event::~Event() {}
-void Event::record(void*) {  // launches ran already: the host clock is the event's time
-    not_in_graph("an event record");
-    host_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
+void Stream::synchronize() {
+    not_in_graph("a stream synchronize");
+    emu::run_stream(s_);
 }
-void Event::synchronize() { not_in_graph("an event synchronize"); }
-float Event::ms_since(const Event& start) { return (float)(host_ms_ - start.host_ms_); }
-// The gate cannot hold launches that run at once: it remembers whether release() followed hold(), which
-// is what a device's gate would report as its timeout.
+// The emulated event (behind Event::e_): where it was recorded and the host clock when the stream got there.
+namespace {
+struct EmuEvent {
+    emu::EventMark at;
+    double ms = 0;
+};
+EmuEvent* emu_event(void* e) { return static_cast<EmuEvent*>(e); }
+double host_ms_now() {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+}  // namespace
+void Stream::wait(const Event& e) { emu::wait_for(s_, emu_event(e.get())->at); }
+Event::Event() : e_(new EmuEvent) {}
+Event::~Event() {
+    emu::run_until(emu_event(e_)->at);  // its clock's update may be queued still
+    delete emu_event(e_);
+}
+void Event::record(void* st) {  // the host clock when the stream reaches it
+    not_in_graph("an event record");
+    EmuEvent* ev = emu_event(e_);
+    emu::enqueue(st, [ev] { ev->ms = host_ms_now(); });
+    ev->at = emu::mark(st);
+}
+void Event::synchronize() {
+    not_in_graph("an event synchronize");
+    emu::run_until(emu_event(e_)->at);
+}
+float Event::ms_since(const Event& start) {
+    emu::run_until(emu_event(start.e_)->at);
+    synchronize();
+    return (float)(emu_event(e_)->ms - emu_event(start.e_)->ms);
+}
+// A device's gate holds the stream until release() or its timeout. Eager streams cannot hold launches
+// that ran at once: the gate remembers whether release() followed hold(), which is what a device's gate
+// would report. Lazy streams queue the gate: when the stream runs, an unreleased gate is a timed-out one.
 LaunchGate::LaunchGate(double timeout_us) : timeout_us_(timeout_us) {
     if (!(timeout_us > 0)) throw ParamError("cuda LaunchGate: timeout_us must be positive");
     flag_ = static_cast<int32_t*>(pinned_alloc(2 * sizeof(int32_t)));
     flag_[0] = 1, flag_[1] = 0;
 }
 LaunchGate::~LaunchGate() { pinned_free(flag_); }
-void LaunchGate::hold(void*) { flag_[0] = 0, flag_[1] = 1; }
-void LaunchGate::release() { flag_[0] = 1, flag_[1] = 0; }
+void LaunchGate::hold(void* st) {
+    flag_[0] = 0, flag_[1] = 1;
+    if (!emu::lazy_streams()) return;
+    flag_[1] = 0;
+    int32_t* f = flag_;
+    emu::enqueue(st, [f] { f[1] = f[0] == 0; });
+}
+void LaunchGate::release() {
+    flag_[0] = 1;
+    if (!emu::lazy_streams()) flag_[1] = 0;
+}
 bool LaunchGate::timed_out() const { return flag_[1] != 0; }
 EventTimer::EventTimer(void* s) : stream_(s) {}
 EventTimer::~EventTimer() {}
 void EventTimer::start() {}
 void EventTimer::stop() {}
-float EventTimer::elapsed_ms() { return 1; }
+float EventTimer::elapsed_ms() {
+    emu::run_stream(stream_);
+    return 1;
+}
 // Fixed stand-in numbers (not a measurement): the runner's "hardware": "measured" path runs on them in tests.
 DeviceCeilings measure_ceilings(bool) {
     DeviceCeilings c;
@@ -92,7 +155,7 @@ size_t device_total_bytes() { return (size_t)80 << 30; }
 
 RETRO_KERNEL_EMULATION(common);
 
-// StepGraph: body runs on every call (launches run at once); the capture's launches are recorded and a
+// StepGraph: body runs on every call (its launches queued as any); the capture's launches are recorded and a
 // replay's compared with them
 namespace {
 std::vector<std::string>* g_record = nullptr;

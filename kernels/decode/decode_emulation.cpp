@@ -1,6 +1,6 @@
 // Part of the CPU emulation of cuda_api.hpp (docs/cuda.md, "CPU emulation"): float32 like the kernels
 // but written independently of them and of the lib/ references; "device" memory is host memory,
-// launches run at once. Linked with the check bodies into retro_check_emulation (and with the run path
+// launches queued on their streams (common/emulation_streams.hpp). Linked with the check bodies into retro_check_emulation (and with the run path
 // into retro_backend_emulation), it tests the checks themselves (input layouts, references, tolerances,
 // poisoning) on machines without a GPU. It says nothing about the CUDA kernels.
 // This file: flash-decoding (decode_api.hpp).
@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "common/emulation_streams.hpp"
 #include "common/emulation_trace.hpp"
 #include "common/registry.hpp"
 #include "core/error.hpp"
@@ -58,21 +59,25 @@ void emulate_decode(const DecodeShape& s, const Row& row_of, const float* q, con
 }  // namespace
 
 void decode_attention(const DecodeShape& s, const float* q, const uint16_t* K, const uint16_t* V, const int32_t* lens,
-                      const float* xo, const float* xl, float* out, float* lse, float* work, void*) {
+                      const float* xo, const float* xl, float* out, float* lse, float* work, void* st) {
     emu::launch("decode_attention", s, q, K, V, lens, xo, xl, out, lse, work);
-    const auto row = [&](int bk, int t) { return (size_t)bk * s.capacity + t; };
-    emulate_decode(s, row, q, K, V, lens, xo, xl, out, lse);
+    emu::enqueue(st, [=] {
+        const auto row = [&](int bk, int t) { return (size_t)bk * s.capacity + t; };
+        emulate_decode(s, row, q, K, V, lens, xo, xl, out, lse);
+    });
 }
 
 void decode_attention_pages(const DecodeShape& s, const float* q, const uint16_t* K, const uint16_t* V,
                             const int32_t* pages, int page, int stride, const int32_t* lens, float* out, float* lse,
-                            float* work, void*) {
+                            float* work, void* st) {
     emu::launch("decode_attention_pages", s, q, K, V, pages, page, stride, lens, out, lse, work);
     if (!pages || !lens || page < 1 || stride < 1 || s.capacity > (long)page * stride)  // as the kernel's launcher
         throw ParamError("cuda decode_attention_pages: a page table and lengths are needed, page >= 1 and "
                          "capacity <= page * page_stride");
-    const auto row = [&](int bk, int t) { return (size_t)pages[(size_t)bk * stride + t / page] * page + t % page; };
-    emulate_decode(s, row, q, K, V, lens, nullptr, nullptr, out, lse);
+    emu::enqueue(st, [=] {
+        const auto row = [&](int bk, int t) { return (size_t)pages[(size_t)bk * stride + t / page] * page + t % page; };
+        emulate_decode(s, row, q, K, V, lens, nullptr, nullptr, out, lse);
+    });
 }
 
 RETRO_KERNEL_EMULATION(decode);

@@ -1,9 +1,10 @@
 // Part of the CPU emulation of cuda_api.hpp (docs/cuda.md, "CPU emulation"): "device" memory is host
-// memory, launches run at once; written independently of the kernels. This file: the dense layer
+// memory, launches queued on their streams (common/emulation_streams.hpp); written independently of the kernels. This file: the dense layer
 // (dense_api.hpp), float32 sums with every stored activation rounded to fp16 as the kernels store it.
 #include <cmath>
 #include <vector>
 
+#include "common/emulation_streams.hpp"
 #include "common/registry.hpp"
 #include "core/half.hpp"
 #include "cuda_api.hpp"
@@ -25,7 +26,10 @@ DenseLayer::DenseLayer(const DenseShape& s, int max_batch, unsigned seed) : impl
     impl_->w = random_dense_weights(s, seed);
     impl_->qkv.assign((size_t)max_batch * s.qkv(), 0);
 }
-DenseLayer::~DenseLayer() { delete impl_; }
+DenseLayer::~DenseLayer() {
+    emu::run_all();  // a queued forward may still read the weights
+    delete impl_;
+}
 void DenseLayer::set_weights(const DenseWeights& w) { impl_->w = w; }
 const uint16_t* DenseLayer::qkv() const { return impl_->qkv.data(); }
 const DenseShape& DenseLayer::shape() const { return impl_->s; }
@@ -57,22 +61,25 @@ std::vector<uint16_t> rmsnorm(const uint16_t* x, const std::vector<uint16_t>& w,
 
 }  // namespace
 
-void DenseLayer::forward(int batch, uint16_t* x, const uint16_t* attn, void*) {
-    const DenseShape& s = impl_->s;
-    const DenseWeights& w = impl_->w;
+void DenseLayer::forward(int batch, uint16_t* x, const uint16_t* attn, void* st) {
     if (batch < 1 || batch > impl_->max_batch) throw ParamError("dense layer: batch outside 1..max_batch");
-    std::vector<uint16_t> xn = rmsnorm(x, w.norm1, batch, s.hidden);
-    matmul(xn.data(), w.wqkv, impl_->qkv.data(), batch, s.hidden, s.qkv(), false);
-    matmul(attn, w.wo, x, batch, s.attn(), s.hidden, true);
-    xn = rmsnorm(x, w.norm2, batch, s.hidden);
-    std::vector<uint16_t> h((size_t)batch * 2 * s.ffn), a((size_t)batch * s.ffn);
-    matmul(xn.data(), w.wgu, h.data(), batch, s.hidden, 2 * s.ffn, false);
-    for (int r = 0; r < batch; ++r)
-        for (int c = 0; c < s.ffn; ++c) {
-            const float g = hf(h[(size_t)r * 2 * s.ffn + c]), u = hf(h[(size_t)r * 2 * s.ffn + s.ffn + c]);
-            a[(size_t)r * s.ffn + c] = float_to_half(g / (1.0f + std::exp(-g)) * u);
-        }
-    matmul(a.data(), w.wdown, x, batch, s.ffn, s.hidden, true);
+    Impl* impl = impl_;
+    emu::enqueue(st, [=] {
+        const DenseShape& s = impl->s;
+        const DenseWeights& w = impl->w;
+        std::vector<uint16_t> xn = rmsnorm(x, w.norm1, batch, s.hidden);
+        matmul(xn.data(), w.wqkv, impl->qkv.data(), batch, s.hidden, s.qkv(), false);
+        matmul(attn, w.wo, x, batch, s.attn(), s.hidden, true);
+        xn = rmsnorm(x, w.norm2, batch, s.hidden);
+        std::vector<uint16_t> h((size_t)batch * 2 * s.ffn), a((size_t)batch * s.ffn);
+        matmul(xn.data(), w.wgu, h.data(), batch, s.hidden, 2 * s.ffn, false);
+        for (int r = 0; r < batch; ++r)
+            for (int c = 0; c < s.ffn; ++c) {
+                const float g = hf(h[(size_t)r * 2 * s.ffn + c]), u = hf(h[(size_t)r * 2 * s.ffn + s.ffn + c]);
+                a[(size_t)r * s.ffn + c] = float_to_half(g / (1.0f + std::exp(-g)) * u);
+            }
+        matmul(a.data(), w.wdown, x, batch, s.ffn, s.hidden, true);
+    });
 }
 
 RETRO_KERNEL_EMULATION(dense);

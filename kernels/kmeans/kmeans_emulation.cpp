@@ -1,6 +1,6 @@
 // Part of the CPU emulation of cuda_api.hpp (docs/cuda.md, "CPU emulation"): float32 like the kernels
 // but written independently of them and of the lib/ references; "device" memory is host memory,
-// launches run at once. Linked with the check bodies into retro_check_emulation (and with the run path
+// launches queued on their streams (common/emulation_streams.hpp). Linked with the check bodies into retro_check_emulation (and with the run path
 // into retro_backend_emulation), it tests the checks themselves (input layouts, references, tolerances,
 // poisoning) on machines without a GPU. It says nothing about the CUDA kernels.
 // This file: segmented k-means (kmeans_api.hpp).
@@ -10,14 +10,16 @@
 #include <vector>
 
 #include "cluster/kmeans.hpp"
+#include "common/emulation_streams.hpp"
 #include "common/registry.hpp"
 #include "core/threads.hpp"
 #include "cuda_api.hpp"
 
 namespace retro::cuda {
 
-void kmeans_assign(const float* x, int n, int d, const float* c, int k, const int32_t* rb, const int32_t* cb, int S,
-                   int radius, int32_t* assign, void*) {
+namespace {
+void assign_rows(const float* x, int n, int d, const float* c, int k, const int32_t* rb, const int32_t* cb, int S,
+                 int radius, int32_t* assign) {
     for (int r = 0; r < n; ++r) {
         int s = 0;
         while (s + 1 < S && rb[s + 1] <= r) ++s;
@@ -32,6 +34,13 @@ void kmeans_assign(const float* x, int n, int d, const float* c, int k, const in
         assign[r] = arg;
     }
 }
+}  // namespace
+
+void kmeans_assign(const float* x, int n, int d, const float* c, int k, const int32_t* rb, const int32_t* cb, int S,
+                   int radius, int32_t* assign, void* st) {
+    emu::enqueue(st, [=] { assign_rows(x, n, d, c, k, rb, cb, S, radius, assign); });
+}
+// The build's own launches, each followed by its synchronous copy back: on the host at once.
 KMeansResult segmented_kmeans_gpu(const float* x, int n, int d, const KMeansParams& p) {
     KMeansResult res;
     res.plan = kmeans_plan(n, p);
@@ -43,8 +52,8 @@ KMeansResult segmented_kmeans_gpu(const float* x, int n, int d, const KMeansPara
     kmeans_initial_centroids(xc, d, res.plan, p, cent.data());
     res.assign.resize(n);
     for (int it = 0; it + 1 < p.iters; ++it) {
-        kmeans_assign(xc, n, d, cent.data(), K, res.plan.row_begin.data(), res.plan.cluster_begin.data(), S, 0,
-                      res.assign.data());
+        assign_rows(xc, n, d, cent.data(), K, res.plan.row_begin.data(), res.plan.cluster_begin.data(), S, 0,
+                    res.assign.data());
         std::vector<float> sum((size_t)K * d, 0);
         std::vector<int> cnt(K, 0);
         for (int r = n - 1; r >= 0; --r) {  // reverse order: a different float summation than the CPU's
@@ -65,8 +74,8 @@ KMeansResult segmented_kmeans_gpu(const float* x, int n, int d, const KMeansPara
         // as kmeans/kmeans.cu: the probed final pass (an IVF over the centroids) runs on the host
         kmeans_probe_assign(xc, d, cent.data(), res.plan, p, compute_threads(), res.assign.data());
     } else {
-        kmeans_assign(xc, n, d, cent.data(), K, res.plan.row_begin.data(), res.plan.cluster_begin.data(), S,
-                      kmeans_final_radius(p, S), res.assign.data());
+        assign_rows(xc, n, d, cent.data(), K, res.plan.row_begin.data(), res.plan.cluster_begin.data(), S,
+                    kmeans_final_radius(p, S), res.assign.data());
     }
     kmeans_finish(x, cent.data(), res);
     return res;

@@ -1,0 +1,157 @@
+// Part of the CPU emulation of cuda_api.hpp (docs/cuda.md, "CPU emulation"). This file: the streams'
+// queues (emulation_streams.hpp) — when enqueued work runs.
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/emulation_streams.hpp"
+#include "core/error.hpp"
+
+namespace retro::cuda::emu {
+
+namespace {
+
+struct Queue;
+struct Op {
+    unsigned long long seq = 0;
+    std::function<void()> work;                               ///< empty: a wait's marker
+    std::vector<std::pair<Queue*, unsigned long long>> deps;  ///< run these queues this far first
+};
+struct Queue {
+    std::deque<Op> ops;
+    unsigned long long next = 1;  ///< the seq of the next op
+};
+
+// One lock for every queue; recursive because work runs under it and may enqueue (at once) or free.
+std::recursive_mutex g_mu;
+Queue g_default;             // the legacy default stream (nullptr)
+std::set<Queue*> g_streams;  // the live created streams
+thread_local int t_running = 0;
+
+Queue* queue_of(void* s) { return s ? static_cast<Queue*>(s) : &g_default; }
+
+bool read_mode() {
+    const char* e = std::getenv("RETRO_EMU_STREAMS");
+    if (!e || !*e || std::strcmp(e, "lazy") == 0) return true;
+    if (std::strcmp(e, "eager") == 0) return false;
+    throw ParamError(std::string("RETRO_EMU_STREAMS: \"") + e + "\" is neither \"lazy\" nor \"eager\"");
+}
+
+void run_queue(Queue* q, unsigned long long upto);
+
+void run_op(Op& op) {
+    for (const auto& [dq, seq] : op.deps) run_queue(dq, seq);
+    if (!op.work) return;
+    ++t_running;
+    try {
+        op.work();
+    } catch (...) {
+        --t_running;
+        throw;
+    }
+    --t_running;
+}
+
+// Runs q's ops with seq <= upto, oldest first, each after what it waits for.
+void run_queue(Queue* q, unsigned long long upto) {
+    while (!q->ops.empty() && q->ops.front().seq <= upto) {
+        Op op = std::move(q->ops.front());
+        q->ops.pop_front();
+        run_op(op);
+    }
+}
+
+// The ops a new one on q must follow besides q's own: the default stream's last op for a created
+// stream; every created stream's last op for the default stream.
+std::vector<std::pair<Queue*, unsigned long long>> barrier_deps(Queue* q) {
+    std::vector<std::pair<Queue*, unsigned long long>> deps;
+    if (q != &g_default) {
+        if (!g_default.ops.empty()) deps.emplace_back(&g_default, g_default.next - 1);
+    } else {
+        for (Queue* s : g_streams)
+            if (!s->ops.empty()) deps.emplace_back(s, s->next - 1);
+    }
+    return deps;
+}
+
+void push(Queue* q, std::function<void()> work, std::vector<std::pair<Queue*, unsigned long long>> deps) {
+    auto more = barrier_deps(q);
+    deps.insert(deps.end(), more.begin(), more.end());
+    q->ops.push_back(Op{q->next++, std::move(work), std::move(deps)});
+}
+
+}  // namespace
+
+bool lazy_streams() {
+    static const bool lazy = read_mode();
+    return lazy;
+}
+
+void enqueue(void* stream, std::function<void()> work) {
+    if (!lazy_streams() || t_running > 0) {
+        work();
+        return;
+    }
+    const std::lock_guard<std::recursive_mutex> lk(g_mu);
+    push(queue_of(stream), std::move(work), {});
+}
+
+void run_all() {
+    const std::lock_guard<std::recursive_mutex> lk(g_mu);
+    for (bool more = true; more;) {  // an op may wait on a queue already passed: loop until all are empty
+        more = false;
+        run_queue(&g_default, ~0ull);
+        for (Queue* s : std::set<Queue*>(g_streams)) run_queue(s, ~0ull);
+        for (Queue* s : g_streams) more = more || !s->ops.empty();
+        more = more || !g_default.ops.empty();
+    }
+}
+
+void* new_stream() {
+    const std::lock_guard<std::recursive_mutex> lk(g_mu);
+    Queue* q = new Queue;
+    g_streams.insert(q);
+    return q;
+}
+
+void delete_stream(void* stream) {
+    if (!stream) return;
+    const std::lock_guard<std::recursive_mutex> lk(g_mu);
+    run_all();
+    g_streams.erase(static_cast<Queue*>(stream));
+    delete static_cast<Queue*>(stream);
+}
+
+void run_stream(void* stream) {
+    const std::lock_guard<std::recursive_mutex> lk(g_mu);
+    run_queue(queue_of(stream), ~0ull);
+}
+
+EventMark mark(void* stream) {
+    const std::lock_guard<std::recursive_mutex> lk(g_mu);
+    Queue* q = queue_of(stream);
+    return EventMark{q, q->next - 1};
+}
+
+void run_until(const EventMark& m) {
+    if (!m.queue || m.seq == 0) return;
+    const std::lock_guard<std::recursive_mutex> lk(g_mu);
+    Queue* q = static_cast<Queue*>(m.queue);
+    if (q != &g_default && !g_streams.count(q)) return;  // its stream is gone, and ran all before it went
+    run_queue(q, m.seq);
+}
+
+void wait_for(void* stream, const EventMark& m) {
+    if (!lazy_streams() || !m.queue || m.seq == 0) return;
+    const std::lock_guard<std::recursive_mutex> lk(g_mu);
+    Queue* src = static_cast<Queue*>(m.queue);
+    if (src != &g_default && !g_streams.count(src)) return;
+    push(queue_of(stream), {}, {{src, m.seq}});
+}
+
+}  // namespace retro::cuda::emu

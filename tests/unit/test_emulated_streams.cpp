@@ -1,0 +1,160 @@
+// The CPU emulation's streams (kernels/common/emulation_streams.hpp): work queued on a stream runs when a
+// synchronization needs it, so the emulated run path's missing synchronizations and waits read stale or
+// poisoned memory instead of the right result by luck. Each test is a mistake the emulation must show
+// (the host reads before synchronizing, rewrites a copy's source before it ran, a stream reads without
+// waiting for another's event, a gate waited on before its release) beside the correct use, which must
+// give the right result. Linked into retro_backend_emulation (RETRO_EMU_STREAMS unset: lazy streams).
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "common/emulation_streams.hpp"
+#include "cuda_api.hpp"
+
+using namespace retro;
+
+namespace {
+
+// one int32 on the "device", set and read with the synchronous copies
+struct DeviceInt {
+    cuda::DeviceBuffer<int32_t> d{1};
+    void set(int32_t v) { cuda::copy_h2d(d.get(), &v, sizeof v); }
+    int32_t get() const {
+        int32_t v = 0;
+        cuda::copy_d2h(&v, d.get(), sizeof v);
+        return v;
+    }
+};
+
+// a kernel writing `v` into x on stream st (set_entries: table[0] = v)
+struct WriteKernel {
+    cuda::DeviceBuffer<int64_t> at{1};
+    cuda::DeviceBuffer<int32_t> value{1};
+    explicit WriteKernel(int32_t v) {
+        const int64_t zero = 0;
+        cuda::copy_h2d(at.get(), &zero, sizeof zero);
+        cuda::copy_h2d(value.get(), &v, sizeof v);
+    }
+    void launch(DeviceInt& x, cuda::Stream& st) { cuda::set_entries(at.get(), value.get(), 1, x.d.get(), st.get()); }
+};
+
+}  // namespace
+
+TEST(EmulatedStreams, LazyByDefault) { EXPECT_TRUE(cuda::emu::lazy_streams()) << "RETRO_EMU_STREAMS set to eager?"; }
+
+TEST(EmulatedStreams, AReadBackArrivesWhenTheStreamIsSynchronized) {
+    DeviceInt x;
+    x.set(1);
+    cuda::PinnedBuffer<int32_t> h(1);
+    h[0] = 0;
+    cuda::Stream st;
+    cuda::copy_d2h_async(h.get(), x.d.get(), sizeof(int32_t), st.get());
+    EXPECT_EQ(h[0], 0) << "read before the stream ran: a GPU would not have copied yet";
+    st.synchronize();
+    EXPECT_EQ(h[0], 1);
+}
+
+TEST(EmulatedStreams, AnAsynchronousCopyReadsItsSourceWhenItRuns) {
+    DeviceInt x;
+    cuda::PinnedBuffer<int32_t> h(1);
+    h[0] = 1;
+    cuda::Stream st;
+    cuda::copy_h2d_async(x.d.get(), h.get(), sizeof(int32_t), st.get());
+    h[0] = 2;  // rewritten before the copy ran: the copy takes what is there when it runs
+    st.synchronize();
+    EXPECT_EQ(x.get(), 2);
+}
+
+TEST(EmulatedStreams, AnEventRecordedAfterTheWorkGivesItsResult) {
+    DeviceInt x;
+    x.set(0);
+    WriteKernel k(5);
+    cuda::PinnedBuffer<int32_t> h(1);
+    h[0] = -7;
+    cuda::Stream st;
+    cuda::Event before, after;
+    before.record(st.get());
+    k.launch(x, st);
+    cuda::copy_d2h_async(h.get(), x.d.get(), sizeof(int32_t), st.get());
+    after.record(st.get());
+    before.synchronize();
+    EXPECT_EQ(h[0], -7) << "an earlier event ran later work";
+    after.synchronize();
+    EXPECT_EQ(h[0], 5);
+}
+
+TEST(EmulatedStreams, AStreamSeesAnotherStreamsWriteOnlyAfterWaitingForIt) {
+    DeviceInt x;
+    x.set(0);
+    WriteKernel k(5);
+    cuda::PinnedBuffer<int32_t> h(2);
+    h[0] = h[1] = -7;
+    cuda::Stream writer, reader, waiter;
+    k.launch(x, writer);
+    cuda::Event written;
+    written.record(writer.get());
+    cuda::copy_d2h_async(h.get(), x.d.get(), sizeof(int32_t), reader.get());  // no wait: a race
+    reader.synchronize();
+    EXPECT_EQ(h[0], 0) << "the reader ran the writer's kernel without waiting for it";
+    waiter.wait(written);
+    cuda::copy_d2h_async(h.get() + 1, x.d.get(), sizeof(int32_t), waiter.get());
+    waiter.synchronize();
+    EXPECT_EQ(h[1], 5);
+}
+
+TEST(EmulatedStreams, TheDefaultStreamIsABarrier) {
+    DeviceInt x;
+    x.set(1);
+    cuda::dev_memset(x.d.get(), 0, sizeof(int32_t));  // legacy default stream: queued, before what follows
+    cuda::PinnedBuffer<int32_t> h(1);
+    h[0] = -7;
+    cuda::Stream st;
+    cuda::copy_d2h_async(h.get(), x.d.get(), sizeof(int32_t), st.get());
+    st.synchronize();
+    EXPECT_EQ(h[0], 0) << "a created stream's work ran before the default stream's earlier memset";
+    WriteKernel k(5);
+    k.launch(x, st);
+    cuda::copy_d2h_async(h.get(), x.d.get(), sizeof(int32_t), nullptr);  // after every stream's earlier work
+    cuda::Event e;
+    e.record(nullptr);
+    e.synchronize();
+    EXPECT_EQ(h[0], 5) << "the default stream's copy ran before a created stream's earlier kernel";
+}
+
+TEST(EmulatedStreams, SynchronousCopiesAndFreesWaitForEverything) {
+    DeviceInt x;
+    x.set(0);
+    WriteKernel k(5);
+    cuda::Stream st;
+    k.launch(x, st);
+    EXPECT_EQ(x.get(), 5);  // copy_d2h: every stream's earlier work first
+    cuda::PinnedBuffer<int32_t> h(1);
+    h[0] = -7;
+    {
+        DeviceInt y;
+        y.set(9);
+        cuda::copy_d2h_async(h.get(), y.d.get(), sizeof(int32_t), st.get());
+    }  // y freed: cudaFree waits for the copy that reads it
+    EXPECT_EQ(h[0], 9);
+}
+
+TEST(EmulatedStreams, AGateWaitedOnBeforeItsReleaseTimesOut) {
+    cuda::Stream st;
+    cuda::LaunchGate released, waited;
+    released.hold(st.get());
+    released.release();
+    st.synchronize();
+    EXPECT_FALSE(released.timed_out());
+    waited.hold(st.get());
+    st.synchronize();  // the host waits on the gate it holds: a device's gate ends by its timeout
+    waited.release();
+    EXPECT_TRUE(waited.timed_out());
+}
+
+TEST(EmulatedStreams, NewMemoryHoldsThePoison) {
+    cuda::DeviceBuffer<int32_t> d(3);
+    cuda::PinnedBuffer<float> p(2);
+    for (size_t i = 0; i < 3; ++i) EXPECT_EQ(d.get()[i], -1);
+    for (size_t i = 0; i < 2; ++i) EXPECT_TRUE(p[i] != p[i]) << "not NaN: " << p[i];
+}
