@@ -1,6 +1,7 @@
 // CUDA runtime wrappers of runtime_api.hpp (host code; compiled by the host compiler).
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <chrono>
 #include <exception>
 #include <string>
@@ -39,23 +40,39 @@ std::string device_name() {
     return p.name;
 }
 
+// The device's attributes, read without device_status()'s cudaFree(0): the select's and the estimation's
+// launchers ask for them, maybe first inside a step graph's capture, where cudaFree is refused (a failed
+// capture, and a 0 cached for the process: the split select and the wide estimation silently off). Cached
+// once read; an error is not cached.
+namespace {
+int device_attribute(cudaDeviceAttr a) {
+    int n = 0, v = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0 || cudaDeviceGetAttribute(&v, a, 0) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return v;
+}
+int cached_attribute(std::atomic<int>& slot, int (*read)()) {
+    int v = slot.load(std::memory_order_relaxed);
+    if (v > 0) return v;
+    v = read();
+    if (v > 0) slot.store(v, std::memory_order_relaxed);
+    return v;
+}
+}  // namespace
+
 int device_cc() {
-    if (!device_available()) return 0;
-    cudaDeviceProp p{};
-    check(cudaGetDeviceProperties(&p, 0), "cudaGetDeviceProperties");
-    return p.major * 10 + p.minor;
+    static std::atomic<int> cc{0};
+    return cached_attribute(cc, [] {
+        const int major = device_attribute(cudaDevAttrComputeCapabilityMajor);
+        return major > 0 ? major * 10 + device_attribute(cudaDevAttrComputeCapabilityMinor) : 0;
+    });
 }
 
 int device_sms() {
-    static const int sms = [] {
-        int n = 0;
-        if (!device_available() || cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, 0) != cudaSuccess) {
-            cudaGetLastError();
-            return 0;
-        }
-        return n;
-    }();
-    return sms;
+    static std::atomic<int> sms{0};
+    return cached_attribute(sms, [] { return device_attribute(cudaDevAttrMultiProcessorCount); });
 }
 
 double device_fp32_peak() {

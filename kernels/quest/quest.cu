@@ -54,8 +54,9 @@ __global__ void quest_scores_kernel(QuestShape s, const float* q, const uint16_t
         const float* qh = q + ((size_t)seq * s.group + h) * d;
         float sc = 0.0f;
         for (int e = 0; e < d; ++e) {
-            const float a = qh[e] * h2f(mx[(size_t)e * mp]), b = qh[e] * h2f(mn[(size_t)e * mp]);
-            sc += a < b ? b : a;  // std::max(a, b)
+            // each product and sum rounded on its own (no fused multiply-add), as the CPU bound adds them
+            const float a = __fmul_rn(qh[e], h2f(mx[(size_t)e * mp])), b = __fmul_rn(qh[e], h2f(mn[(size_t)e * mp]));
+            sc = __fadd_rn(sc, a < b ? b : a);  // std::max(a, b)
         }
         best = h == h0 ? sc : (best < sc ? sc : best);
     }

@@ -778,11 +778,6 @@ void launch_select_split(const ClusterScoreShape& s, int r, int e, const float* 
                "cluster_select_split launch");
 }
 
-// The device's compute capability, read once (the split needs sm_90's clusters).
-int cached_cc() {
-    static const int cc = device_cc();
-    return cc;
-}
 }  // namespace
 
 void cluster_select(const ClusterScoreShape& s, int r, int e, const float* q, const uint16_t* cent,
@@ -798,7 +793,7 @@ void cluster_select(const ClusterScoreShape& s, int r, int e, const float* q, co
     RankWork w = carve(s, work, &total);
     if (work_bytes < total) throw ParamError("cuda cluster_select: workspace too small");
     launch_scores(s, q, cent, valid, w, st(stream));
-    if (select_split_for(select_split(), (long long)s.batch * s.kv_heads, cached_cc(), device_sms())) {
+    if (select_split_for(select_split(), (long long)s.batch * s.kv_heads, device_cc(), device_sms())) {
         if (s.clusters <= kRankThreads * 4) launch_select_split<4>(s, r, e, w.scores, agg, ranked, st(stream));
         else launch_select_split<8>(s, r, e, w.scores, agg, ranked, st(stream));
         check_launch("cluster_select_split");

@@ -174,14 +174,17 @@ void gather_clusters(const GatherShape& s, int steady, const int32_t* ranked, co
         throw ParamError("cuda gather_clusters: a cache view without its tables, pool or miss rows");
     const int blocks = gather_blocks_per_pair(s.bh);
     const size_t smem = (cache ? 3 : 2) * (size_t)s.r * sizeof(int);
-    static bool raised[2] = {false, false};  // past 48 KB of dynamic shared memory: once per process and variant
     const auto kernel = cache ? gather_clusters_kernel<true> : gather_clusters_kernel<false>;
-    if (!raised[cache ? 1 : 0] && smem > 48 * 1024) {
-        const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                   (int)((cache ? 3 : 2) * kMaxGatherClusters * sizeof(int)));
-        if (e != cudaSuccess) throw Error(std::string("cuda: gather_clusters smem: ") + cudaGetErrorString(e));
-        raised[cache ? 1 : 0] = true;
-    }
+    // the most dynamic shared memory any r needs, allowed once per process and variant whatever this r: the
+    // 48 KB default bounds static + dynamic, so a test on the dynamic part alone fails the launch for the r
+    // whose dynamic part is just under 48 KB (the kernel's own static arrays on top)
+    static const cudaError_t raised[2] = {
+        cudaFuncSetAttribute(gather_clusters_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             (int)(2 * kMaxGatherClusters * sizeof(int))),
+        cudaFuncSetAttribute(gather_clusters_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             (int)(3 * kMaxGatherClusters * sizeof(int)))};
+    if (raised[cache ? 1 : 0] != cudaSuccess)
+        throw Error(std::string("cuda: gather_clusters smem: ") + cudaGetErrorString(raised[cache ? 1 : 0]));
     kernel<<<dim3((unsigned)blocks, (unsigned)s.bh), kGatherThreads, smem, st(stream)>>>(
         s, steady, ranked, sizes, offsets, store_k, store_v, xk, xv, lens, cache ? *cache : GatherCache{});
     check_launch("gather_clusters");

@@ -417,8 +417,11 @@ void gather_clusters_ref(const GatherShape& s, int steady, const std::vector<int
 
 void check_gather_clusters(Checker& c) {
     struct Case { int bh, M, r, d, steady, slack; };  // slack < 0: a capacity too small for the r clusters
+    // r = 6000 (4000 with the cache): dynamic shared memory just under 48 KB, over it with the kernel's static
+    // arrays (a launch that raised the limit only past 48 KB of dynamic memory failed there)
     const Case cases[] = {{1, 40, 0, 64, 5, 3},      {1, 300, 1, 128, 68, 0},   {5, 300, 117, 64, 68, 9},
-                          {3, 300, 300, 128, 0, 1},  {2, 1200, 700, 64, 33, 0}, {4, 64, 64, 64, 20, -50}};
+                          {3, 300, 300, 128, 0, 1},  {2, 1200, 700, 64, 33, 0}, {4, 64, 64, 64, 20, -50},
+                          {1, 6000, 6000, 64, 0, 0}, {1, 4100, 4000, 64, 7, 0}};
     std::mt19937 rng(99);
     // every case without the cache, then with it (about half the clusters resident in pool blocks placed in
     // a random order, block size 8 or 5; the store then stands for pinned host memory)

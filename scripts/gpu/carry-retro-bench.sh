@@ -9,7 +9,7 @@
 # the loader) is the machine's own, as for the carried GPU-only build.
 # usage: bash scripts/gpu/carry-retro-bench.sh [BUILD_DIR]   (default build/; RETRO_CARRY_DIR: the output
 # folder, default build-gpu); on the device:
-#   bash scripts/gpu/unpack-retro-bench.sh    -> build-gpu/rb/retro-bench (a launcher setting the library path)
+#   bash scripts/gpu/unpack-retro-bench.sh    -> <a scratch folder>/rb/retro-bench (a launcher setting the library path)
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 build=${1:-$root/build}

@@ -12,16 +12,22 @@
 # usage: bash scripts/gpu/lease-figure12.sh OUTDIR [CONFIG ...]
 #   RETRO_FIG12_TIMEOUT=S   seconds per config (default 250)
 #   RETRO_THREADS=N         retro-bench's --threads (default: the machine's cores)
+#   RETRO_PACK_TO=DIR       OUTDIR packed as DIR/<name of OUTDIR>.tgz after each config and at the end (the run
+#                           tool brings back 8 files of $OUT, 2 folders down: RETRO_PACK_TO=$OUT, OUTDIR elsewhere)
 set -uo pipefail
 out=${1:?usage: lease-figure12.sh OUTDIR [CONFIG ...]}
 shift
+export CUDA_MODULE_LOADING=${CUDA_MODULE_LOADING:-EAGER}  # as lease-run.sh: no module load inside a timed step
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+source "$root/scripts/gpu/pack-out.sh"
+trap 'retro_pack_out "$out"' EXIT
+trap 'exit 143' TERM INT
+mkdir -p "$out" && out=$(cd "$out" && pwd)  # absolute: the script works from the repository root
 cd "$root"  # configs/hardware and the configs' relative trace paths
 configs=("$@")
 ((${#configs[@]})) || configs=(configs/gpu/lease-every-method-32k.json configs/gpu/lease-every-method-128k.json)
-mkdir -p "$out"
-rb=$(bash scripts/gpu/unpack-retro-bench.sh 2> "$out/unpack.log") || { cat "$out/unpack.log"; exit 1; }
-cp build-gpu/rb/REVISION "$out/revision.txt" 2>/dev/null
+rb=$(bash scripts/gpu/unpack-retro-bench.sh build-gpu "$(mktemp -d)" 2> "$out/unpack.log") || { cat "$out/unpack.log"; exit 1; }
+cp "$(dirname "$rb")/REVISION" "$out/revision.txt" 2>/dev/null
 source scripts/gpu/cudnn-env.sh  # cuDNN and cuBLAS from PyTorch's wheels, where the runs load them
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv > "$out/device.txt" 2>&1
 nproc > "$out/cores.txt"
@@ -34,6 +40,7 @@ for cfg in "${configs[@]}"; do
     > "$out/$name.log" 2>&1
   echo "$name: exit $? ($((SECONDS - t0)) s)"
   tail -3 "$out/$name.log"
+  retro_pack_out "$out" > /dev/null
 done
 dirs=()
 for d in "$out"/results/*/; do [[ -f $d/runs.jsonl ]] && dirs+=("$d"); done

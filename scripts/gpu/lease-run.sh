@@ -37,7 +37,13 @@
 #   RETRO_DEADLINE=S: the whole call within S seconds of its start (570 under the run tool's 600 s): each wave
 #      run's limit cut to what is left less 20 s for the tables and RETRO_SIDE_MIN (default 90) per side run
 #      after it (unless that leaves it under 60 s: the main run first, then the side runs in order); a run left
-#      under 60 s is skipped, saying so — so one call holds the main rows and item 6's side runs
+#      under 60 s is skipped, saying so — so one call holds the main rows and item 6's side runs. The steps
+#      before the wave runs (checks, GTest, microbenchmarks, SDPA) are cut to what is left less what the wave
+#      runs keep (RETRO_MAIN_MIN, default 200 s, for the main run and RETRO_SIDE_MIN per side run); one left
+#      under 10 s is skipped, saying so
+#   RETRO_PACK_TO=DIR: OUTDIR packed as DIR/<name of OUTDIR>.tgz after each wave run and at the end (the run
+#      tool brings back 8 files of $OUT, 2 folders down: RETRO_PACK_TO=$OUT with OUTDIR elsewhere, e.g. /tmp/r1)
+#   RETRO_PACKED_TESTS=0: not the packed GTest binary's CudaBackend.* (the suite's test of this script)
 #   RETRO_WAVE_ARGS="...", RETRO_CHECKS_ARGS="...": more arguments to every wave run, to the checks' run (the
 #      suite's test of this script: --tiny, --filter LaunchGate)
 #   RETRO_HOST_THREADS=N: wave's host lookup workers (--host-threads; 1 = the caller alone, no pool): the
@@ -63,51 +69,86 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 bin=${RETRO_GPU_CHECK:-$root/build-gpu/kernels/retro_gpu_check}
 hw=${RETRO_HARDWARE:-h100-sxm-pcie5}
 mkdir -p "$out"
+# every kernel loaded when the process starts, not at its first launch: a first launch inside a gated step
+# would wait for the module's load behind the gate (a timed-out gate, a step of milliseconds)
+export CUDA_MODULE_LOADING=${CUDA_MODULE_LOADING:-EAGER}
+# OUTDIR packed into RETRO_PACK_TO (one file back through the run tool), after each wave run and at the end
+source "$root/scripts/gpu/pack-out.sh"
+trap 'retro_pack_out "$out"' EXIT
+trap 'exit 143' TERM INT
 source "$root/scripts/gpu/cudnn-env.sh"  # cuDNN from PyTorch's wheel, for the full-cudnn rows
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv > "$out/device.txt" 2>&1
 [[ -f $root/build-gpu/REVISION ]] && cp "$root/build-gpu/REVISION" "$out/revision.txt" &&
   echo "carried build: $(cat "$out/revision.txt")"
-t0=$SECONDS
-timeout "${RETRO_CHECKS_TIMEOUT:-240}" "$bin" --out "$out/checks" --checks-only --skip ClusterSelectSplit ${RETRO_CHECKS_ARGS:-} > "$out/checks.log" 2>&1
-rc=$?
-echo "checks: exit $rc ($((SECONDS - t0)) s)"; grep -E "^(passed|failed)|^checks:" "$out/checks/gpu-report.txt"
+deadline=${RETRO_DEADLINE:-0}
+sides_after=0
+for v in RETRO_UNGATED_BATCHES RETRO_VARIANT_BATCHES RETRO_GRAPH_BATCHES; do [[ -n ${!v:-} ]] && ((sides_after++)); done
+# pre_limit DEFAULT LABEL: a step before the wave runs gets DEFAULT seconds, or under RETRO_DEADLINE what is left
+# less what the wave runs keep; prints the limit, or says LABEL is skipped and fails when under 10 s are left
+pre_limit() {
+  local limit=$1
+  if ((deadline > 0)); then
+    local left=$((deadline - SECONDS - 20 - ${RETRO_MAIN_MIN:-200} - ${RETRO_SIDE_MIN:-90} * sides_after))
+    ((left < limit)) && limit=$left
+    if ((limit < 10)); then
+      echo "$2: skipped ($((deadline - SECONDS)) s left of RETRO_DEADLINE=$deadline, the wave runs keep the rest)" >&2
+      return 1
+    fi
+  fi
+  echo "$limit"
+}
+rc=1
+if lim=$(pre_limit "${RETRO_CHECKS_TIMEOUT:-240}" checks); then
+  t0=$SECONDS
+  timeout "$lim" "$bin" --out "$out/checks" --checks-only --skip ClusterSelectSplit ${RETRO_CHECKS_ARGS:-} > "$out/checks.log" 2>&1
+  rc=$?
+  echo "checks: exit $rc ($((SECONDS - t0)) s of its $lim s)"; grep -E "^(passed|failed)|^checks:" "$out/checks/gpu-report.txt"
+fi
 # the split select's check in a process of its own (a faulting kernel would fail every check after it)
-timeout 60 "$bin" --out "$out/checks-split" --checks-only --filter ClusterSelectSplit > "$out/checks-split.log" 2>&1
-echo "check ClusterSelectSplit: exit $?"; grep -E "^(passed|failed)" "$out/checks-split/gpu-report.txt"
+if lim=$(pre_limit 60 "check ClusterSelectSplit"); then
+  timeout "$lim" "$bin" --out "$out/checks-split" --checks-only --filter ClusterSelectSplit > "$out/checks-split.log" 2>&1
+  echo "check ClusterSelectSplit: exit $?"; grep -E "^(passed|failed)" "$out/checks-split/gpu-report.txt"
+fi
 # a build of the previous revision carried beside it (retro_gpu_check.prev) measures instead when the new
 # kernels fail their checks: a lease is too short to rebuild, and a wrong kernel's times mean nothing
 # (a CudnnDecode failure alone does not: it is a library the machine may lack, and its rows are left out)
-if (( rc != 0 )) && grep -E "^failed" "$out/checks/gpu-report.txt" | grep -qv CudnnDecode && [[ -x $bin.prev ]]; then
+if (( rc != 0 )) && grep -E "^failed" "$out/checks/gpu-report.txt" 2> /dev/null | grep -qv CudnnDecode && [[ -x $bin.prev ]]; then
   echo "checks failed: the wave run uses $bin.prev"
   "$bin.prev" --out "$out/checks-prev" --checks-only > "$out/checks-prev.log" 2>&1
   echo "checks (prev): exit $?"; grep -E "^failed|^checks:" "$out/checks-prev/gpu-report.txt"
   bin=$bin.prev
 fi
-# the GTest binary: carry-tests.sh's (build-gpu/retro_unit_tests + lib/) or the retro-bench pack's
+# the GTest binary: carry-tests.sh's (build-gpu/retro_unit_tests + lib/) or the retro-bench pack's, unpacked
+# into a scratch folder (not into the carried build-gpu/: what is unpacked there would travel next time)
 tests_bin=$root/build-gpu/retro_unit_tests tests_lib=$root/build-gpu/lib
-if [[ ! -x $tests_bin && -f $root/build-gpu/retro-bench.tar.xz ]] &&
-  bash "$root/scripts/gpu/unpack-retro-bench.sh" > /dev/null 2> "$out/unpack.log"; then
-  tests_bin=$root/build-gpu/rb/bin/retro_unit_tests tests_lib=$root/build-gpu/rb/lib
+if [[ ${RETRO_PACKED_TESTS:-1} != 0 && ! -x $tests_bin && -f $root/build-gpu/retro-bench.tar.xz ]]; then
+  unpacked=$(mktemp -d)
+  if bash "$root/scripts/gpu/unpack-retro-bench.sh" "$root/build-gpu" "$unpacked" > /dev/null 2> "$out/unpack.log"; then
+    tests_bin=$unpacked/rb/bin/retro_unit_tests tests_lib=$unpacked/rb/lib
+  fi
 fi
-if [[ -x $tests_bin ]]; then
+if [[ ${RETRO_PACKED_TESTS:-1} != 0 && -x $tests_bin ]] && lim=$(pre_limit "${RETRO_TESTS_TIMEOUT:-90}" "gtest CudaBackend.*"); then
   t0=$SECONDS
-  LD_LIBRARY_PATH=$tests_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} timeout "${RETRO_TESTS_TIMEOUT:-90}" "$tests_bin" \
+  LD_LIBRARY_PATH=$tests_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} timeout "$lim" "$tests_bin" \
     --gtest_filter='CudaBackend.*' > "$out/gtest-cuda.log" 2>&1
-  echo "gtest CudaBackend.*: exit $? ($((SECONDS - t0)) s)"; grep -E "^\[  (PASSED|FAILED|SKIPPED) |tests ran" "$out/gtest-cuda.log"
+  echo "gtest CudaBackend.*: exit $? ($((SECONDS - t0)) s of its $lim s)"; grep -E "^\[  (PASSED|FAILED|SKIPPED) |tests ran" "$out/gtest-cuda.log"
 fi
-if [[ -n ${RETRO_BENCH:-} ]]; then  # a microbenchmark group (retro_gpu_check --bench-only) on the same grid
+# a microbenchmark group (retro_gpu_check --bench-only) on the same grid
+if [[ -n ${RETRO_BENCH:-} ]] && lim=$(pre_limit "${RETRO_BENCH_TIMEOUT:-120}" "bench $RETRO_BENCH"); then
   t0=$SECONDS
-  timeout "${RETRO_BENCH_TIMEOUT:-120}" "$bin" --out "$out/bench" --bench-only "$RETRO_BENCH" --contexts "$ctx" \
+  timeout "$lim" "$bin" --out "$out/bench" --bench-only "$RETRO_BENCH" --contexts "$ctx" \
     --batches "${RETRO_BENCH_BATCHES:-$bat}" > "$out/bench.log" 2>&1
-  echo "bench $RETRO_BENCH: exit $? ($((SECONDS - t0)) s)"; grep -E "^(cluster_select|estimate_attention|full_decode|wave_kernels)" "$out/bench/gpu-report.txt"
+  echo "bench $RETRO_BENCH: exit $? ($((SECONDS - t0)) s of its $lim s)"; grep -E "^(cluster_select|estimate_attention|full_decode|wave_kernels)" "$out/bench/gpu-report.txt"
 fi
 hwfile=$out/hardware.txt
 python3 -B "$root/python/retro_bench/_launch.py" retro_bench.gpu.hardware_values "$root/configs/hardware/$hw.json" > "$hwfile" 2>/dev/null ||
   cp "$root/build-gpu/$hw.txt" "$hwfile"
-t0=$SECONDS
-PYTHONWARNINGS=ignore timeout "${RETRO_SDPA_TIMEOUT:-150}" python3 -B "$root/python/retro_bench/_launch.py" retro_bench.gpu.sdpa_baseline "$out/sdpa.json" --contexts "$ctx" \
-  --batches "$bat" > "$out/sdpa.log" 2>&1
-echo "sdpa: exit $? ($((SECONDS - t0)) s)"
+if lim=$(pre_limit "${RETRO_SDPA_TIMEOUT:-150}" sdpa); then
+  t0=$SECONDS
+  PYTHONWARNINGS=ignore timeout "$lim" python3 -B "$root/python/retro_bench/_launch.py" retro_bench.gpu.sdpa_baseline "$out/sdpa.json" --contexts "$ctx" \
+    --batches "$bat" > "$out/sdpa.log" 2>&1
+  echo "sdpa: exit $? ($((SECONDS - t0)) s of its $lim s)"
+fi
 # what every wave run of the call shares (the one timing rule: the same steps, warm-up and sequences in every
 # row, the ungated, variant and graph rows included)
 # shellcheck disable=SC2206  # RETRO_WAVE_ARGS: words
@@ -121,9 +162,6 @@ timing=(${RETRO_STEPS:+--steps "$RETRO_STEPS"} ${RETRO_WARM_STEPS:+--warm-steps 
 # --time-budget starts no row in the run's last RETRO_ROW_SLACK seconds (default 60; a quarter of a shorter
 # limit) and writes the rows it has (a SIGTERM at the limit does the same after the row in flight; -k 30
 # kills one that hangs).
-deadline=${RETRO_DEADLINE:-0}
-sides_after=0
-for v in RETRO_UNGATED_BATCHES RETRO_VARIANT_BATCHES RETRO_GRAPH_BATCHES; do [[ -n ${!v:-} ]] && ((sides_after++)); done
 knows_budget=0
 grep -qa -- --time-budget "$bin" && knows_budget=1
 # wave_run NAME LABEL [VAR=VALUE ...] -- ARG ...: one run of the binary into $out/NAME (log $out/NAME.log)
@@ -150,6 +188,7 @@ wave_run() {
   env "${envs[@]}" timeout -k 30 "$limit" "$bin" "${budget[@]}" --out "$out/$name" --wave-only "$@" "${timing[@]}" \
     > "$out/$name.log" 2>&1
   echo "$label: exit $? ($((SECONDS - t0)) s of its $limit s)"
+  retro_pack_out "$out" > /dev/null
 }
 wave_run wave "wave run" -- --seeds "${RETRO_SEEDS:-quest,pq}" --contexts "$ctx" --batches "$bat" \
   --wave-kv "${RETRO_WAVE_KV:-all}" --hardware "$hwfile" --measured ${RETRO_HOST_THREADS:+--host-threads "$RETRO_HOST_THREADS"}
@@ -176,10 +215,12 @@ if [[ -n ${RETRO_GRAPH_BATCHES:-} ]]; then  # the steps as CUDA graphs (and the 
   wave_run wave-graph "wave run with --step-graph ($graph_env)" $graph_env -- --seeds none --step-graph --contexts "$ctx" \
     --batches "$RETRO_GRAPH_BATCHES" --wave-kv gpu
 fi
-grep -v Warning "$out/sdpa.log" | grep "^sdpa"
-sed -n '/^wave decode step/,$p' "$out/wave/gpu-report.txt" 2>/dev/null || grep -E "^  (\[ *[0-9.]+ s\] )?(full|wave)" "$out/wave.log"
+grep -v Warning "$out/sdpa.log" 2> /dev/null | grep "^sdpa"
+sed -n '/^wave decode step/,$p' "$out/wave/gpu-report.txt" 2>/dev/null || grep -E "^  (\[ *[0-9.]+ s\] )?(full|wave)" "$out/wave.log" 2> /dev/null
+sdpa=()  # SDPA's rows where its step ran
+[[ -f "$out/sdpa.json" ]] && sdpa=(--sdpa "$out/sdpa.json")
 [[ -f "$out/wave/gpu-report.json" ]] &&
-  python3 -B "$root/python/retro_bench/_launch.py" retro_bench.gpu.summary_table "$out/wave/gpu-report.json" --sdpa "$out/sdpa.json" |
+  python3 -B "$root/python/retro_bench/_launch.py" retro_bench.gpu.summary_table "$out/wave/gpu-report.json" "${sdpa[@]}" |
   tee "$out/summary.md"
 # whole-model tokens/s per GPU with each method's memory cap (the rows' dense_us: cuBLAS, issue 40 #5), and its
 # figure where the machine's Python has matplotlib (otherwise drawn back home from the report)
@@ -194,7 +235,7 @@ python3 -c "import matplotlib" 2> /dev/null && figure=(--figure "$out/model-thro
 for side in wave-ungated wave-variants wave-graph; do
   [[ -f "$out/$side/gpu-report.json" ]] || continue
   { echo "$side:"; python3 -B "$root/python/retro_bench/_launch.py" retro_bench.gpu.summary_table "$out/$side/gpu-report.json" \
-      --sdpa "$out/sdpa.json"; } 2>&1 | tee "$out/summary-$side.md"
+      "${sdpa[@]}"; } 2>&1 | tee "$out/summary-$side.md"
 done
 # RetroInfer's Figure 15 on the device path: no cache, the update after the step, at the next step (issue 40 #2)
 [[ -f "$out/wave/gpu-report.json" ]] &&

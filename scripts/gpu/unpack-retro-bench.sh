@@ -1,15 +1,24 @@
 #!/usr/bin/env bash
-# Unpacks build-gpu/retro-bench.tar.xz (scripts/gpu/carry-retro-bench.sh) into build-gpu/rb/ and checks the
-# packed retro-bench starts here (its libraries found; `retro-bench --version`). Prints the launcher's path.
-# usage: bash scripts/gpu/unpack-retro-bench.sh [DIR]   (default build-gpu)
+# Unpacks DIR/retro-bench.tar.xz (scripts/gpu/carry-retro-bench.sh) into DEST/rb/ and checks the packed
+# retro-bench starts here (its libraries found; `retro-bench --version`). Prints the launcher's path. DEST is
+# a scratch folder by default, not the carried DIR: what is unpacked there would travel with the next call.
+# Without xz (a bare machine may lack it) Python's tarfile unpacks it.
+# usage: bash scripts/gpu/unpack-retro-bench.sh [DIR [DEST]]   (defaults build-gpu and a new mktemp -d)
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 dir=${1:-$root/build-gpu}
+dest=${2:-$(mktemp -d)}
 pack=$dir/retro-bench.tar.xz
 [[ -f $pack ]] || { echo "unpack-retro-bench: $pack missing (scripts/gpu/carry-retro-bench.sh packs it)" >&2; exit 2; }
-rm -rf "$dir/rb"
-xz -dc "$pack" | tar -C "$dir" -xf -
-missing=$(LD_LIBRARY_PATH=$dir/rb/lib ldd "$dir/rb/bin/retro-bench" | grep "not found" || true)
+mkdir -p "$dest"
+rm -rf "$dest/rb"
+if command -v xz > /dev/null; then
+  xz -dc "$pack" | tar -C "$dest" -xf -
+else
+  python3 -m tarfile -e "$pack" "$dest"
+  chmod +x "$dest"/rb/bin/* "$dest/rb/retro-bench"
+fi
+missing=$(LD_LIBRARY_PATH=$dest/rb/lib ldd "$dest/rb/bin/retro-bench" | grep "not found" || true)
 [[ -z $missing ]] || { echo "unpack-retro-bench: libraries this machine lacks: $missing" >&2; exit 1; }
-"$dir/rb/retro-bench" --version >&2
-echo "$dir/rb/retro-bench"
+"$dest/rb/retro-bench" --version >&2
+echo "$dest/rb/retro-bench"

@@ -11,11 +11,20 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 RETRO_CARRY_DIR=$tmp/carry RETRO_XZ_LEVEL=0 bash "$src/scripts/gpu/carry-retro-bench.sh" "$build" > "$tmp/carry.log"
 [[ -f $tmp/carry/retro-bench.tar.xz ]] || { echo "FAIL: no pack"; cat "$tmp/carry.log"; exit 1; }
-launcher=$(bash "$src/scripts/gpu/unpack-retro-bench.sh" "$tmp/carry" 2> "$tmp/unpack.log") ||
+launcher=$(bash "$src/scripts/gpu/unpack-retro-bench.sh" "$tmp/carry" "$tmp/un" 2> "$tmp/unpack.log") ||
   { echo "FAIL: unpack"; cat "$tmp/unpack.log"; exit 1; }
+[[ $launcher == "$tmp/un/rb/retro-bench" && ! -e $tmp/carry/rb ]] ||
+  { echo "FAIL: unpacked into $launcher (the carried folder must stay as packed)"; exit 1; }
+# on a machine without xz: Python's tarfile unpacks the same files
+mkdir "$tmp/bin"
+for t in bash sh mkdir rm tar chmod ldd grep dirname mktemp cat sed head; do ln -s "$(command -v "$t")" "$tmp/bin/$t"; done
+ln -s /usr/bin/python3 "$tmp/bin/python3"
+PATH=$tmp/bin bash "$src/scripts/gpu/unpack-retro-bench.sh" "$tmp/carry" "$tmp/un-py" > /dev/null 2> "$tmp/unpack-py.log" ||
+  { echo "FAIL: unpack without xz"; cat "$tmp/unpack-py.log"; exit 1; }
+diff -r "$tmp/un/rb" "$tmp/un-py/rb" > /dev/null || { echo "FAIL: unpacked without xz, other files"; exit 1; }
 # every library but glibc's inside the pack
-outside=$(LD_LIBRARY_PATH=$tmp/carry/rb/lib ldd "$tmp/carry/rb/bin/retro-bench" | awk '/=>/{print $1, $3}' |
-  grep -vE '^(libc\.so|libm\.so|libresolv|libpthread|libdl|librt|linux-vdso|ld-linux)' | grep -v " $tmp/carry/rb/lib/" || true)
+outside=$(LD_LIBRARY_PATH=$tmp/un/rb/lib ldd "$tmp/un/rb/bin/retro-bench" | awk '/=>/{print $1, $3}' |
+  grep -vE '^(libc\.so|libm\.so|libresolv|libpthread|libdl|librt|linux-vdso|ld-linux)' | grep -v " $tmp/un/rb/lib/" || true)
 [[ -z $outside ]] || { echo "FAIL: resolved outside the pack: $outside"; exit 1; }
 cat > "$tmp/tiny.json" <<JSON
 {"name": "packed", "traces": [{"path": "$tmp/t.h5", "synth": {"preset": "llama3-8b", "num_layers": 1, "prompt_len": 1024, "decode_steps": 2, "seed": 1}}],
@@ -44,4 +53,4 @@ if (( rc == 0 )); then echo "note: a CUDA device is present: the cuda config ran
   grep -q "backend 'cuda': no usable CUDA device" "$tmp/cuda.log" || { echo "FAIL: cuda refusal"; cat "$tmp/cuda.log"; exit 1; }
   [[ ! -d $tmp/packed/packed-cuda ]] || { echo "FAIL: the refused cuda run wrote results"; exit 1; }
 fi
-echo "PASS: packed $(du -h "$tmp/carry/retro-bench.tar.xz" | cut -f1), ran from env -i, accuracy equal to the build's"
+echo "PASS: packed $(du -h "$tmp/carry/retro-bench.tar.xz" | cut -f1), unpacked with and without xz, ran from env -i, accuracy equal to the build's"
