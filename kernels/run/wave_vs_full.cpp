@@ -325,6 +325,18 @@ std::vector<WaveRunRow> run_wave_vs_full(const GpuBackend& gpu, const WaveRunOpt
                     row.method = method_label(kind);
                     row.context = N, row.batch = B, row.status = std::string("step graph failed: ") + e.what();
                     fits = false;
+                } catch (const std::exception& e) {
+                    // a kind that fails (a kernel's launch, a library, a bad parameter) costs its own rows, not
+                    // the rows measured before it; a device the failure left unusable (a kernel's fault is sticky)
+                    // ends the run, which still reports what it measured
+                    row = WaveRunRow{};
+                    row.method = method_label(kind);
+                    row.context = N, row.batch = B, row.status = std::string("failed: ") + e.what();
+                    fits = false;
+                    if (const std::string why = gpu.status(); !why.empty()) {
+                        stopped = true;
+                        if (progress) progress("the device is unusable after " + row.method + " failed (" + why + "): no further row");
+                    }
                 }
                 rows.push_back(row);
                 if (progress) {  // each row as it is measured: a run stopped by a time limit keeps its rows

@@ -1628,6 +1628,34 @@ BACKEND_TEST(WaveRunStopsBetweenRowsAndKeepsItsRows) {
     EXPECT_TRUE(gpu_run::run_wave_vs_full(*backend, o, nullptr).empty());
 }
 
+// A kind that fails costs its own rows, not the run's (a lease's table must survive one new kernel's failure):
+// pq with sub-spaces that do not divide head_dim fails each of its kinds by name, once (its other batches are
+// not tried); the rows before it and after it (magicpig) are measured and reported.
+BACKEND_TEST(WaveRunKeepsItsRowsWhenAKindFails) {
+    REQUIRE_DEVICE();
+    gpu_run::WaveRunOptions o;
+    gpu_run::make_tiny(o);
+    o.wave_ablation = o.wave_hbm = o.full_cudnn = false;
+    o.pq_params.head.m = 7;  // head_dim 64: not a divisor
+    const auto backend = gpu_run::make_cuda_backend();
+    const auto rows = gpu_run::run_wave_vs_full(*backend, o, nullptr);
+    int failed = 0, ok_before = 0, ok_after = 0;
+    for (const auto& r : rows) {
+        SCOPED_TRACE(r.method + " B=" + std::to_string(r.batch));
+        if (r.method == "pq" || r.method == "pq-hbm") {
+            EXPECT_EQ(r.status.rfind("failed: ", 0), 0u) << r.status;
+            EXPECT_NE(r.status.find("m"), std::string::npos) << r.status;
+            ++failed;
+        } else {
+            EXPECT_EQ(r.status, "ok");
+            ++(failed ? ok_after : ok_before);
+        }
+    }
+    EXPECT_EQ(failed, 2);
+    EXPECT_GE(ok_before, 8);  // full, full-own, wave, wave-dev, quest at batches 1 and 2
+    EXPECT_EQ(ok_after, 2);   // magicpig at batches 1 and 2
+}
+
 #if defined(RETRO_HAVE_CUDA) && !defined(RETRO_GPU_EMULATION)
 // The real backend on a machine without a usable device: `"backend": "cuda"` fails before any work,
 // naming the backend and device_status()'s reason, and writes nothing.
