@@ -478,6 +478,11 @@ class WaveLayer {
                 if (sz == 0) continue;
                 reqs_[(size_t)p].push_back({c, sz, unit_slots(sz, job_.block_tokens)});
                 const int row = h_miss_[(size_t)p * R_ + i];
+                // layout() sizes the buffers for the largest zones, so no miss is cut by their end; one that
+                // were would be admitted from the next pair's rows (or past the buffer): refused by name
+                if (row >= 0 && (int64_t)row + sz > X_)
+                    throw Error("wave: a missed cluster's rows run past the execution buffer (rows " + std::to_string(row) +
+                                " + " + std::to_string(sz) + " of " + std::to_string(X_) + ")");
                 if (row >= 0) pending_misses_[(size_t)p].push_back({c, row, sz}), miss_tokens[(size_t)p] += sz;
             }
         }
