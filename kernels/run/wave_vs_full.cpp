@@ -290,8 +290,11 @@ std::vector<WaveRunRow> run_wave_vs_full(const GpuBackend& gpu, const WaveRunOpt
         if (o.magicpig) kinds.push_back({"magicpig", "magicpig"});
         const size_t first_row = rows.size();
         // the shared indexes over the prompt (wave's, pq's), built once for every batch point and placement (in the GPU-only build the
-        // host's part of a build is a BLAS-free loop per (sequence, KV head), side by side on the host's cores)
-        std::map<std::string, BuiltIndex> built;  // per method: every kind and batch point of it
+        // host's part of a build is a BLAS-free loop per (sequence, KV head), side by side on the host's cores).
+        // A batch B runs min(B, sequences) of the sequences (GpuLayerJob::sequences), so its index holds those
+        // alone: batch 1's rows wait for one sequence's builds, not all of them (a lease's side runs, cut short
+        // by their limits, still measure batch 1); the bigger batches' index is built once, when first needed.
+        std::map<std::pair<std::string, int>, BuiltIndex> built;  // per (method, sequences): every kind and batch of it
         for (size_t k = 0; k < kinds.size() && !stopped; ++k) {
             const Kind& kind = kinds[k];
             const bool shared_build = find_gpu_method(kind.method)->shared_build;
@@ -305,18 +308,21 @@ std::vector<WaveRunRow> run_wave_vs_full(const GpuBackend& gpu, const WaveRunOpt
                 const int B = o.batches[i];
                 if (progress) progress(method_label(kind) + " N=" + std::to_string(N) + " B=" + std::to_string(B));
                 WaveRunRow row;
+                const int used = std::max(1, std::min(o.sequences, B));  // the sequences batch B runs
+                const std::vector<const HeadSlice*> more_used(more.begin(), more.begin() + (size_t)(used - 1) * heads.size());
+                const auto key = std::make_pair(kind.method, used);
                 try {
-                    if (shared_build && !built.count(kind.method)) {
+                    if (shared_build && !built.count(key)) {
                         if (progress) progress(kind.method + " index, context " + std::to_string(N));
-                        const BuiltIndex& b = built.emplace(kind.method, build_index(gpu, o, heads, more, kind.method)).first->second;
+                        const BuiltIndex& b = built.emplace(key, build_index(gpu, o, heads, more_used, kind.method)).first->second;
                         if (progress) {
                             char line[120];
                             std::snprintf(line, sizeof line, " index built in %.1f s (%d heads)", b.build_ms / 1e3,
-                                          o.sequences * (int)heads.size());
+                                          used * (int)heads.size());
                             progress(kind.method + line);
                         }
                     }
-                    row = run_point(gpu, o, kind, heads, more, B, shared_build ? &built.at(kind.method) : nullptr);
+                    row = run_point(gpu, o, kind, heads, more_used, B, shared_build ? &built.at(key) : nullptr);
                 } catch (const GpuMemoryError& e) {
                     row.method = method_label(kind);
                     row.context = N, row.batch = B, row.status = std::string("does not fit: ") + e.what();
