@@ -25,6 +25,9 @@ bool lazy_streams();
 /// it may run after the caller's locals are gone, as a kernel's parameters are copied at its launch.
 void enqueue(void* stream, std::function<void()> work);
 
+/// Whether the calling thread is running queued work (an emulated call's own body).
+bool running();
+
 /// Runs everything queued on every stream (a synchronous copy, cudaDeviceSynchronize, cudaFree).
 void run_all();
 

@@ -9,6 +9,8 @@
 #include <string>
 #include <type_traits>
 
+#include "core/error.hpp"
+
 namespace retro::cuda::emu {
 
 /// Whether a StepGraph::run is recording.
@@ -61,6 +63,36 @@ void launch(const char* name, const A&... a) {
     std::string line = name;
     (describe_arg(line, a), ...);
     record_launch(std::move(line));
+}
+
+/// Whether p lies inside memory from dev_alloc or pinned_alloc: what a kernel can read (runtime_emulation.cpp).
+bool device_visible(const void* p);
+/// Whether this call is an emulated call's own work (inside queued work or a Quiet): its arguments are the
+/// emulation's, not the caller's.
+bool nested();
+
+template <class T>
+void check_device_arg(const char* name, int i, const T& a) {
+    if constexpr (std::is_pointer_v<T>) {
+        using P = std::remove_cv_t<std::remove_pointer_t<T>>;
+        if constexpr (std::is_arithmetic_v<P> || std::is_void_v<P>) {
+            if (a && !device_visible(a))
+                throw Error(std::string("cuda emulation: ") + name + "'s argument " + std::to_string(i) +
+                            " points into host memory that is neither device nor pinned memory: a kernel on a GPU "
+                            "cannot read it");
+        }
+    }
+}
+
+/// A kernel's launch: every pointer argument to numbers (or void) must be null or device-visible memory —
+/// a kernel handed a std::vector's data() faults on a GPU and reads fine here otherwise —, then as launch().
+template <class... A>
+void kernel(const char* name, const A&... a) {
+    if (!nested()) {
+        int i = 0;
+        (check_device_arg(name, ++i, a), ...);
+    }
+    launch(name, a...);
 }
 
 }  // namespace retro::cuda::emu

@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -29,16 +31,36 @@ int device_sms() { return 0; }
 // New memory holds the checks' poison (0xFF: NaN in fp32 and fp16, -1 in the integers), not the zeros a
 // fresh page happens to hold: what reads memory nothing wrote (or reads it before a copy into it ran) reads
 // garbage, as on a GPU, instead of a plausible value.
+// Every allocation's range, for emu::device_visible (a kernel's pointer arguments must lie in one).
+namespace {
+std::mutex g_alloc_mu;
+std::map<uintptr_t, size_t> g_allocs;  // begin -> bytes
+}  // namespace
+bool emu::device_visible(const void* p) {
+    const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+    const std::lock_guard<std::mutex> lk(g_alloc_mu);
+    auto it = g_allocs.upper_bound(a);
+    if (it == g_allocs.begin()) return false;
+    --it;
+    return a <= it->first + it->second;  // one past the end included (an empty range's pointer)
+}
 void* dev_alloc(size_t b) {
     const size_t n = (b + 255) / 256 * 256;
-    void* p = std::aligned_alloc(256, n);
+    void* p = std::aligned_alloc(256, n + (n == 0) * 256);
     if (!p) throw Error("cuda emulation: out of memory allocating " + std::to_string(b) + " bytes");
     std::memset(p, 0xFF, n);
+    const std::lock_guard<std::mutex> lk(g_alloc_mu);
+    g_allocs[reinterpret_cast<uintptr_t>(p)] = n;
     return p;
 }
 // cudaFree and cudaFreeHost wait for the device's work (what is queued may still read the memory)
 void dev_free(void* p) {
-    if (p) emu::run_all();
+    if (!p) return;
+    emu::run_all();
+    {
+        const std::lock_guard<std::mutex> lk(g_alloc_mu);
+        g_allocs.erase(reinterpret_cast<uintptr_t>(p));
+    }
     std::free(p);
 }
 void* pinned_alloc(size_t b) { return dev_alloc(b); }
@@ -159,10 +181,12 @@ RETRO_KERNEL_EMULATION(common);
 // replay's compared with them
 namespace {
 std::vector<std::string>* g_record = nullptr;
+thread_local int t_quiet = 0;  // Quiets alive on this thread
 }  // namespace
 bool emu::recording() { return g_record != nullptr; }
-emu::Quiet::Quiet() : saved_(g_record) { g_record = nullptr; }
-emu::Quiet::~Quiet() { g_record = static_cast<std::vector<std::string>*>(saved_); }
+bool emu::nested() { return t_quiet > 0 || emu::running(); }
+emu::Quiet::Quiet() : saved_(g_record) { g_record = nullptr, ++t_quiet; }
+emu::Quiet::~Quiet() { g_record = static_cast<std::vector<std::string>*>(saved_), --t_quiet; }
 void emu::record_launch(std::string line) { g_record->push_back(std::move(line)); }
 
 StepGraph::~StepGraph() = default;

@@ -92,9 +92,16 @@ bool lazy_streams() {
     return lazy;
 }
 
+bool running() { return t_running > 0; }
+
 void enqueue(void* stream, std::function<void()> work) {
-    if (!lazy_streams() || t_running > 0) {
+    if (t_running > 0) {
         work();
+        return;
+    }
+    if (!lazy_streams()) {  // at once, as work (its own calls are its own)
+        Op op{0, std::move(work), {}};
+        run_op(op);
         return;
     }
     const std::lock_guard<std::recursive_mutex> lk(g_mu);

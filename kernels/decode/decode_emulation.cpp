@@ -60,7 +60,7 @@ void emulate_decode(const DecodeShape& s, const Row& row_of, const float* q, con
 
 void decode_attention(const DecodeShape& s, const float* q, const uint16_t* K, const uint16_t* V, const int32_t* lens,
                       const float* xo, const float* xl, float* out, float* lse, float* work, void* st) {
-    emu::launch("decode_attention", s, q, K, V, lens, xo, xl, out, lse, work);
+    emu::kernel("decode_attention", s, q, K, V, lens, xo, xl, out, lse, work);
     emu::enqueue(st, [=] {
         const auto row = [&](int bk, int t) { return (size_t)bk * s.capacity + t; };
         emulate_decode(s, row, q, K, V, lens, xo, xl, out, lse);
@@ -70,7 +70,7 @@ void decode_attention(const DecodeShape& s, const float* q, const uint16_t* K, c
 void decode_attention_pages(const DecodeShape& s, const float* q, const uint16_t* K, const uint16_t* V,
                             const int32_t* pages, int page, int stride, const int32_t* lens, float* out, float* lse,
                             float* work, void* st) {
-    emu::launch("decode_attention_pages", s, q, K, V, pages, page, stride, lens, out, lse, work);
+    emu::kernel("decode_attention_pages", s, q, K, V, pages, page, stride, lens, out, lse, work);
     if (!pages || !lens || page < 1 || stride < 1 || s.capacity > (long)page * stride)  // as the kernel's launcher
         throw ParamError("cuda decode_attention_pages: a page table and lengths are needed, page >= 1 and "
                          "capacity <= page * page_stride");

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "common/emulation_streams.hpp"
+#include "common/emulation_trace.hpp"
 #include "common/registry.hpp"
 #include "core/half.hpp"
 #include "cuda_api.hpp"
@@ -18,20 +19,20 @@ struct DenseLayer::Impl {
     DenseShape s;
     int max_batch = 0;
     DenseWeights w;
-    std::vector<uint16_t> qkv;
+    DeviceBuffer<uint16_t> qkv;  ///< device memory, as the kernel's (uninitialized: the poison)
 };
 
 DenseLayer::DenseLayer(const DenseShape& s, int max_batch, unsigned seed) : impl_(new Impl) {
     impl_->s = s, impl_->max_batch = max_batch;
     impl_->w = random_dense_weights(s, seed);
-    impl_->qkv.assign((size_t)max_batch * s.qkv(), 0);
+    impl_->qkv = DeviceBuffer<uint16_t>((size_t)max_batch * s.qkv());
 }
 DenseLayer::~DenseLayer() {
     emu::run_all();  // a queued forward may still read the weights
     delete impl_;
 }
 void DenseLayer::set_weights(const DenseWeights& w) { impl_->w = w; }
-const uint16_t* DenseLayer::qkv() const { return impl_->qkv.data(); }
+const uint16_t* DenseLayer::qkv() const { return impl_->qkv.get(); }
 const DenseShape& DenseLayer::shape() const { return impl_->s; }
 
 namespace {
@@ -63,12 +64,13 @@ std::vector<uint16_t> rmsnorm(const uint16_t* x, const std::vector<uint16_t>& w,
 
 void DenseLayer::forward(int batch, uint16_t* x, const uint16_t* attn, void* st) {
     if (batch < 1 || batch > impl_->max_batch) throw ParamError("dense layer: batch outside 1..max_batch");
+    emu::kernel("dense_forward", batch, x, attn);
     Impl* impl = impl_;
     emu::enqueue(st, [=] {
         const DenseShape& s = impl->s;
         const DenseWeights& w = impl->w;
         std::vector<uint16_t> xn = rmsnorm(x, w.norm1, batch, s.hidden);
-        matmul(xn.data(), w.wqkv, impl->qkv.data(), batch, s.hidden, s.qkv(), false);
+        matmul(xn.data(), w.wqkv, impl->qkv.get(), batch, s.hidden, s.qkv(), false);
         matmul(attn, w.wo, x, batch, s.attn(), s.hidden, true);
         xn = rmsnorm(x, w.norm2, batch, s.hidden);
         std::vector<uint16_t> h((size_t)batch * 2 * s.ffn), a((size_t)batch * s.ffn);

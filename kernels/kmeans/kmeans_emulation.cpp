@@ -11,6 +11,7 @@
 
 #include "cluster/kmeans.hpp"
 #include "common/emulation_streams.hpp"
+#include "common/emulation_trace.hpp"
 #include "common/registry.hpp"
 #include "core/threads.hpp"
 #include "cuda_api.hpp"
@@ -38,6 +39,7 @@ void assign_rows(const float* x, int n, int d, const float* c, int k, const int3
 
 void kmeans_assign(const float* x, int n, int d, const float* c, int k, const int32_t* rb, const int32_t* cb, int S,
                    int radius, int32_t* assign, void* st) {
+    emu::kernel("kmeans_assign", x, n, d, c, k, rb, cb, S, radius, assign);
     emu::enqueue(st, [=] { assign_rows(x, n, d, c, k, rb, cb, S, radius, assign); });
 }
 // The build's own launches, each followed by its synchronous copy back: on the host at once.

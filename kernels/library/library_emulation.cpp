@@ -63,7 +63,7 @@ void LibraryDecode::plan(const int32_t* lens, void* st) {
 }
 // The device's plan reads the lengths (and the page table) from device memory when it runs.
 void LibraryDecode::plan_device(const int32_t* lens, void* st, int max_tiles, const int32_t* pages, int stride) {
-    emu::launch("library_plan_device", impl_, lens, max_tiles, pages, stride);
+    emu::kernel("library_plan_device", impl_, lens, max_tiles, pages, stride);
     const int n = impl_->s.batch * impl_->s.kv_heads;
     if (pages && (stride < 1 || stride * impl_->page > impl_->s.capacity))
         throw ParamError("library decode: page table stride out of range");
@@ -78,7 +78,7 @@ void LibraryDecode::plan_device(const int32_t* lens, void* st, int max_tiles, co
 }
 void LibraryDecode::run(const float* q, const uint16_t* K, const uint16_t* V, float* out, float* lse, void* st,
                         const float* xo, const float* xl) {
-    emu::launch("library_run", impl_, q, K, V, out, lse, xo, xl);
+    emu::kernel("library_run", impl_, q, K, V, out, lse, xo, xl);
     Impl* impl = impl_;
     emu::enqueue(st, [=] {
         const emu::Quiet quiet;
@@ -129,7 +129,7 @@ CudnnDecode::~CudnnDecode() {
 }
 void CudnnDecode::run(const float* q, const uint16_t* K, const uint16_t* V, const int32_t* lens, float* out, float* lse,
                       void* st) {
-    emu::launch("cudnn_run", impl_, q, K, V, lens, out, lse);
+    emu::kernel("cudnn_run", impl_, q, K, V, lens, out, lse);
     const Impl* impl = impl_;
     emu::enqueue(st, [=]() mutable {
         const emu::Quiet quiet;

@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "common/emulation_streams.hpp"
+#include "common/emulation_trace.hpp"
 #include "common/registry.hpp"
 #include "core/error.hpp"
 #include "cuda_api.hpp"
@@ -14,6 +15,7 @@ void magicpig_hash(const MagicpigShape& s, const float* q, const float* planes, 
     if (s.seqs < 1 || s.heads < 1 || s.group < 1 || s.group > 8 || !(s.d == 64 || s.d == 128 || s.d == 256) ||
         s.K < 0 || s.K > 30 || s.L < 1)
         throw ParamError("cuda magicpig_hash: bad shape (seqs, heads >= 1, group 1-8, d 64/128/256, K 0-30, L >= 1)");
+    emu::kernel("magicpig_hash", q, planes, codes);
     emu::enqueue(st, [=] {
         const int KL = s.KL();
         for (int qh = 0; qh < s.queries(); ++qh) {

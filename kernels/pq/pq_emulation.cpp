@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common/emulation_streams.hpp"
+#include "common/emulation_trace.hpp"
 #include "common/registry.hpp"
 #include "core/error.hpp"
 #include "cuda_api.hpp"
@@ -17,6 +18,7 @@ namespace retro::cuda {
 
 void pq_scores(const PqShape& s, const float* q, const float* cb, const uint16_t* codes, int coded, float* lut,
                float* scores, void* st) {
+    emu::kernel("pq_scores", s, q, cb, codes, coded, lut, scores);
     emu::enqueue(st, [=] {
         const int K = s.ksub(), ds = s.dsub(), M = s.m;
         for (int qh = 0; qh < s.seqs * s.group; ++qh) {
@@ -40,8 +42,9 @@ void pq_scores(const PqShape& s, const float* q, const float* cb, const uint16_t
 
 size_t pq_select_scratch_bytes(const PqShape&) { return 8; }
 
-void pq_select(const PqShape& s, const float* scores, const PqLists& l_arg, int32_t* table, int32_t* lens, void*,
-               void* st) {
+void pq_select(const PqShape& s, const float* scores, const PqLists& l_arg, int32_t* table, int32_t* lens,
+               void* scratch, void* st) {
+    emu::kernel("pq_select", s, scores, table, lens, scratch);
     const PqLists l = l_arg;  // a kernel parameter: copied at the launch
     emu::enqueue(st, [=] {
         const int coded = l.coded(), per = s.per();
@@ -74,6 +77,7 @@ void pq_gather_rows(const PqRowSources& s, const int32_t* table, const int32_t* 
                     uint16_t* xk, uint16_t* xv, void* st) {
     if (const char* e = pq_row_sources_error(s, lists, width); *e)
         throw ParamError(std::string("cuda pq_gather_rows: ") + e);
+    emu::kernel("pq_gather_rows", table, lens, lists, width, xk, xv);
     emu::enqueue(st, [=] {
         const size_t d = (size_t)s.d;
         for (int l = 0; l < lists; ++l) {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "common/emulation_streams.hpp"
+#include "common/emulation_trace.hpp"
 #include "common/registry.hpp"
 #include "core/error.hpp"
 #include "core/half.hpp"
@@ -29,6 +30,7 @@ void check_args(const QuestShape& s) {
 void quest_page_meta(const QuestShape& s, const uint16_t* K, int first, int end, uint16_t* meta, void* st) {
     check_args(s);
     if (first < 0 || end < first || end > s.max_pages()) throw ParamError("cuda quest_page_meta: pages out of range");
+    emu::kernel("quest_page_meta", K, first, end, meta);
     emu::enqueue(st, [=] {
         const size_t d = (size_t)s.d, mp = (size_t)s.max_pages();
         for (int seq = 0; seq < s.seqs; ++seq)
@@ -48,9 +50,10 @@ void quest_page_meta(const QuestShape& s, const uint16_t* K, int first, int end,
 size_t quest_select_scratch_bytes(const QuestShape&) { return 8; }
 
 void quest_select(const QuestShape& s, const float* q, const uint16_t* meta, int n, int budget, int32_t* table,
-                  int32_t* lens, void*, void* st) {
+                  int32_t* lens, void* scratch, void* st) {
     check_args(s);
     if (n < 1 || n > s.capacity || budget < 1) throw ParamError("cuda quest_select: n or budget out of range");
+    emu::kernel("quest_select", q, meta, n, budget, table, lens, scratch);
     emu::enqueue(st, [=] {
         const int d = s.d, mp = s.max_pages(), per = s.per_head ? s.group : 1;
         const int pages = (n + s.page - 1) / s.page, last = pages - 1;

@@ -142,13 +142,20 @@ PqOffload::Applied PqOffload::apply(cuda::Stream& stream) {
     const int64_t per_pair = (int64_t)((kv_rows_ + ut - 1) / ut) * (int64_t)ub;
     size_t n_adm = 0, n_at = 0;
     std::vector<int64_t> admitted, evicted;
+    // the lists' bound checked before each write (a pinned buffer has no slack past it)
+    const auto room = [&](size_t adm, size_t at) {
+        if (n_adm + adm > h_adm_.size() || n_at + at > h_at_.size())
+            throw Error("cuda backend: pq's cache update larger than its bound (internal error)");
+    };
     for (int p = 0; p < s_.bh(); ++p) {
         GpuCacheMap& cache = caches_[(size_t)p];
         cache.step(pending_reqs_[(size_t)p], admitted, &evicted);
+        room(0, evicted.size() * ub);
         for (int64_t id : evicted)
             for (size_t j = 0; j < ub; ++j) h_at_[n_at] = p * per_pair + id * (int64_t)ub + (int64_t)j, h_val_[n_at++] = -1;
         for (int64_t id : admitted) {  // the whole unit from the pinned store into its blocks
             const std::vector<int32_t>& blocks = *cache.find(id);
+            room(blocks.size(), blocks.size());
             for (size_t j = 0; j < blocks.size(); ++j) {
                 const size_t from = ((size_t)p * kv_rows_ + (size_t)id * ut + j * bt) * d;
                 const size_t to = ((size_t)p * C_ + (size_t)blocks[j] * bt) * d;
@@ -158,8 +165,6 @@ PqOffload::Applied PqOffload::apply(cuda::Stream& stream) {
             a.fill_bytes += 2.0 * (double)ut * (double)d * sizeof(uint16_t);
         }
     }
-    if (n_adm > h_adm_.size() || n_at > h_at_.size())
-        throw Error("cuda backend: pq's cache update larger than its bound (internal error)");
     // asynchronous: on the queue's own stream, overlapping the select on the method's (PQCache §3.4)
     updates_.queue({h_adm_, d_adm_, h_at_, h_val_, d_at_, d_val_}, n_adm, bt, n_at, s_.d, blocks_.get(), stream,
                    job_.async_update);

@@ -27,7 +27,7 @@ size_t estimate_workspace_floats(const ClusterScoreShape&, int) { return 4; }
 static float h(uint16_t b) { return half_to_float(b); }
 void cluster_rank(const ClusterScoreShape& s, const float* q, const uint16_t* c, const uint8_t* valid, float* agg,
                   int32_t* ranked, void* w, size_t wb, void* st) {
-    emu::launch("cluster_rank", s, q, c, valid, agg, ranked, w, wb);
+    emu::kernel("cluster_rank", s, q, c, valid, agg, ranked, w, wb);
     emu::enqueue(st, [=] {
         const float sc = s.scale ? s.scale : 1 / std::sqrt((float)s.d);
         const int M = s.clusters, g = s.group, d = s.d;
@@ -59,14 +59,14 @@ void cluster_rank(const ClusterScoreShape& s, const float* q, const uint16_t* c,
 // the zones' contract is met by the whole ranking (the GPU's estimation zone comes in id order instead)
 void cluster_select(const ClusterScoreShape& s, int r, int e, const float* q, const uint16_t* c, const uint8_t* valid,
                     float* agg, int32_t* ranked, void* w, size_t wb, void* st) {
-    emu::launch("cluster_select", s, r, e, q, c, valid, agg, ranked, w, wb);
+    emu::kernel("cluster_select", s, r, e, q, c, valid, agg, ranked, w, wb);
     const emu::Quiet quiet;
     if (r < 0 || e < 0 || r + e > s.clusters) throw ParamError("cuda cluster_select: zones larger than the clusters");
     cluster_rank(s, q, c, valid, agg, ranked, w, wb, st);  // queued on st as one launch
 }
 void estimate_attention(const ClusterScoreShape& s, int E, const int32_t* ids, const float* q, const uint16_t* c,
                         const uint16_t* vs, const int32_t* sizes, float* out, float* lse, float* work, void* st) {
-    emu::launch("estimate_attention", s, E, ids, q, c, vs, sizes, out, lse, work);
+    emu::kernel("estimate_attention", s, E, ids, q, c, vs, sizes, out, lse, work);
     emu::enqueue(st, [=] {
         const float sc = s.scale ? s.scale : 1 / std::sqrt((float)s.d);
         const int M = s.clusters, g = s.group, d = s.d;
@@ -100,7 +100,7 @@ static void copy_each(const CopySegment* segs, int n, int d) {
     }
 }
 void copy_segments(const CopySegment* segs, int n, int d, int64_t max_tokens, void* st) {
-    emu::launch("copy_segments", segs, n, d, max_tokens);
+    emu::kernel("copy_segments", segs, n, d, max_tokens);
     emu::enqueue(st, [=] { copy_each(segs, n, d); });  // the descriptors are device memory: read when it runs
 }
 // one cudaMemcpyAsync per segment: the host reads its descriptors at the call
@@ -112,7 +112,7 @@ void copy_segments_memcpy(const CopySegment* segs, int n, int d, void* st) {
 void gather_clusters(const GatherShape& s, int steady, const int32_t* ranked, const int32_t* sizes,
                      const int32_t* offsets, const uint16_t* sk, const uint16_t* sv, uint16_t* xk, uint16_t* xv,
                      int32_t* lens, void* st, const GatherCache* cache_arg) {
-    emu::launch("gather_clusters", s, steady, ranked, sizes, offsets, sk, sv, xk, xv, lens,
+    emu::kernel("gather_clusters", s, steady, ranked, sizes, offsets, sk, sv, xk, xv, lens,
                 cache_arg ? *cache_arg : GatherCache{});
     if (s.d % 8 || s.r < 0 || s.r > s.clusters || s.r > kMaxGatherClusters || steady < 0 || steady > s.capacity)
         throw ParamError("cuda gather_clusters: bad shape");
@@ -158,7 +158,7 @@ void gather_clusters(const GatherShape& s, int steady, const int32_t* ranked, co
 
 void set_entries(const int64_t* at, const int32_t* value, int n, int32_t* table, void* st) {
     if (n < 0) throw ParamError("cuda set_entries: n < 0");
-    emu::launch("set_entries", at, value, n, table);
+    emu::kernel("set_entries", at, value, n, table);
     emu::enqueue(st, [=] {
         for (int i = 0; i < n; ++i) table[at[i]] = value[i];
     });

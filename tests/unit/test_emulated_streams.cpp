@@ -3,13 +3,17 @@
 // poisoned memory instead of the right result by luck. Each test is a mistake the emulation must show
 // (the host reads before synchronizing, rewrites a copy's source before it ran, a stream reads without
 // waiting for another's event, a gate waited on before its release) beside the correct use, which must
-// give the right result. Linked into retro_backend_emulation (RETRO_EMU_STREAMS unset: lazy streams).
+// give the right result; and a kernel handed pageable host memory is refused. Linked into
+// retro_backend_emulation (RETRO_EMU_STREAMS unset: lazy streams).
 #include <gtest/gtest.h>
 
 #include <cstdint>
 #include <cstring>
+#include <string>
+#include <vector>
 
 #include "common/emulation_streams.hpp"
+#include "core/error.hpp"
 #include "cuda_api.hpp"
 
 using namespace retro;
@@ -157,4 +161,26 @@ TEST(EmulatedStreams, NewMemoryHoldsThePoison) {
     cuda::PinnedBuffer<float> p(2);
     for (size_t i = 0; i < 3; ++i) EXPECT_EQ(d.get()[i], -1);
     for (size_t i = 0; i < 2; ++i) EXPECT_TRUE(p[i] != p[i]) << "not NaN: " << p[i];
+}
+
+// A kernel handed host memory that is neither device nor pinned memory (a std::vector's data()) is refused
+// at its launch, naming the kernel and the argument; device and pinned (mapped, zero-copy) memory are taken.
+TEST(EmulatedStreams, AKernelHandedPageableHostMemoryIsRefused) {
+    DeviceInt x;
+    x.set(0);
+    cuda::Stream st;
+    const std::vector<int64_t> at{0};
+    const std::vector<int32_t> value{5};
+    try {
+        cuda::set_entries(at.data(), value.data(), 1, x.d.get(), st.get());
+        FAIL() << "a kernel took a std::vector's memory";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("set_entries's argument 1 points into host memory"), std::string::npos)
+            << e.what();
+    }
+    cuda::PinnedBuffer<int64_t> p_at(1);
+    cuda::PinnedBuffer<int32_t> p_value(1);
+    p_at[0] = 0, p_value[0] = 6;
+    cuda::set_entries(p_at.get(), p_value.get(), 1, x.d.get(), st.get());  // zero-copy: pinned memory is visible
+    EXPECT_EQ(x.get(), 6);
 }
