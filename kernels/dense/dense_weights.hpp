@@ -3,8 +3,8 @@
 // variance scaled by 1/sqrt(fan-in) (activations stay O(1) through the layer), RMSNorm weights near 1. Only
 // the shapes matter for the time, so the entries are uniform (of variance 1) from a counter-based hash: entry
 // i of matrix m depends on (seed, m, i) alone, so the matrices fill on every core with the same values
-// whatever the thread count. Llama-3-8B's 218M weights took 15 s from std::normal_distribution on one core of
-// the 2-core VM, in each process that times the dense layer (a lease's every wave run).
+// whatever the thread count. Llama-3-8B's 218M weights took 7.8 s from std::normal_distribution on one core of
+// the 2-core VM, 1.7 s so (bench_dense_weights), in each process that times the dense layer (a lease's wave runs).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
