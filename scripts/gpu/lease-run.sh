@@ -44,6 +44,10 @@
 #   RETRO_PACK_TO=DIR: OUTDIR packed as DIR/<name of OUTDIR>.tgz after each wave run and at the end (the run
 #      tool brings back 8 files of $OUT, 2 folders down: RETRO_PACK_TO=$OUT with OUTDIR elsewhere, e.g. /tmp/r1)
 #   RETRO_PACKED_TESTS=0: not the packed GTest binary's CudaBackend.* (the suite's test of this script)
+#   RETRO_SANITIZER=memcheck|racecheck|synccheck|initcheck: the checks once more under compute-sanitizer (a kernel
+#      reading past its buffers, a shared-memory race — the split select's distributed shared memory —, a
+#      barrier's misuse, an uninitialized read: what a check's comparison may not show), RETRO_SANITIZER_ARGS
+#      to the binary (e.g. "--filter Quest"), within RETRO_SANITIZER_TIMEOUT (default 120 s) and the deadline
 #   RETRO_WAVE_ARGS="...", RETRO_CHECKS_ARGS="...": more arguments to every wave run, to the checks' run (the
 #      suite's test of this script: --tiny, --filter LaunchGate)
 #   RETRO_HOST_THREADS=N: wave's host lookup workers (--host-threads; 1 = the caller alone, no pool): the
@@ -108,6 +112,19 @@ fi
 if lim=$(pre_limit 60 "check ClusterSelectSplit"); then
   timeout "$lim" "$bin" --out "$out/checks-split" --checks-only --filter ClusterSelectSplit > "$out/checks-split.log" 2>&1
   echo "check ClusterSelectSplit: exit $?"; grep -E "^(passed|failed)" "$out/checks-split/gpu-report.txt"
+fi
+# the checks under compute-sanitizer (the Firecracker machines run it; 10-100x slower than the checks alone)
+if [[ -n ${RETRO_SANITIZER:-} ]]; then
+  if ! command -v compute-sanitizer > /dev/null; then
+    echo "compute-sanitizer: not on this machine"
+  elif lim=$(pre_limit "${RETRO_SANITIZER_TIMEOUT:-120}" "compute-sanitizer $RETRO_SANITIZER"); then
+    t0=$SECONDS
+    # shellcheck disable=SC2086  # RETRO_SANITIZER_ARGS: words
+    timeout "$lim" compute-sanitizer --tool "$RETRO_SANITIZER" --error-exitcode 9 "$bin" --out "$out/sanitizer" \
+      --checks-only ${RETRO_SANITIZER_ARGS:-} > "$out/sanitizer.log" 2>&1
+    echo "compute-sanitizer $RETRO_SANITIZER: exit $? ($((SECONDS - t0)) s of its $lim s; 9: it found errors)"
+    grep -E "ERROR SUMMARY|RACECHECK SUMMARY|^checks:" "$out/sanitizer.log"
+  fi
 fi
 # a build of the previous revision carried beside it (retro_gpu_check.prev) measures instead when the new
 # kernels fail their checks: a lease is too short to rebuild, and a wrong kernel's times mean nothing
