@@ -17,6 +17,8 @@ namespace retro::cuda::emu {
 bool recording();
 /// Appends one launch to the record.
 void record_launch(std::string line);
+/// Throws StepGraphError when a StepGraph::run is recording and `stream` is not the one it captures.
+void check_capture_stream(void* stream);
 
 template <class T>
 void describe_arg(std::string& out, const T& a) {

@@ -125,7 +125,9 @@ class LaunchGate {
 /// the last one; then the graph is launched on `stream`. With the same key the graph is launched and body
 /// not called. body must only enqueue work on `stream` whose arguments (pointers, scalars) are fixed for a
 /// key — what changes from step to step lives in device memory — and must not record events or wait
-/// (an event recorded in a capture cannot be timed). A failed capture throws StepGraphError naming `what`.
+/// (an event recorded in a capture cannot be timed), synchronize (a synchronous copy, cudaMemset on the
+/// legacy stream, device_status's cudaFree), allocate or free, or launch on another stream. A failed capture
+/// throws StepGraphError naming `what`; the emulation refuses each of those by name.
 /// The CPU emulation runs body on every call and records its launches' arguments; a replay whose
 /// arguments differ from its capture's throws Error naming the first differing launch (what the GPU would
 /// silently replay with the captured ones), so the emulated runs check the key.

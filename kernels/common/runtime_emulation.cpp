@@ -22,7 +22,18 @@
 
 namespace retro::cuda {
 
-std::string device_status() { return ""; }
+// What a stream capture (ThreadLocal mode) refuses inside a step graph's body — a wait, an event, a
+// synchronizing call (a synchronous copy, an allocation or a free, cudaMemset on the legacy stream,
+// device_status's cudaFree(0)) — refused here too, naming it: on a GPU the capture fails, or the row.
+static void not_in_graph(const char* what) {
+    if (emu::recording())
+        throw StepGraphError(std::string("step graph: ") + what +
+                             " inside a captured body (a capture refuses it: it waits, synchronizes or is timed)");
+}
+std::string device_status() {
+    not_in_graph("device_status (cudaFree(0))");
+    return "";
+}
 bool device_available() { return true; }
 std::string device_name() { return "CPU emulation (not a GPU)"; }
 int device_cc() { return 0; }
@@ -45,6 +56,7 @@ bool emu::device_visible(const void* p) {
     return a <= it->first + it->second;  // one past the end included (an empty range's pointer)
 }
 void* dev_alloc(size_t b) {
+    not_in_graph("a device or pinned allocation");
     const size_t n = (b + 255) / 256 * 256;
     void* p = std::aligned_alloc(256, n + (n == 0) * 256);
     if (!p) throw Error("cuda emulation: out of memory allocating " + std::to_string(b) + " bytes");
@@ -56,6 +68,7 @@ void* dev_alloc(size_t b) {
 // cudaFree and cudaFreeHost wait for the device's work (what is queued may still read the memory)
 void dev_free(void* p) {
     if (!p) return;
+    not_in_graph("a free");
     emu::run_all();
     {
         const std::lock_guard<std::mutex> lk(g_alloc_mu);
@@ -68,6 +81,7 @@ void pinned_free(void* p) { dev_free(p); }
 // The synchronous copies wait for every stream's earlier work (the legacy default stream), and the host
 // for them. A copy of 0 bytes may name null pointers (an empty table: cudaMemcpy takes it); memcpy may not.
 static void copy_now(void* d, const void* s, size_t b) {
+    not_in_graph("a synchronous copy");
     emu::run_all();
     if (b) std::memcpy(d, s, b);
 }
@@ -80,9 +94,13 @@ void copy_h2d_async(void* d, const void* s, size_t b, void* st) {
     if (b) emu::enqueue(st, [=] { std::memcpy(d, s, b); });
 }
 void dev_memset(void* d, int x, size_t b) {  // cudaMemset: on the legacy default stream, the host goes on
+    not_in_graph("cudaMemset on the legacy default stream");
     emu::enqueue(nullptr, [=] { std::memset(d, x, b); });
 }
-void synchronize() { emu::run_all(); }
+void synchronize() {
+    not_in_graph("cuda::synchronize");
+    emu::run_all();
+}
 void copy_d2h_async(void* d, const void* s, size_t b, void* st) {
     emu::launch("copy_d2h_async", d, s, b);
     if (b) emu::enqueue(st, [=] { std::memcpy(d, s, b); });
@@ -96,11 +114,6 @@ void copy_2d_async(void* d, size_t dp, const void* s, size_t sp, size_t w, size_
 size_t device_free_bytes() { return (size_t)1 << 40; }
 Stream::Stream() : s_(emu::new_stream()) {}
 Stream::~Stream() { emu::delete_stream(s_); }
-// a wait or an event inside a step graph's body: what a capture refuses (or cannot time), refused here too
-static void not_in_graph(const char* what) {
-    if (emu::recording())
-        throw StepGraphError(std::string("step graph: ") + what + " inside a captured body (a capture can neither wait nor time it)");
-}
 void Stream::synchronize() {
     not_in_graph("a stream synchronize");
     emu::run_stream(s_);
@@ -180,20 +193,26 @@ RETRO_KERNEL_EMULATION(common);
 // StepGraph: body runs on every call (its launches queued as any); the capture's launches are recorded and a
 // replay's compared with them
 namespace {
-std::vector<std::string>* g_record = nullptr;
+thread_local std::vector<std::string>* g_record = nullptr;  // a capture is the capturing thread's (ThreadLocal)
+thread_local void* g_capture_stream = nullptr;
 thread_local int t_quiet = 0;  // Quiets alive on this thread
 }  // namespace
 bool emu::recording() { return g_record != nullptr; }
+void emu::check_capture_stream(void* stream) {
+    if (g_record && stream != g_capture_stream)
+        throw StepGraphError("step graph: a launch on another stream than the captured one inside its body (on a GPU "
+                             "it would run at once, outside the graph, or fail the capture on the legacy stream)");
+}
 bool emu::nested() { return t_quiet > 0 || emu::running(); }
 emu::Quiet::Quiet() : saved_(g_record) { g_record = nullptr, ++t_quiet; }
 emu::Quiet::~Quiet() { g_record = static_cast<std::vector<std::string>*>(saved_), --t_quiet; }
 void emu::record_launch(std::string line) { g_record->push_back(std::move(line)); }
 
 StepGraph::~StepGraph() = default;
-void StepGraph::run_impl(uint64_t key, void*, void (*call)(void*), void* body) {
+void StepGraph::run_impl(uint64_t key, void* stream, void (*call)(void*), void* body) {
     std::vector<std::string> now;
     const auto t0 = std::chrono::steady_clock::now();
-    g_record = &now;
+    g_record = &now, g_capture_stream = stream;
     try {
         call(body);
     } catch (...) {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/emulation_streams.hpp"
+#include "common/emulation_trace.hpp"
 #include "core/error.hpp"
 
 namespace retro::cuda::emu {
@@ -95,6 +96,7 @@ bool lazy_streams() {
 bool running() { return t_running > 0; }
 
 void enqueue(void* stream, std::function<void()> work) {
+    if (t_running == 0) check_capture_stream(stream);  // a captured body's launches on its stream alone
     if (t_running > 0) {
         work();
         return;

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -183,4 +184,33 @@ TEST(EmulatedStreams, AKernelHandedPageableHostMemoryIsRefused) {
     p_at[0] = 0, p_value[0] = 6;
     cuda::set_entries(p_at.get(), p_value.get(), 1, x.d.get(), st.get());  // zero-copy: pinned memory is visible
     EXPECT_EQ(x.get(), 6);
+}
+
+// What a stream capture refuses inside a step graph's body is refused by the emulated StepGraph too, naming
+// it (device_status's cudaFree(0) in a launcher's first call was one, found by review): a synchronous copy,
+// an allocation, device_status, a launch on another stream; the body's launches on its stream are taken.
+TEST(EmulatedStreams, AStepGraphBodyRefusesWhatACaptureRefuses) {
+    DeviceInt x;
+    x.set(0);
+    WriteKernel k(5);
+    cuda::Stream st, other;
+    const auto refused = [&](const char* what, const std::function<void()>& body) {
+        cuda::StepGraph g("test graph");
+        try {
+            g.run(1, st.get(), body);
+            ADD_FAILURE() << what << " taken inside a captured body";
+        } catch (const cuda::StepGraphError& e) {
+            EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+        }
+    };
+    refused("a synchronous copy", [&] { (void)x.get(); });
+    refused("allocation", [&] { cuda::DeviceBuffer<int32_t> scratch(4); });
+    refused("device_status", [&] { (void)cuda::device_status(); });
+    refused("another stream", [&] { k.launch(x, other); });
+    cuda::StepGraph g("test graph");
+    g.run(1, st.get(), [&] { k.launch(x, st); });
+    g.run(1, st.get(), [&] { k.launch(x, st); });  // a replay: the same launch
+    EXPECT_EQ(g.captures(), 1);
+    st.synchronize();
+    EXPECT_EQ(x.get(), 5);
 }
