@@ -8,14 +8,21 @@
 // a free, the device's synchronize — and then only as far as that point and what it waits for (events
 // waited on, the legacy default stream's barriers): a missing synchronization then reads what was there
 // before, as a GPU would when the host is ahead, instead of the right result by luck.
-// RETRO_EMU_STREAMS=eager runs every launch at once (the emulation before 2026-11-30: program order).
-// Emulation only; the CUDA build does not include it.
+// That order runs a stream's queued work as late as the program allows; RETRO_EMU_STREAMS=lazy-others-first
+// runs every other stream's queued work before the one a synchronization waits for, the other extreme: a
+// write on one stream then lands before a read queued earlier on another that does not wait for it (a
+// missing wait the other way round). RETRO_EMU_STREAMS=eager runs every launch at once (the emulation before
+// 2026-11-30: program order). Emulation only; the CUDA build does not include it.
 #include <functional>
 
 namespace retro::cuda::emu {
 
-/// Whether the streams defer their work (RETRO_EMU_STREAMS, read once: "lazy" (default) or "eager";
-/// another value throws ParamError naming the variable).
+enum class StreamOrder { eager, lazy, others_first };
+/// The order (RETRO_EMU_STREAMS, read at the first use: "lazy" (default), "lazy-others-first" or "eager";
+/// another value throws ParamError naming the variable); set_stream_order (tests) runs what is queued first.
+StreamOrder stream_order();
+void set_stream_order(StreamOrder o);
+/// Whether the streams defer their work (lazy or others_first).
 bool lazy_streams();
 
 /// Queues `work` on `stream` (nullptr: the legacy default stream, which waits for every other stream's

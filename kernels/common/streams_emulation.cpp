@@ -1,5 +1,6 @@
 // Part of the CPU emulation of cuda_api.hpp (docs/cuda.md, "CPU emulation"). This file: the streams'
 // queues (emulation_streams.hpp) — when enqueued work runs.
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -36,12 +37,15 @@ thread_local int t_running = 0;
 
 Queue* queue_of(void* s) { return s ? static_cast<Queue*>(s) : &g_default; }
 
-bool read_mode() {
+StreamOrder read_mode() {
     const char* e = std::getenv("RETRO_EMU_STREAMS");
-    if (!e || !*e || std::strcmp(e, "lazy") == 0) return true;
-    if (std::strcmp(e, "eager") == 0) return false;
-    throw ParamError(std::string("RETRO_EMU_STREAMS: \"") + e + "\" is neither \"lazy\" nor \"eager\"");
+    if (!e || !*e || std::strcmp(e, "lazy") == 0) return StreamOrder::lazy;
+    if (std::strcmp(e, "lazy-others-first") == 0) return StreamOrder::others_first;
+    if (std::strcmp(e, "eager") == 0) return StreamOrder::eager;
+    throw ParamError(std::string("RETRO_EMU_STREAMS: \"") + e +
+                     "\" is none of \"lazy\", \"lazy-others-first\" or \"eager\"");
 }
+std::atomic<int> g_order{-1};  // StreamOrder, read at the first use
 
 void run_queue(Queue* q, unsigned long long upto);
 
@@ -80,6 +84,20 @@ std::vector<std::pair<Queue*, unsigned long long>> barrier_deps(Queue* q) {
     return deps;
 }
 
+// A synchronization's part (run_stream, run_until): under others_first every other stream's queued work
+// first (its waits honoured), so a stream's late write runs before an earlier-queued read it does not wait for.
+void others_first(Queue* q) {
+    if (stream_order() != StreamOrder::others_first) return;
+    for (bool more = true; more;) {
+        more = false;
+        if (q != &g_default) run_queue(&g_default, ~0ull);
+        for (Queue* s : std::set<Queue*>(g_streams))
+            if (s != q) run_queue(s, ~0ull);
+        for (Queue* s : g_streams) more = more || (s != q && !s->ops.empty());
+        more = more || (q != &g_default && !g_default.ops.empty());
+    }
+}
+
 void push(Queue* q, std::function<void()> work, std::vector<std::pair<Queue*, unsigned long long>> deps) {
     auto more = barrier_deps(q);
     deps.insert(deps.end(), more.begin(), more.end());
@@ -88,10 +106,19 @@ void push(Queue* q, std::function<void()> work, std::vector<std::pair<Queue*, un
 
 }  // namespace
 
-bool lazy_streams() {
-    static const bool lazy = read_mode();
-    return lazy;
+StreamOrder stream_order() {
+    int o = g_order.load();
+    if (o < 0) {
+        o = (int)read_mode();
+        g_order.store(o);
+    }
+    return (StreamOrder)o;
 }
+void set_stream_order(StreamOrder o) {
+    run_all();
+    g_order.store((int)o);
+}
+bool lazy_streams() { return stream_order() != StreamOrder::eager; }
 
 bool running() { return t_running > 0; }
 
@@ -138,6 +165,7 @@ void delete_stream(void* stream) {
 
 void run_stream(void* stream) {
     const std::lock_guard<std::recursive_mutex> lk(g_mu);
+    others_first(queue_of(stream));
     run_queue(queue_of(stream), ~0ull);
 }
 
@@ -152,6 +180,7 @@ void run_until(const EventMark& m) {
     const std::lock_guard<std::recursive_mutex> lk(g_mu);
     Queue* q = static_cast<Queue*>(m.queue);
     if (q != &g_default && !g_streams.count(q)) return;  // its stream is gone, and ran all before it went
+    others_first(q);
     run_queue(q, m.seq);
 }
 

@@ -214,3 +214,35 @@ TEST(EmulatedStreams, AStepGraphBodyRefusesWhatACaptureRefuses) {
     st.synchronize();
     EXPECT_EQ(x.get(), 5);
 }
+
+// The two lazy orders are the two extremes a GPU may take when a read on one stream and a write on another
+// are not ordered by a wait: lazy runs the write late (the read sees the old value), others-first runs it
+// early (the read sees the new one) — a result that differs between them shows the missing wait. With the
+// wait (reader waits for the reader's event before the writer writes) both give the old value.
+TEST(EmulatedStreams, TheTwoLazyOrdersShowAWriteAfterReadRace) {
+    const cuda::emu::StreamOrder was = cuda::emu::stream_order();
+    const auto read_then_write = [](bool wait) {
+        DeviceInt x;
+        x.set(1);
+        WriteKernel k(5);
+        cuda::PinnedBuffer<int32_t> h(1);
+        h[0] = -7;
+        cuda::Stream reader, writer;
+        cuda::copy_d2h_async(h.get(), x.d.get(), sizeof(int32_t), reader.get());  // queued first
+        cuda::Event read;
+        read.record(reader.get());
+        if (wait) writer.wait(read);
+        k.launch(x, writer);  // overwrites what the reader reads
+        reader.synchronize();
+        const int32_t seen = h[0];
+        writer.synchronize();
+        return seen;
+    };
+    cuda::emu::set_stream_order(cuda::emu::StreamOrder::lazy);
+    EXPECT_EQ(read_then_write(false), 1);
+    EXPECT_EQ(read_then_write(true), 1);
+    cuda::emu::set_stream_order(cuda::emu::StreamOrder::others_first);
+    EXPECT_EQ(read_then_write(false), 5) << "others-first: the unordered write lands first";
+    EXPECT_EQ(read_then_write(true), 1) << "the wait orders it in every schedule";
+    cuda::emu::set_stream_order(was);
+}
