@@ -239,10 +239,11 @@ void check_gather_rows(Checker& c) {
         auto dsk = upload(stat_k.bits), dsv = upload(stat_v.bits), dpk = upload(pool_k.bits), dpv = upload(pool_v.bits);
         auto dbl = upload(blocks), dt = upload(table), dn = upload(lens);
         DeviceBuffer<uint16_t> dstk, dstv;
+        PinnedBuffer<uint16_t> pin_k, pin_v;  // freed if the check throws
         uint16_t *hk = nullptr, *hv = nullptr;
         if (k.pinned) {
-            hk = static_cast<uint16_t*>(pinned_alloc(store_k.bits.size() * 2));
-            hv = static_cast<uint16_t*>(pinned_alloc(store_v.bits.size() * 2));
+            pin_k = PinnedBuffer<uint16_t>(store_k.bits.size()), pin_v = PinnedBuffer<uint16_t>(store_v.bits.size());
+            hk = pin_k.get(), hv = pin_v.get();
             std::copy(store_k.bits.begin(), store_k.bits.end(), hk);
             std::copy(store_v.bits.begin(), store_v.bits.end(), hv);
         } else {
@@ -256,7 +257,6 @@ void check_gather_rows(Checker& c) {
         pq_gather_rows(s, dt.get(), dn.get(), (int)lists, width, xk.get(), xv.get());
         synchronize();
         const auto gk = download(xk), gv = download(xv);
-        if (k.pinned) pinned_free(hk), pinned_free(hv);
         size_t wrong = 0, untouched = 0, hits = 0, misses = 0;
         std::vector<uint16_t> poisoned(d);
         std::memset(poisoned.data(), kPoisonByte, d * 2);

@@ -312,8 +312,9 @@ void check_copy_segments(Checker& c) {
 
             auto d_sk = upload(steady_k.bits), d_sv = upload(steady_v.bits);
             auto d_ck = upload(cache_k.bits), d_cv = upload(cache_v.bits);
-            uint16_t* h_k = static_cast<uint16_t*>(pinned_alloc(cpu_k.bits.size() * 2));
-            uint16_t* h_v = static_cast<uint16_t*>(pinned_alloc(cpu_v.bits.size() * 2));
+            PinnedBuffer<uint16_t> pin_k(cpu_k.bits.size()), pin_v(cpu_v.bits.size());  // freed if the check throws
+            uint16_t* h_k = pin_k.get();
+            uint16_t* h_v = pin_v.get();
             std::memcpy(h_k, cpu_k.bits.data(), cpu_k.bits.size() * 2);
             std::memcpy(h_v, cpu_v.bits.data(), cpu_v.bits.size() * 2);
             DeviceBuffer<uint16_t> ek((size_t)cap * tb), ev((size_t)cap * tb);
@@ -360,7 +361,6 @@ void check_copy_segments(Checker& c) {
             copy_segments(dadm.get(), (int)adm.size(), d, max_tok);
             synchronize();
             c.expect(download(ck) == rk && download(cv) == rv, tag + ": admission scatter differs");
-            pinned_free(h_k), pinned_free(h_v);
         }
     }
 }
