@@ -113,6 +113,13 @@ if lim=$(pre_limit 60 "check ClusterSelectSplit"); then
   timeout "$lim" "$bin" --out "$out/checks-split" --checks-only --filter ClusterSelectSplit > "$out/checks-split.log" 2>&1
   echo "check ClusterSelectSplit: exit $?"; grep -E "^(passed|failed)" "$out/checks-split/gpu-report.txt"
 fi
+# PyTorch SDPA on the same shapes, before the optional steps below (its rows are the wave run's baseline)
+if lim=$(pre_limit "${RETRO_SDPA_TIMEOUT:-150}" sdpa); then
+  t0=$SECONDS
+  PYTHONWARNINGS=ignore timeout "$lim" python3 -B "$root/python/retro_bench/_launch.py" retro_bench.gpu.sdpa_baseline "$out/sdpa.json" --contexts "$ctx" \
+    --batches "$bat" > "$out/sdpa.log" 2>&1
+  echo "sdpa: exit $? ($((SECONDS - t0)) s of its $lim s)"
+fi
 # the checks under compute-sanitizer (the Firecracker machines run it; 10-100x slower than the checks alone)
 if [[ -n ${RETRO_SANITIZER:-} ]]; then
   if ! command -v compute-sanitizer > /dev/null; then
@@ -160,12 +167,6 @@ fi
 hwfile=$out/hardware.txt
 python3 -B "$root/python/retro_bench/_launch.py" retro_bench.gpu.hardware_values "$root/configs/hardware/$hw.json" > "$hwfile" 2>/dev/null ||
   cp "$root/build-gpu/$hw.txt" "$hwfile"
-if lim=$(pre_limit "${RETRO_SDPA_TIMEOUT:-150}" sdpa); then
-  t0=$SECONDS
-  PYTHONWARNINGS=ignore timeout "$lim" python3 -B "$root/python/retro_bench/_launch.py" retro_bench.gpu.sdpa_baseline "$out/sdpa.json" --contexts "$ctx" \
-    --batches "$bat" > "$out/sdpa.log" 2>&1
-  echo "sdpa: exit $? ($((SECONDS - t0)) s of its $lim s)"
-fi
 # what every wave run of the call shares (the one timing rule: the same steps, warm-up and sequences in every
 # row, the ungated, variant and graph rows included)
 # shellcheck disable=SC2206  # RETRO_WAVE_ARGS: words
