@@ -2,7 +2,8 @@
 // but written independently of them and of the lib/ references; "device" memory is host memory,
 // launches run when a synchronization needs them (common/emulation_streams.hpp). Linked with the check
 // bodies into retro_check_emulation (and with the run path into retro_backend_emulation), it tests the
-// checks themselves (input layouts, references, tolerances, poisoning) on machines without a GPU. It says nothing about the CUDA kernels.
+// checks themselves (input layouts, references, tolerances, poisoning) on machines without a GPU. It says
+// nothing about the CUDA kernels.
 // This file: the runtime (runtime_api.hpp).
 #include <algorithm>
 #include <chrono>
@@ -39,9 +40,6 @@ std::string device_name() { return "CPU emulation (not a GPU)"; }
 int device_cc() { return 0; }
 double device_fp32_peak() { return 0; }
 int device_sms() { return 0; }
-// New memory holds the checks' poison (0xFF: NaN in fp32 and fp16, -1 in the integers), not the zeros a
-// fresh page happens to hold: what reads memory nothing wrote (or reads it before a copy into it ran) reads
-// garbage, as on a GPU, instead of a plausible value.
 // Every allocation's range, for emu::device_visible (a kernel's pointer arguments must lie in one).
 namespace {
 std::mutex g_alloc_mu;
@@ -55,6 +53,9 @@ bool emu::device_visible(const void* p) {
     --it;
     return a <= it->first + it->second;  // one past the end included (an empty range's pointer)
 }
+// New memory holds the checks' poison (0xFF: NaN in fp32 and fp16, -1 in the integers), not the zeros a
+// fresh page happens to hold: what reads memory nothing wrote (or reads it before a copy into it ran) reads
+// garbage, as on a GPU, instead of a plausible value.
 void* dev_alloc(size_t b) {
     not_in_graph("a device or pinned allocation");
     const size_t n = (b + 255) / 256 * 256;
@@ -160,8 +161,11 @@ LaunchGate::LaunchGate(double timeout_us) : timeout_us_(timeout_us) {
 }
 LaunchGate::~LaunchGate() { pinned_free(flag_); }
 void LaunchGate::hold(void* st) {
-    flag_[0] = 0, flag_[1] = 1;
-    if (!emu::lazy_streams()) return;
+    flag_[0] = 0;
+    if (!emu::lazy_streams()) {
+        flag_[1] = 1;  // timed out unless release() follows
+        return;
+    }
     flag_[1] = 0;
     int32_t* f = flag_;
     emu::enqueue(st, [f] { f[1] = f[0] == 0; });

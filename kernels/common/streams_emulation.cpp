@@ -84,18 +84,23 @@ std::vector<std::pair<Queue*, unsigned long long>> barrier_deps(Queue* q) {
     return deps;
 }
 
-// A synchronization's part (run_stream, run_until): under others_first every other stream's queued work
-// first (its waits honoured), so a stream's late write runs before an earlier-queued read it does not wait for.
-void others_first(Queue* q) {
-    if (stream_order() != StreamOrder::others_first) return;
+// Runs every queue but `except` (nullptr: every one) to its end, until none of them holds work (an op may
+// wait on a queue already passed).
+void run_queues_but(const Queue* except) {
     for (bool more = true; more;) {
         more = false;
-        if (q != &g_default) run_queue(&g_default, ~0ull);
+        if (except != &g_default) run_queue(&g_default, ~0ull);
         for (Queue* s : std::set<Queue*>(g_streams))
-            if (s != q) run_queue(s, ~0ull);
-        for (Queue* s : g_streams) more = more || (s != q && !s->ops.empty());
-        more = more || (q != &g_default && !g_default.ops.empty());
+            if (s != except) run_queue(s, ~0ull);
+        for (Queue* s : g_streams) more = more || (s != except && !s->ops.empty());
+        more = more || (except != &g_default && !g_default.ops.empty());
     }
+}
+
+// A synchronization's part (run_stream, run_until): under others_first every other stream's queued work
+// first (its waits honoured), so a stream's late write runs before an earlier-queued read it does not wait for.
+void others_first(const Queue* q) {
+    if (stream_order() == StreamOrder::others_first) run_queues_but(q);
 }
 
 void push(Queue* q, std::function<void()> work, std::vector<std::pair<Queue*, unsigned long long>> deps) {
@@ -123,11 +128,11 @@ bool lazy_streams() { return stream_order() != StreamOrder::eager; }
 bool running() { return t_running > 0; }
 
 void enqueue(void* stream, std::function<void()> work) {
-    if (t_running == 0) check_capture_stream(stream);  // a captured body's launches on its stream alone
-    if (t_running > 0) {
+    if (t_running > 0) {  // an emulated call's own launch: part of that call
         work();
         return;
     }
+    check_capture_stream(stream);  // a captured body's launches on its stream alone
     if (!lazy_streams()) {  // at once, as work (its own calls are its own)
         Op op{0, std::move(work), {}};
         run_op(op);
@@ -139,13 +144,7 @@ void enqueue(void* stream, std::function<void()> work) {
 
 void run_all() {
     const std::lock_guard<std::recursive_mutex> lk(g_mu);
-    for (bool more = true; more;) {  // an op may wait on a queue already passed: loop until all are empty
-        more = false;
-        run_queue(&g_default, ~0ull);
-        for (Queue* s : std::set<Queue*>(g_streams)) run_queue(s, ~0ull);
-        for (Queue* s : g_streams) more = more || !s->ops.empty();
-        more = more || !g_default.ops.empty();
-    }
+    run_queues_but(nullptr);
 }
 
 void* new_stream() {

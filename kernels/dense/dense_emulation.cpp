@@ -1,6 +1,7 @@
-// Part of the CPU emulation of cuda_api.hpp (docs/cuda.md, "CPU emulation"): "device" memory is host
-// memory, launches queued on their streams (common/emulation_streams.hpp); written independently of the kernels. This file: the dense layer
-// (dense_api.hpp), float32 sums with every stored activation rounded to fp16 as the kernels store it.
+// Part of the CPU emulation of cuda_api.hpp (docs/cuda.md, "CPU emulation"): "device" memory is host memory,
+// launches queued on their streams (common/emulation_streams.hpp); written independently of the kernels.
+// This file: the dense layer (dense_api.hpp), float32 sums with every stored activation rounded to fp16 as the
+// kernels store it.
 #include <cmath>
 #include <vector>
 

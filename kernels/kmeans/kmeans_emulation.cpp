@@ -1,8 +1,8 @@
-// Part of the CPU emulation of cuda_api.hpp (docs/cuda.md, "CPU emulation"): float32 like the kernels
-// but written independently of them and of the lib/ references; "device" memory is host memory,
-// launches queued on their streams (common/emulation_streams.hpp). Linked with the check bodies into retro_check_emulation (and with the run path
-// into retro_backend_emulation), it tests the checks themselves (input layouts, references, tolerances,
-// poisoning) on machines without a GPU. It says nothing about the CUDA kernels.
+// Part of the CPU emulation of cuda_api.hpp (docs/cuda.md, "CPU emulation"): float32 like the kernels but
+// written independently of them and of the lib/ references; "device" memory is host memory, launches queued
+// on their streams (common/emulation_streams.hpp). Linked with the check bodies into retro_check_emulation
+// (and with the run path into retro_backend_emulation), it tests the checks themselves (input layouts,
+// references, tolerances, poisoning) on machines without a GPU. It says nothing about the CUDA kernels.
 // This file: segmented k-means (kmeans_api.hpp).
 #include <algorithm>
 #include <cmath>

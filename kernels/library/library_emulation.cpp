@@ -1,8 +1,8 @@
-// Part of the CPU emulation of cuda_api.hpp (docs/cuda.md, "CPU emulation"): float32 like the kernels
-// but written independently of them and of the lib/ references; "device" memory is host memory,
-// launches queued on their streams (common/emulation_streams.hpp). Linked with the check bodies into retro_check_emulation (and with the run path
-// into retro_backend_emulation), it tests the checks themselves (input layouts, references, tolerances,
-// poisoning) on machines without a GPU. It says nothing about the CUDA kernels.
+// Part of the CPU emulation of cuda_api.hpp (docs/cuda.md, "CPU emulation"): float32 like the kernels but
+// written independently of them and of the lib/ references; "device" memory is host memory, launches queued
+// on their streams (common/emulation_streams.hpp). Linked with the check bodies into retro_check_emulation
+// (and with the run path into retro_backend_emulation), it tests the checks themselves (input layouts,
+// references, tolerances, poisoning) on machines without a GPU. It says nothing about the CUDA kernels.
 // This file: the library baselines (library_api.hpp), over the emulated decode_attention.
 #include <algorithm>
 #include <cmath>
@@ -33,11 +33,13 @@ struct LibraryDecode::Impl {
     std::vector<int32_t> lens;
     std::vector<int32_t> pages;  ///< plan_device's given page table [requests, stride], copied at the plan
     int stride = 0;
-    void set_lens(const int32_t* l) {
-        const int n = s.batch * s.kv_heads;
-        for (int i = 0; i < n; ++i)
+    int requests() const { return s.batch * s.kv_heads; }
+    void check_lens(const int32_t* l) const {
+        for (int i = 0; i < requests(); ++i)
             if (l[i] < 1 || l[i] > s.capacity) throw ParamError("library decode: length out of range");
-        lens.assign(l, l + n);
+    }
+    void set_lens(const int32_t* l) {  // checked already
+        lens.assign(l, l + requests());
         pages.clear(), stride = 0;
     }
 };
@@ -54,23 +56,22 @@ LibraryDecode::~LibraryDecode() {
 // The host's plan reads the lengths at the call; the plan it makes is uploaded on the stream, in order
 // with the runs queued before it.
 void LibraryDecode::plan(const int32_t* lens, void* st) {
-    const int n = impl_->s.batch * impl_->s.kv_heads;
-    for (int i = 0; i < n; ++i)
-        if (lens[i] < 1 || lens[i] > impl_->s.capacity) throw ParamError("library decode: length out of range");
+    impl_->check_lens(lens);
     Impl* impl = impl_;
-    std::vector<int32_t> h(lens, lens + n);
+    std::vector<int32_t> h(lens, lens + impl->requests());
     emu::enqueue(st, [impl, h] { impl->set_lens(h.data()); });
 }
 // The device's plan reads the lengths (and the page table) from device memory when it runs.
 void LibraryDecode::plan_device(const int32_t* lens, void* st, int max_tiles, const int32_t* pages, int stride) {
     emu::kernel("library_plan_device", impl_, lens, max_tiles, pages, stride);
-    const int n = impl_->s.batch * impl_->s.kv_heads;
     if (pages && (stride < 1 || stride * impl_->page > impl_->s.capacity))
         throw ParamError("library decode: page table stride out of range");
     Impl* impl = impl_;
     emu::enqueue(st, [=] {
+        impl->check_lens(lens);
         impl->set_lens(lens);
         if (!pages) return;
+        const int n = impl->requests();
         for (int i = 0; i < n; ++i)
             if (impl->lens[(size_t)i] > stride * impl->page) throw ParamError("library decode: length past the page table");
         impl->pages.assign(pages, pages + (size_t)n * stride), impl->stride = stride;

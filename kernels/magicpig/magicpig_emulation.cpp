@@ -1,5 +1,6 @@
-// Part of the CPU emulation of cuda_api.hpp (docs/cuda.md, "CPU emulation"): "device" memory is host
-// memory, launches queued on their streams (common/emulation_streams.hpp); written independently of the kernels and of lib/cluster/simhash.
+// Part of the CPU emulation of cuda_api.hpp (docs/cuda.md, "CPU emulation"): "device" memory is host memory,
+// launches queued on their streams (common/emulation_streams.hpp); written independently of the kernels and
+// of lib/cluster/simhash.
 // This file: MagicPIG's query hashing (magicpig_api.hpp).
 #include <cstdint>
 

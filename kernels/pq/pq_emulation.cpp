@@ -1,5 +1,6 @@
-// Part of the CPU emulation of cuda_api.hpp (docs/cuda.md, "CPU emulation"): "device" memory is host
-// memory, launches queued on their streams (common/emulation_streams.hpp); written independently of the kernels and of lib/methods/pq_head.
+// Part of the CPU emulation of cuda_api.hpp (docs/cuda.md, "CPU emulation"): "device" memory is host memory,
+// launches queued on their streams (common/emulation_streams.hpp); written independently of the kernels and
+// of lib/methods/pq_head.
 // This file: PQCache's selection (pq_api.hpp).
 #include <algorithm>
 #include <cstdint>

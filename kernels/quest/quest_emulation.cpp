@@ -1,5 +1,6 @@
-// Part of the CPU emulation of cuda_api.hpp (docs/cuda.md, "CPU emulation"): "device" memory is host
-// memory, launches queued on their streams (common/emulation_streams.hpp); written independently of the kernels and of lib/methods/quest_pages.
+// Part of the CPU emulation of cuda_api.hpp (docs/cuda.md, "CPU emulation"): "device" memory is host memory,
+// launches queued on their streams (common/emulation_streams.hpp); written independently of the kernels and
+// of lib/methods/quest_pages.
 // This file: Quest's selection (quest_api.hpp).
 #include <algorithm>
 #include <cmath>

@@ -1,9 +1,9 @@
 #include "run/wave_vs_full.hpp"
 
 #include <algorithm>
-#include <exception>
 #include <cmath>
 #include <cstdio>
+#include <exception>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -239,12 +239,13 @@ std::vector<WaveRunRow> run_wave_vs_full(const GpuBackend& gpu, const WaveRunOpt
     std::unique_ptr<cuda::DenseLayer> dense;  // the layer outside attention, for every context's rows
     std::map<int, double> dense_us;           // its time per batch
     if (o.dense_layer) {
-        const std::string why = cuda::dense_unsupported();
-        try {  // a library that loads may still fail (cublasCreate): the rows go on without tokens/s
-            if (why.empty()) dense = std::make_unique<cuda::DenseLayer>(o.dense, *std::max_element(o.batches.begin(), o.batches.end()));
-        } catch (const std::exception& e) {
-            dense.reset();
-            if (progress) progress(std::string("no dense layer, no tokens/s: ") + e.what());
+        std::string why = cuda::dense_unsupported();
+        if (why.empty()) {
+            try {  // a library that loads may still fail (cublasCreate): the rows go on without tokens/s
+                dense = std::make_unique<cuda::DenseLayer>(o.dense, *std::max_element(o.batches.begin(), o.batches.end()));
+            } catch (const std::exception& e) {
+                why = e.what();
+            }
         }
         if (!why.empty() && progress) progress("no dense layer, no tokens/s: " + why);
     }
@@ -308,6 +309,12 @@ std::vector<WaveRunRow> run_wave_vs_full(const GpuBackend& gpu, const WaveRunOpt
                 const int B = o.batches[i];
                 if (progress) progress(method_label(kind) + " N=" + std::to_string(N) + " B=" + std::to_string(B));
                 WaveRunRow row;
+                const auto failed = [&](const std::string& status) {  // this kind's row; its other batches not tried
+                    row = WaveRunRow{};
+                    row.method = method_label(kind);
+                    row.context = N, row.batch = B, row.status = status;
+                    fits = false;
+                };
                 const int used = std::max(1, std::min(o.sequences, B));  // the sequences batch B runs
                 const std::vector<const HeadSlice*> more_used(more.begin(), more.begin() + (size_t)(used - 1) * heads.size());
                 const auto key = std::make_pair(kind.method, used);
@@ -324,21 +331,14 @@ std::vector<WaveRunRow> run_wave_vs_full(const GpuBackend& gpu, const WaveRunOpt
                     }
                     row = run_point(gpu, o, kind, heads, more_used, B, shared_build ? &built.at(key) : nullptr);
                 } catch (const GpuMemoryError& e) {
-                    row.method = method_label(kind);
-                    row.context = N, row.batch = B, row.status = std::string("does not fit: ") + e.what();
-                    fits = false;
+                    failed(std::string("does not fit: ") + e.what());
                 } catch (const cuda::StepGraphError& e) {  // a graph the device would not capture: that row, not the run
-                    row.method = method_label(kind);
-                    row.context = N, row.batch = B, row.status = std::string("step graph failed: ") + e.what();
-                    fits = false;
+                    failed(std::string("step graph failed: ") + e.what());
                 } catch (const std::exception& e) {
                     // a kind that fails (a kernel's launch, a library, a bad parameter) costs its own rows, not
                     // the rows measured before it; a device the failure left unusable (a kernel's fault is sticky)
                     // ends the run, which still reports what it measured
-                    row = WaveRunRow{};
-                    row.method = method_label(kind);
-                    row.context = N, row.batch = B, row.status = std::string("failed: ") + e.what();
-                    fits = false;
+                    failed(std::string("failed: ") + e.what());
                     if (const std::string why = gpu.status(); !why.empty()) {
                         stopped = true;
                         if (progress) progress("the device is unusable after " + row.method + " failed (" + why + "): no further row");

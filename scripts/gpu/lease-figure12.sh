@@ -26,7 +26,7 @@ mkdir -p "$out" && out=$(cd "$out" && pwd)  # absolute: the script works from th
 cd "$root"  # configs/hardware and the configs' relative trace paths
 configs=("$@")
 ((${#configs[@]})) || configs=(configs/gpu/lease-every-method-32k.json configs/gpu/lease-every-method-128k.json)
-rb=$(bash scripts/gpu/unpack-retro-bench.sh build-gpu "$(mktemp -d)" 2> "$out/unpack.log") || { cat "$out/unpack.log"; exit 1; }
+rb=$(bash scripts/gpu/unpack-retro-bench.sh build-gpu 2> "$out/unpack.log")  # into a scratch folder || { cat "$out/unpack.log"; exit 1; }
 cp "$(dirname "$rb")/REVISION" "$out/revision.txt" 2>/dev/null
 source scripts/gpu/cudnn-env.sh  # cuDNN and cuBLAS from PyTorch's wheels, where the runs load them
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv > "$out/device.txt" 2>&1
