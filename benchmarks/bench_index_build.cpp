@@ -11,12 +11,17 @@
 // before 2026-11-29, BLAS-free there) against side by side through for_each_item (lib/core/threads, what the
 // GPU path's build_method_heads and build_wave_heads do now): 8 KV heads of d = 128, pq's quantizer and codes
 // (PqHead) or wave's index (WaveHead, CPU k-means), with `out_hash` over what they built — equal in both
-// rows: the heads are the same whichever way they are built. docs/performance.md records runs.
+// rows: the heads are the same whichever way they are built. (4) The same for the CPU-index methods' builds
+// on the GPU path (kernels/run/host_index_layer.cpp): 8 KV heads of RetrievalAttention's RoarGraph or FAISS
+// HNSW, one by one with each build's own threads against side by side, `sel_hash` over their selections.
+// docs/performance.md records runs.
 #include <benchmark/benchmark.h>
 
 #include <cstdint>
 #include <random>
+#include <memory>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "cluster/roargraph.hpp"
@@ -133,8 +138,42 @@ void BM_HeadBuilds(benchmark::State& st) {
     st.counters["heads_per_s"] = benchmark::Counter((double)heads * st.iterations(), benchmark::Counter::kIsRate);
 }
 
+// args: n keys per head, kind (0 retrieval_attention: RoarGraph; 1 faiss_hnsw), threads (1: one by one, each build
+// with the method's own OpenMP team on every core — the GPU path's host-index builds before 2026-11-30; 0: side
+// by side through for_each_item, one core each — what build_instances in kernels/run/host_index_layer.cpp does now)
+void BM_HostIndexBuilds(benchmark::State& st) {
+    const int n = (int)st.range(0), kind = (int)st.range(1), threads = (int)st.range(2), heads = 8, d = 128;
+    using namespace retro::method_test;
+    const char* name = kind == 0 ? "retrieval_attention" : "faiss_hnsw";
+    const nlohmann::json params = {{"k", 1532}, {"sink", 4}, {"window", 64}};
+    std::vector<retro::HeadSlice> hs;
+    for (int h = 0; h < heads; ++h)
+        hs.push_back(blob_head({.prompt_len = n, .steps = 2, .d = d, .group = 4, .seed = 40u + (unsigned)h,
+                                .centers = 64, .query_scale = 2.0f, .prefill = n / 16}));
+    retro::set_compute_threads((int)std::thread::hardware_concurrency());  // BM_HeadBuilds held it at one
+    double hash = 0;
+    for (auto _ : st) {
+        std::vector<std::unique_ptr<retro::Method>> built;
+        for (int h = 0; h < heads; ++h) built.push_back(make_method(name, params));
+        retro::for_each_item(heads, threads, [&](int i) {
+            built[(size_t)i]->build(context_of(hs[(size_t)i]), {hs[(size_t)i].keys.data(), hs[(size_t)i].values.data(), n, d});
+        });
+        st.PauseTiming();
+        std::vector<std::vector<int32_t>> sels;  // every head's selections over its 2 decode steps, in order
+        for (int h = 0; h < heads; ++h)
+            for (const auto& sel : replay(*built[(size_t)h], hs[(size_t)h], name, {10}, 0, true).sels)
+                sels.insert(sels.end(), sel.exact.begin(), sel.exact.end());
+        hash = lists_hash(sels);
+        st.ResumeTiming();
+    }
+    st.counters["sel_hash"] = hash;
+    st.counters["heads_per_s"] = benchmark::Counter((double)heads * st.iterations(), benchmark::Counter::kIsRate);
+}
+
 }  // namespace
 
+BENCHMARK(BM_HostIndexBuilds)->ArgsProduct({{8192}, {0, 1}, {1, 0}})->ArgNames({"n", "kind", "threads"})
+    ->Unit(benchmark::kMillisecond)->Iterations(1)->Repetitions(3);
 BENCHMARK(BM_HeadBuilds)->ArgsProduct({{32768}, {0, 1}, {1, 0}})->ArgNames({"n", "kind", "threads"})
     ->Unit(benchmark::kMillisecond)->Iterations(1)->Repetitions(3);
 BENCHMARK(BM_CtkvrBuild)->Arg(16384)->Unit(benchmark::kMillisecond)->Iterations(1);

@@ -4,7 +4,7 @@
 // request, in RetrievalAttention's split (its paper, §3.3 and Figure 6):
 //   build   on the host, by the CPU method itself (job.host_index.make: the registry's method with the
 //           run's parameters) over the prompt, one instance per (replica, KV head): each of the batch's D
-//           distinct sequences' built over its own prompt, the other replicas copies of their sequence's
+//           distinct sequences' built over its own prompt (side by side on the host's cores), the other replicas copies of their sequence's
 //           (Method::clone_built; a method without one is built again). Each replica has its own index, as
 //           B requests would: their host memory is checked before the copies.
 //   KV      the static pattern (the first ib = min(sink, prompt) tokens; the prompt's last `window` tokens
@@ -32,6 +32,7 @@
 
 #include "attention/attention.hpp"
 #include "core/memory.hpp"
+#include "core/threads.hpp"
 #include "run/host_pool.hpp"
 #include "run/layer_common.hpp"
 #include "run/layer_runs.hpp"
@@ -53,11 +54,12 @@ std::vector<std::unique_ptr<Method>> build_instances(const GpuLayerJob& job, con
         x.build(head_context(hs, p.seed), KVView{hs.keys.data(), hs.values.data(), s.prompt, s.d});
     };
     const auto t0 = Clock::now();
-    for (int q = 0; q < s.D; ++q)
-        for (int h = 0; h < s.H; ++h) {
-            m[(size_t)q * s.H + h] = p.make();
-            build(*m[(size_t)q * s.H + h], head_of(job, q, h));
-        }
+    for (int i = 0; i < s.D * s.H; ++i) m[(size_t)i] = p.make();
+    // side by side on the host's cores, as wave's and pq's heads (build_method_heads): each instance's build is
+    // its own (FAISS's and RoarGraph's OpenMP held at one thread each while more than one runs), so the
+    // indexes are those built one by one; RoarGraph's serial enhancement made the 8 heads of one 128K
+    // sequence ~8 of its builds in a row before
+    for_each_item(s.D * s.H, 0, [&](int i) { build(*m[(size_t)i], head_of(job, i / s.H, i % s.H)); });
     build_ms = 1e-3 * us_since(t0);
     if (s.B == s.D) return m;
     // each further sequence's indexes: the method's CPU footprint plus a copy of the indexed keys (FAISS's

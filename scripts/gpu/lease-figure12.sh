@@ -12,6 +12,7 @@
 # usage: bash scripts/gpu/lease-figure12.sh OUTDIR [CONFIG ...]
 #   RETRO_FIG12_TIMEOUT=S   seconds per config (default 250)
 #   RETRO_THREADS=N         retro-bench's --threads (default: the machine's cores)
+#   RETRO_BENCH_BIN=PATH    this retro-bench instead of the carried pack's (the suite's test: the emulated one)
 #   RETRO_PACK_TO=DIR       OUTDIR packed as DIR/<name of OUTDIR>.tgz after each config and at the end (the run
 #                           tool brings back 8 files of $OUT, 2 folders down: RETRO_PACK_TO=$OUT, OUTDIR elsewhere)
 set -uo pipefail
@@ -26,8 +27,12 @@ mkdir -p "$out" && out=$(cd "$out" && pwd)  # absolute: the script works from th
 cd "$root"  # configs/hardware and the configs' relative trace paths
 configs=("$@")
 ((${#configs[@]})) || configs=(configs/gpu/lease-every-method-32k.json configs/gpu/lease-every-method-128k.json)
-rb=$(bash scripts/gpu/unpack-retro-bench.sh build-gpu 2> "$out/unpack.log")  # into a scratch folder || { cat "$out/unpack.log"; exit 1; }
-cp "$(dirname "$rb")/REVISION" "$out/revision.txt" 2>/dev/null
+if [[ -n ${RETRO_BENCH_BIN:-} ]]; then
+  rb=$RETRO_BENCH_BIN
+else
+  rb=$(bash scripts/gpu/unpack-retro-bench.sh build-gpu 2> "$out/unpack.log") || { cat "$out/unpack.log"; exit 1; }
+  cp "$(dirname "$rb")/REVISION" "$out/revision.txt" 2>/dev/null
+fi
 source scripts/gpu/cudnn-env.sh  # cuDNN and cuBLAS from PyTorch's wheels, where the runs load them
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv > "$out/device.txt" 2>&1
 nproc > "$out/cores.txt"
