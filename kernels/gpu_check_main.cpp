@@ -193,7 +193,10 @@ int main(int argc, char** argv) {
     try {  // read here first: a bad value is refused before any work
         js << "  \"kernel_variants\": {\"select_hist\": " << json_quote(select_hist_name(select_histograms()))
            << ", \"select_split\": " << json_quote(select_split_name(select_split()))
-           << ", \"estimate_width\": " << json_quote(estimate_width_name(estimate_width())) << "},\n";
+           << ", \"estimate_width\": " << json_quote(estimate_width_name(estimate_width()))
+           // what select_split auto compares B * Hkv with (cudaOccupancyMaxActiveClusters; 0 below sm_90)
+           << ", \"select_split_active_clusters\": {\"M<=4096\": " << (have ? select_split_active_clusters(4096) : 0)
+           << ", \"M<=8192\": " << (have ? select_split_active_clusters(8192) : 0) << "}},\n";
     } catch (const ParamError& e) {
         std::fprintf(stderr, "retro_gpu_check: %s\n", e.what());
         return 2;

@@ -8,6 +8,7 @@
 #include <cub/device/device_segmented_radix_sort.cuh>
 #include <cooperative_groups.h>
 
+#include <atomic>
 #include <cmath>
 #include <string>
 
@@ -778,7 +779,39 @@ void launch_select_split(const ClusterScoreShape& s, int r, int e, const float* 
                "cluster_select_split launch");
 }
 
+// How many of the split kernel's clusters the device runs at once (cudaOccupancyMaxActiveClusters with the
+// launch's own shape: 1,024-thread blocks, its static shared memory, 8-block clusters): a cluster's blocks
+// must share a GPC, so on an H100/H200 (132 SMs in GPCs of unequal size) it can be fewer than SMs / 8. Asked
+// once per ITEMS; a failed query is not kept (the next call asks again) and counts as SMs / 8 meanwhile.
+template <int ITEMS>
+int split_active_clusters() {
+    static std::atomic<int> kept{0};
+    if (const int n = kept.load()) return n;
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(kSelectSplitBlocks);
+    cfg.blockDim = dim3(kRankThreads);
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = kSelectSplitBlocks;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    int n = 0;
+    if (cudaOccupancyMaxActiveClusters(&n, cluster_select_split_kernel<ITEMS>, &cfg) != cudaSuccess || n <= 0) {
+        cudaGetLastError();
+        return device_sms() / kSelectSplitBlocks;
+    }
+    kept = n;
+    return n;
+}
+
 }  // namespace
+
+int select_split_active_clusters(int clusters) {
+    if (device_cc() < 90) return 0;
+    return clusters <= kRankThreads * 4 ? split_active_clusters<4>() : split_active_clusters<8>();
+}
 
 void cluster_select(const ClusterScoreShape& s, int r, int e, const float* q, const uint16_t* cent,
                     const uint8_t* valid, float* agg, int32_t* ranked, void* work, size_t work_bytes, void* stream) {
@@ -793,13 +826,17 @@ void cluster_select(const ClusterScoreShape& s, int r, int e, const float* q, co
     RankWork w = carve(s, work, &total);
     if (work_bytes < total) throw ParamError("cuda cluster_select: workspace too small");
     launch_scores(s, q, cent, valid, w, st(stream));
-    if (select_split_for(select_split(), (long long)s.batch * s.kv_heads, device_cc(), device_sms())) {
-        if (s.clusters <= kRankThreads * 4) launch_select_split<4>(s, r, e, w.scores, agg, ranked, st(stream));
+    const SelectSplit split = select_split();
+    const bool four = s.clusters <= kRankThreads * 4;  // ITEMS 4, else 8
+    const int cc = device_cc();
+    const int active = split == SelectSplit::automatic ? select_split_active_clusters(s.clusters) : 0;
+    if (select_split_for(split, (long long)s.batch * s.kv_heads, cc, active)) {
+        if (four) launch_select_split<4>(s, r, e, w.scores, agg, ranked, st(stream));
         else launch_select_split<8>(s, r, e, w.scores, agg, ranked, st(stream));
         check_launch("cluster_select_split");
         return;
     }
-    if (s.clusters <= kRankThreads * 4)
+    if (four)
         launch_select_block<4>(s, r, e, w.scores, agg, ranked, st(stream));
     else
         launch_select_block<8>(s, r, e, w.scores, agg, ranked, st(stream));

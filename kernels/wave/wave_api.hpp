@@ -122,11 +122,17 @@ inline std::atomic<int> g_select_split{-1};
 inline void set_select_split(SelectSplit m) { g_select_split = static_cast<int>(m); }
 inline SelectSplit select_split() { return process_variant(g_select_split, select_split_from_env); }
 /// Whether cluster_select of `pairs` (b, kv head)s takes the split under mode m on a device of compute
-/// capability `cc` (major * 10 + minor) with `sms` SMs (the caller has checked M <= 8192, r <= 1024).
-inline bool select_split_for(SelectSplit m, long long pairs, int cc, int sms) {
+/// capability `cc` (major * 10 + minor) that runs `active` clusters of kSelectSplitBlocks blocks at once
+/// (cudaOccupancyMaxActiveClusters for the split kernel: the GPCs' shapes decide, not the SM count alone;
+/// asked only under auto on sm_90; the caller has checked M <= 8192, r <= 1024). auto splits where every
+/// pair's cluster runs in one wave.
+inline bool select_split_for(SelectSplit m, long long pairs, int cc, int active) {
     if (m == SelectSplit::off || cc < 90) return false;
-    return m == SelectSplit::on || pairs * kSelectSplitBlocks <= sms;
+    return m == SelectSplit::on || pairs <= active;
 }
+/// The split kernel's clusters the device runs at once for M clusters per (b, kv head) (M <= 4096 and M <=
+/// 8192 are two kernels): what auto compares B * Hkv with; 0 below sm_90 or without a device (the emulation).
+int select_split_active_clusters(int clusters);
 
 /// The zones only, without ranking every cluster: for each (b, kv head) ranked[0, r) = the top r clusters
 /// in cluster_rank's order and ranked[r, r + e) = the next e as a set (ascending id); the rest of the row

@@ -57,6 +57,8 @@ void cluster_rank(const ClusterScoreShape& s, const float* q, const uint16_t* c,
     });
 }
 // the zones' contract is met by the whole ranking (the GPU's estimation zone comes in id order instead)
+int select_split_active_clusters(int) { return 0; }  // no thread-block clusters here (device_cc() is 0)
+
 void cluster_select(const ClusterScoreShape& s, int r, int e, const float* q, const uint16_t* c, const uint8_t* valid,
                     float* agg, int32_t* ranked, void* w, size_t wb, void* st) {
     emu::kernel("cluster_select", s, r, e, q, c, valid, agg, ranked, w, wb);

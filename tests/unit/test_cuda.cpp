@@ -134,16 +134,19 @@ TEST(EstimateWidth, AutomaticTakesTheWideBlocksUpToTwoPerSmAndTheEnvironmentChoo
 }
 
 TEST(SelectSplit, AutomaticSplitsWhereTheClustersFitAtOnceOnSm90AndTheEnvironmentChooses) {
-    // host-only: 8 blocks per (b, kv head) on 132 SMs: batch 1's 8 KV heads (64 blocks) and up to 16 pairs
-    // split, batch 8's 64 pairs do not; never below sm_90 (no thread-block clusters); off by default
+    // host-only: one 8-block cluster per (b, kv head); auto splits where every pair's cluster runs at once:
+    // with 16 active clusters batch 1's 8 KV heads and up to 16 pairs split, batch 8's 64 pairs do not; with
+    // 14 (GPCs that hold fewer clusters than SMs / 8 suggests) 16 pairs no longer do; never below sm_90 (no
+    // thread-block clusters); off by default
     using cuda::SelectSplit;
-    EXPECT_TRUE(cuda::select_split_for(SelectSplit::automatic, 8, 90, 132));
-    EXPECT_TRUE(cuda::select_split_for(SelectSplit::automatic, 16, 90, 132));
-    EXPECT_FALSE(cuda::select_split_for(SelectSplit::automatic, 17, 90, 132));
-    EXPECT_FALSE(cuda::select_split_for(SelectSplit::automatic, 64, 90, 132));
-    EXPECT_TRUE(cuda::select_split_for(SelectSplit::on, 64, 90, 132));
-    EXPECT_FALSE(cuda::select_split_for(SelectSplit::on, 1, 80, 108));
-    EXPECT_FALSE(cuda::select_split_for(SelectSplit::off, 1, 90, 132));
+    EXPECT_TRUE(cuda::select_split_for(SelectSplit::automatic, 8, 90, 16));
+    EXPECT_TRUE(cuda::select_split_for(SelectSplit::automatic, 16, 90, 16));
+    EXPECT_FALSE(cuda::select_split_for(SelectSplit::automatic, 16, 90, 14));
+    EXPECT_FALSE(cuda::select_split_for(SelectSplit::automatic, 17, 90, 16));
+    EXPECT_FALSE(cuda::select_split_for(SelectSplit::automatic, 64, 90, 16));
+    EXPECT_TRUE(cuda::select_split_for(SelectSplit::on, 64, 90, 16));
+    EXPECT_FALSE(cuda::select_split_for(SelectSplit::on, 1, 80, 13));
+    EXPECT_FALSE(cuda::select_split_for(SelectSplit::off, 1, 90, 16));
     EXPECT_FALSE(cuda::select_split_for(SelectSplit::automatic, 1, 0, 0));  // no device (the emulation)
     const SavedEnv saved("RETRO_SELECT_SPLIT");
     EXPECT_EQ(cuda::select_split_from_env(), SelectSplit::off);
