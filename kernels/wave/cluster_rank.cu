@@ -760,22 +760,31 @@ void launch_select_block(const ClusterScoreShape& s, int r, int e, const float* 
 
 // The split select: kSelectSplitBlocks-block clusters set at launch (cudaLaunchKernelEx), so the kernel
 // compiles for architectures without clusters too (its body traps there; select_split_for keeps them out).
+// Its launch configuration for `pairs` (b, kv head)s; attr holds the cluster dimension cfg points to.
+struct SplitLaunch {
+    cudaLaunchConfig_t cfg{};
+    cudaLaunchAttribute attr[1];
+    SplitLaunch(long long pairs, cudaStream_t stream) {
+        cfg.gridDim = dim3((unsigned)(kSelectSplitBlocks * pairs));
+        cfg.blockDim = dim3(kRankThreads);
+        cfg.dynamicSmemBytes = 0;
+        cfg.stream = stream;
+        attr[0].id = cudaLaunchAttributeClusterDimension;
+        attr[0].val.clusterDim.x = kSelectSplitBlocks;
+        attr[0].val.clusterDim.y = 1;
+        attr[0].val.clusterDim.z = 1;
+        cfg.attrs = attr;
+        cfg.numAttrs = 1;
+    }
+    SplitLaunch(const SplitLaunch&) = delete;  // cfg.attrs points into this object
+    SplitLaunch& operator=(const SplitLaunch&) = delete;
+};
+
 template <int ITEMS>
 void launch_select_split(const ClusterScoreShape& s, int r, int e, const float* scores, float* agg, int32_t* ranked,
                          cudaStream_t stream) {
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = dim3(kSelectSplitBlocks * s.batch * s.kv_heads);
-    cfg.blockDim = dim3(kRankThreads);
-    cfg.dynamicSmemBytes = 0;
-    cfg.stream = stream;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = kSelectSplitBlocks;
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    check_cuda(cudaLaunchKernelEx(&cfg, cluster_select_split_kernel<ITEMS>, s, r, e, scores, agg, ranked),
+    const SplitLaunch l((long long)s.batch * s.kv_heads, stream);
+    check_cuda(cudaLaunchKernelEx(&l.cfg, cluster_select_split_kernel<ITEMS>, s, r, e, scores, agg, ranked),
                "cluster_select_split launch");
 }
 
@@ -787,18 +796,9 @@ template <int ITEMS>
 int split_active_clusters() {
     static std::atomic<int> kept{0};
     if (const int n = kept.load()) return n;
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = dim3(kSelectSplitBlocks);
-    cfg.blockDim = dim3(kRankThreads);
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = kSelectSplitBlocks;
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
+    const SplitLaunch l(1, nullptr);
     int n = 0;
-    if (cudaOccupancyMaxActiveClusters(&n, cluster_select_split_kernel<ITEMS>, &cfg) != cudaSuccess || n <= 0) {
+    if (cudaOccupancyMaxActiveClusters(&n, cluster_select_split_kernel<ITEMS>, &l.cfg) != cudaSuccess || n <= 0) {
         cudaGetLastError();
         return device_sms() / kSelectSplitBlocks;
     }
