@@ -19,10 +19,11 @@
 //           (partial_attention_ids, what the harness attends); the two partial results merged by their LSE
 //           on the host. Every list is checked to hold the whole static pattern, so that the split attends
 //           exactly the method's selection.
-// Times: attend_us = the static attention (CUDA events); host_us = the host part's wall time (search and
-// attention); step_us = the step's wall time from the queries' read-back to the merged outputs (the static
-// attention overlaps the host part; the read-back and the merge do not). select_us = 0: nothing of the
-// selection runs on the GPU. The appends between selected steps (FAISS's index insertions) run untimed.
+// Times: attend_us = the static attention (CUDA events; the step's GPU work queued behind the launch gate);
+// host_us = the host part's wall time (search and attention); step_us = the step's wall time from the queries'
+// read-back to the merged outputs (the static attention overlaps the host part; the read-back and the merge do
+// not). select_us = 0: nothing of the selection runs on the GPU. The appends between selected steps (FAISS's
+// index insertions) run untimed.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -44,41 +45,64 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-/// One instance of the CPU method per (replica b, KV head h) at b * H + h: the first D replicas' built over
-/// their sequences' prompts (build_ms: their wall time), each further replica a copy of its sequence's.
+/// The CPU method's instances for the KV heads of the job's first `sequences` sequences ([sequences * H],
+/// sequence by sequence), each built over its prompt (job.host_index.make: the registry's method with the run's
+/// parameters and seeds), side by side on the host's cores: each instance's build is its own (FAISS's and
+/// RoarGraph's OpenMP held at one thread each while more than one runs), so the indexes are those built one by
+/// one (RoarGraph's serial enhancement made the 8 heads of one 128K sequence ~8 of its builds in a row before);
+/// build_ms: their wall time.
+std::vector<std::unique_ptr<Method>> build_heads(const GpuLayerJob& job, int H, int prompt, int d, int sequences,
+                                                 double& build_ms) {
+    const HostIndexGpuParams& p = job.host_index;
+    const auto t0 = Clock::now();
+    std::vector<std::unique_ptr<Method>> m((size_t)sequences * H);
+    for (auto& x : m) x = p.make();
+    for_each_item(sequences * H, 0, [&](int i) {
+        const HeadSlice& hs = head_of(job, i / H, i % H);
+        m[(size_t)i]->build(head_context(hs, p.seed), KVView{hs.keys.data(), hs.values.data(), prompt, d});
+    });
+    build_ms = 1e-3 * us_since(t0);
+    return m;
+}
+
+/// One instance of the CPU method per (replica b, KV head h) at b * H + h, each over its sequence's prompt:
+/// copies (Method::clone_built) of the layer's instances the runner built once for every batch point
+/// (job.built->host), or, without them, the first D replicas' built here (build_ms: their wall time) and each
+/// further replica a copy of its sequence's. A method without clone_built is built again for each copy.
 std::vector<std::unique_ptr<Method>> build_instances(const GpuLayerJob& job, const LayerShape& s, int ib, int ie,
                                                      double& build_ms) {
     const HostIndexGpuParams& p = job.host_index;
     std::vector<std::unique_ptr<Method>> m((size_t)s.bh());
-    const auto build = [&](Method& x, const HeadSlice& hs) {
-        x.build(head_context(hs, p.seed), KVView{hs.keys.data(), hs.values.data(), s.prompt, s.d});
-    };
-    const auto t0 = Clock::now();
-    for (int i = 0; i < s.D * s.H; ++i) m[(size_t)i] = p.make();
-    // side by side on the host's cores, as wave's and pq's heads (build_method_heads): each instance's build is
-    // its own (FAISS's and RoarGraph's OpenMP held at one thread each while more than one runs), so the
-    // indexes are those built one by one; RoarGraph's serial enhancement made the 8 heads of one 128K
-    // sequence ~8 of its builds in a row before
-    for_each_item(s.D * s.H, 0, [&](int i) { build(*m[(size_t)i], head_of(job, i / s.H, i % s.H)); });
-    build_ms = 1e-3 * us_since(t0);
-    if (s.B == s.D) return m;
-    // each further sequence's indexes: the method's CPU footprint plus a copy of the indexed keys (FAISS's
-    // flat storage; RoarGraph keeps none: an upper bound) per KV head
+    std::vector<const Method*> built((size_t)s.D * s.H);  // each sequence's built instance
+    const bool shared = job.built && job.built->host.size() >= built.size();
+    int first_copy = 0;  // the replicas from here on are copies
+    if (shared) {
+        for (size_t i = 0; i < built.size(); ++i) built[i] = job.built->host[i].get();
+        build_ms = job.built->build_ms;
+    } else {
+        std::vector<std::unique_ptr<Method>> own = build_heads(job, s.H, s.prompt, s.d, s.D, build_ms);
+        for (size_t i = 0; i < built.size(); ++i) built[i] = own[i].get(), m[i] = std::move(own[i]);
+        first_copy = s.D;
+    }
+    if (first_copy == s.B) return m;
+    // the copies' host memory: the method's CPU footprint plus a copy of the indexed keys (FAISS's flat storage;
+    // RoarGraph keeps none: an upper bound) per KV head and sequence
     double per_seq = 0;
-    for (int h = 0; h < s.H; ++h) per_seq += m[(size_t)h]->footprint().cpu_bytes + (double)(ie - ib) * s.d * sizeof(float);
-    const double need = per_seq * (s.B - s.D), avail = available_memory_bytes();
+    for (int h = 0; h < s.H; ++h) per_seq += built[(size_t)h]->footprint().cpu_bytes + (double)(ie - ib) * s.d * sizeof(float);
+    const double need = per_seq * (s.B - first_copy), avail = available_memory_bytes();
     if (need > 0.8 * avail)
         throw GpuMemoryError(job.method + " at batch " + std::to_string(s.B) + " needs ~" +
-                             std::to_string((long long)(need / (1 << 20))) + " MiB of host memory for the other " +
-                             std::to_string(s.B - s.D) + " sequences' indexes; " +
+                             std::to_string((long long)(need / (1 << 20))) + " MiB of host memory for " +
+                             std::to_string(s.B - first_copy) + " sequences' indexes; " +
                              std::to_string((long long)(avail / (1 << 20))) + " MiB available");
-    for (int b = s.D; b < s.B; ++b)
+    for (int b = first_copy; b < s.B; ++b)
         for (int h = 0; h < s.H; ++h) {
             const size_t src = (size_t)s.head_index(b * s.H + h);  // its sequence's instance
             std::unique_ptr<Method> fresh = p.make();
-            std::unique_ptr<Method> copy = m[src]->clone_built(*fresh);
+            std::unique_ptr<Method> copy = built[src]->clone_built(*fresh);
             if (!copy) {
-                build(*fresh, head_of(job, s.seq(b), h));
+                const HeadSlice& hs = head_of(job, s.seq(b), h);
+                fresh->build(head_context(hs, p.seed), KVView{hs.keys.data(), hs.values.data(), s.prompt, s.d});
                 copy = std::move(fresh);
             }
             m[(size_t)b * s.H + h] = std::move(copy);
@@ -87,6 +111,13 @@ std::vector<std::unique_ptr<Method>> build_instances(const GpuLayerJob& job, con
 }
 
 }  // namespace
+
+BuiltIndex build_host_index_heads(const GpuLayerJob& job) {
+    const LayerShape s = check_job(job);
+    BuiltIndex out;
+    for (auto& x : build_heads(job, s.H, s.prompt, s.d, job.sequences(), out.build_ms)) out.host.push_back(std::move(x));
+    return out;
+}
 
 void run_host_index_layer(const GpuLayerJob& job, const StepFn& on_step) {
     const LayerShape s = check_job(job);
@@ -118,6 +149,7 @@ void run_host_index_layer(const GpuLayerJob& job, const StepFn& on_step) {
     LayerOutputs o(s);
     cuda::PinnedBuffer<float> h_q((size_t)s.B * s.hq() * s.d);  // the queries as the host reads them back
     cuda::Event e0, e1, e2;
+    cuda::LaunchGate gate;
     HostPool pool(job.host_threads);
     const int items = s.bh(), g = s.g, d = s.d;
     const float scale = 1.0f / std::sqrt((float)d);
@@ -161,12 +193,14 @@ void run_host_index_layer(const GpuLayerJob& job, const StepFn& on_step) {
         stream.synchronize();
 
         const auto step0 = Clock::now();
-        e0.record(st);
+        if (job.launch_gate) gate.hold(st);  // the step's GPU work queued first, then run back to back: attend_us
+        e0.record(st);                       // without the host's launch calls (the split's planning kernels)
         cuda::copy_d2h_async(h_q.get(), q.device(), h_q.bytes(), st);
         e1.record(st);  // the queries on the host
         attend();
         e2.record(st);
         o.read_back(st);
+        gate.release();
         e1.synchronize();
         const auto host0 = Clock::now();
         pool.for_each(items, items > 1, [&](int k) {  // (replica b, KV head h) = (k / H, k % H)
@@ -218,6 +252,7 @@ void run_host_index_layer(const GpuLayerJob& job, const StepFn& on_step) {
         r.times.attend_us = us_between(e1, e2);
         r.times.host_us = host_us;
         r.times.step_us = step_us;
+        r.times.gate_timed_out = gate.timed_out();
         r.index_build_ms = build_ms;
         for (int h = 0; h < s.H; ++h) {  // replica 0's selections, as the CPU method made them
             sels[(size_t)h] = sel[(size_t)h];

@@ -17,7 +17,10 @@ inline void cpu_relax() {
 HostPool::HostPool(int threads, int spin_us, bool serial_if_one) : spin_us_(std::max(0, spin_us)) {
     // one core is left to the caller, which waits for the workers: a spinning caller on a full machine
     // would keep a worker off its core for a scheduler tick (milliseconds)
-    if (threads <= 0) threads = (int)std::max(1u, std::thread::hardware_concurrency() - 1);
+    if (threads <= 0) {  // hardware_concurrency() may say 0 (unknown): one worker then, not a wrapped count
+        const unsigned hc = std::thread::hardware_concurrency();
+        threads = hc > 1 ? (int)(hc - 1) : 1;
+    }
     serial_ = threads == 1 && serial_if_one;
     if (serial_) return;
     for (int w = 0; w < threads; ++w) workers_.emplace_back([this, w] { work(w); });

@@ -15,7 +15,10 @@ LayerRun find_layer_run(const std::string& method) {
 }
 
 IndexBuild find_index_build(const std::string& method) {
-    static const std::map<std::string, IndexBuild> builds = {{"wave", build_wave_heads}, {"pq", build_pq_heads}};
+    static const std::map<std::string, IndexBuild> builds = {
+        {"wave", build_wave_heads}, {"pq", build_pq_heads}, {"faiss_flat", build_host_index_heads},
+        {"faiss_ivf", build_host_index_heads}, {"faiss_hnsw", build_host_index_heads},
+        {"retrieval_attention", build_host_index_heads}};
     const auto it = builds.find(method);
     return it == builds.end() ? nullptr : it->second;
 }

@@ -36,6 +36,10 @@ BuiltIndex build_wave_heads(const GpuLayerJob& job);
 /// job.pq's seed), as run_pq_layer builds them: to pass as job.built likewise.
 BuiltIndex build_pq_heads(const GpuLayerJob& job);
 
+/// The CPU-index methods' instances (faiss_*, retrieval_attention) over the prompts of job's sequences, built as
+/// run_host_index_layer builds them: to pass as job.built likewise (each run's replicas copy them).
+BuiltIndex build_host_index_heads(const GpuLayerJob& job);
+
 /// The index build of each method with GpuMethodInfo::shared_build, by name (layer_runs.cpp); nullptr for
 /// another.
 using IndexBuild = BuiltIndex (*)(const GpuLayerJob& job);

@@ -12,9 +12,10 @@
 //           sampling and weights (MagicPigHead::sample) and the importance-weighted attention over the
 //           sampled tokens (partial_attention_ids with the log weights, what the harness attends); the two
 //           partial results merged by their LSE on the host.
-// Times: select_us = the hashing kernel (CUDA events); attend_us = the static attention (events); host_us =
-// the host part's wall time; step_us = the step's wall time from the hashing launch to the merged outputs
-// (the static attention overlaps the host part, the codes' read-back and the merge do not).
+// Times (the step's GPU work queued behind the launch gate): select_us = the hashing kernel (CUDA events);
+// attend_us = the static attention (events); host_us = the host part's wall time; step_us = the step's wall
+// time from the hashing launch to the merged outputs (the static attention overlaps the host part, the codes'
+// read-back and the merge do not).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -82,6 +83,7 @@ void run_magicpig_layer(const GpuLayerJob& job, const StepFn& on_step) {
     QueryStage q(job, s);
     LayerOutputs o(s);
     cuda::Event e0, e1, e2, e3;
+    cuda::LaunchGate gate;
     HostPool pool(job.host_threads);
     const int items = s.bh(), g = s.g, d = s.d;
     const float scale = 1.0f / std::sqrt((float)d);
@@ -113,7 +115,8 @@ void run_magicpig_layer(const GpuLayerJob& job, const StepFn& on_step) {
         stream.synchronize();
 
         const auto step0 = Clock::now();
-        e0.record(st);
+        if (job.launch_gate) gate.hold(st);  // the step's GPU work queued first, then run back to back: the
+        e0.record(st);                       // phases without the host's launch calls
         hash();
         e1.record(st);
         if (sampled) cuda::copy_d2h_async(h_codes.get(), codes.get(), code_bytes, st);
@@ -121,6 +124,8 @@ void run_magicpig_layer(const GpuLayerJob& job, const StepFn& on_step) {
         attend();
         e3.record(st);
         o.read_back(st);
+        gate.release();
+        if (sampled) pool.wake();  // the workers spin while the codes come (a sleeping one takes tens of us to wake)
         e2.synchronize();
         const auto host0 = Clock::now();
         pool.for_each(items, sampled, [&](int k) {  // (replica b, KV head h) = (k / H, k % H), sequence b % D
@@ -148,6 +153,7 @@ void run_magicpig_layer(const GpuLayerJob& job, const StepFn& on_step) {
         r.times.attend_us = us_between(e2, e3);
         r.times.host_us = host_us;
         r.times.step_us = step_us;
+        r.times.gate_timed_out = gate.timed_out();
         r.index_build_ms = build_ms;
         double lookups = 0;
         for (int h = 0; h < s.H; ++h) {  // replica 0's selections, as the CPU method emits them

@@ -1,11 +1,14 @@
 #include "bench/cuda_runner.hpp"
 
+#include "core/threads.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <memory>
 
 #include "bench/gpu_job_params.hpp"
 #include "bench/head_run.hpp"
+#include "core/threads.hpp"
 #include "gpu/gpu_methods.hpp"
 #include "gpu/point_run.hpp"
 #include "methods/params.hpp"
@@ -124,23 +127,20 @@ void run_cuda_layer(const RunConfig& cfg, const PreparedTrace& tr, const TraceRe
         gj.more_heads = more;
         gj.steps = tr.steps;
         set_job_cache(mr, d, slices[0].prompt_len, gj, "run " + mr.label());  // as the system model sizes it
-        if (gm.shared_build) {
-            const std::string key = mr.method + mr.params.dump();
-            auto it = built.find(key);
-            if (it == built.end()) it = built.emplace(key, gpu.build_index(gj)).first;
-            gj.built = &it->second;
-        }
         // the one timing rule (gpu/point_run): warm-up steps are evaluated and replayed by the system model
         // like every step, their GPU times left out
         const GpuPointOptions po{cfg.cuda.warm_steps, &hw, sp.lookup_ns};
         double build_ms = 0;
-        std::vector<float> qbuf((size_t)g * d);
-        std::vector<QueryMetrics> qm;
+        std::vector<std::vector<float>> qbuf((size_t)H, std::vector<float>((size_t)g * d));
+        std::vector<std::vector<QueryMetrics>> qms((size_t)H);
         const auto on_step = [&](const GpuStep& st, const GpuStepSample* sample) {
             build_ms = st.index_build_ms / H;
-            for (int h = 0; h < H; ++h) {
+            // the heads side by side: each one's evaluation (exact attention over every visible token: ~14 ms
+            // a head at 128K) is its own, and one after another they held the device idle for seconds a run
+            for_each_item(H, 0, [&](int h) {
                 HeadState& X = heads[(size_t)h];
                 const HeadSlice& sl = slices[(size_t)h];
+                std::vector<QueryMetrics>& qm = qms[(size_t)h];
                 const Selection* sel = nullptr;
                 Footprint fp;
                 if (gm.gpu_selects) {
@@ -149,10 +149,10 @@ void run_cuda_layer(const RunConfig& cfg, const PreparedTrace& tr, const TraceRe
                 } else {
                     const KVView kv{sl.keys.data(), sl.values.data(), st.n, d};
                     for (int j = 0; j < g; ++j)
-                        std::copy(sl.query(j, st.step), sl.query(j, st.step) + d, qbuf.begin() + (size_t)j * d);
+                        std::copy(sl.query(j, st.step), sl.query(j, st.step) + d, qbuf[(size_t)h].begin() + (size_t)j * d);
                     X.twin->append(kv, st.n - 1);
                     X.sel.clear();
-                    X.twin->select(qbuf.data(), st.step, kv, X.sel);
+                    X.twin->select(qbuf[(size_t)h].data(), st.step, kv, X.sel);
                     sel = &X.sel;
                     fp = X.twin->footprint();
                 }
@@ -162,7 +162,7 @@ void run_cuda_layer(const RunConfig& cfg, const PreparedTrace& tr, const TraceRe
                 auto& kv = X.part.kv_metrics;
                 kv["scan_ops"].push_back(sel->scan_ops / st.n);
                 X.sys->record(*sel, st.n, fp);
-                if (!sample) continue;  // a warm-up step: not timed
+                if (!sample) return;  // a warm-up step: not timed
                 const GpuStepTimes& t = sample->times;
                 kv["gpu_select_us"].push_back(t.select_us);
                 kv["gpu_estimate_us"].push_back(t.estimate_us);
@@ -182,12 +182,26 @@ void run_cuda_layer(const RunConfig& cfg, const PreparedTrace& tr, const TraceRe
                 kv["model_h2d_us"].push_back(sample->model.h2d_us);
                 kv["model_attend_us"].push_back(sample->model.attend_us);
                 kv["model_step_us"].push_back(sample->model.attention_us);
-            }
+            });
         };
         try {
+            if (gm.shared_build) {
+                const std::string key = mr.method + mr.params.dump();
+                auto it = built.find(key);
+                if (it == built.end()) it = built.emplace(key, gpu.build_index(gj)).first;
+                gj.built = &it->second;
+            }
             run_gpu_point(gpu, gj, gm, po, on_step);
         } catch (const GpuMemoryError& e) {
-            skipped[r] = mr.label() + ": " + e.what();
+            skipped[r] = mr.label() + ": does not fit: " + e.what();
+            continue;
+        } catch (const std::exception& e) {
+            // a run that fails (a kernel's launch, a library, a selection the evaluator refuses) costs its own
+            // point, not the config's later ones: listed in the manifest, retried by --resume; a device the
+            // failure left unusable (a kernel's fault is sticky) ends the layer
+            skipped[r] = mr.label() + ": failed: " + e.what();
+            if (const std::string why = gpu.status(); !why.empty())
+                throw Error("the device is unusable after " + mr.label() + " failed (" + e.what() + "): " + why);
             continue;
         }
         for (HeadState& X : heads) {

@@ -358,7 +358,8 @@ std::exception_ptr run_on_cpu(const Execution& x, const std::vector<Job>& jobs, 
 }
 
 // The device runs one (trace, layer) at a time, every pending run of it (lib/bench/cuda_runner). Runs
-// that do not fit in memory are skipped and listed in the manifest session ("skipped").
+// that do not fit in memory or fail are skipped and listed in the manifest session ("skipped"); --resume
+// tries them again.
 std::exception_ptr run_on_gpu(const Execution& x, const std::vector<Job>& jobs, RunOutcome& outcome) {
     std::vector<CudaLayerJob> layers;
     for (const Job& j : jobs) {
@@ -373,7 +374,7 @@ std::exception_ptr run_on_gpu(const Execution& x, const std::vector<Job>& jobs, 
     prog.total = (int)layers.size();
     const auto t_start = Clock::now();
     if (x.opt.on_progress) x.opt.on_progress(prog);
-    std::map<size_t, std::string> skipped;  // run -> why it did not fit
+    std::map<size_t, std::string> skipped;  // run -> why it did not run: "does not fit: ..." or "failed: ..."
     std::exception_ptr error;
     x.session["jobs"] = layers.size();
     for (const CudaLayerJob& l : layers) {
@@ -392,7 +393,7 @@ std::exception_ptr run_on_gpu(const Execution& x, const std::vector<Job>& jobs, 
     }
     x.session["skipped"] = json::array();
     for (const auto& [r, why] : skipped) {
-        if (x.opt.on_note) x.opt.on_note("skipped (does not fit): " + why);
+        if (x.opt.on_note) x.opt.on_note("skipped: " + why);
         x.session["skipped"].push_back(why);
     }
     outcome.heads_run = prog.done;

@@ -36,6 +36,9 @@ enum class FullKernel { library, own, cudnn };
 struct BuiltIndex {
     std::vector<WaveHead> wave;  ///< [H] wave
     std::vector<PqHead> pq;      ///< [H] pq
+    /// [sequences * H] the CPU-index methods' instances (faiss_*, retrieval_attention) built over the prompt;
+    /// a run's replicas are copies of them (Method::clone_built: each request keeps its own index)
+    std::vector<std::shared_ptr<const Method>> host;
     double build_ms = 0;         ///< wall time of building them (reported as each run's index_build_ms)
 };
 

@@ -124,6 +124,7 @@ GpuMethodInfo host_index_gpu_method(const std::string& name, const std::string& 
     m.summary = index + " searched and the retrieved tokens attended on the host's cores; the static pattern's KV "
                         "(sink, window, decode tokens) on the GPU, attended there; LSE merge";
     m.gpu_selects = true;
+    m.shared_build = true;  // the instances over the prompt: once per layer, each run's replicas copies of them
     m.required_params = std::move(required);
     m.overlap = [](const GpuLayerJob&) { return Overlap::serial; };
     m.check = [](const GpuLayerJob& job) {

@@ -24,7 +24,7 @@ struct GpuMethodInfo {
     /// twin runs beside the GPU to give it (full: every visible token, the method's own selection).
     bool gpu_selects = false;
     /// An index built once per (layer, parameters) and shared by the layer's runs at other batch sizes and
-    /// placements (GpuBackend::build_index -> GpuLayerJob::built): wave, pq.
+    /// placements (GpuBackend::build_index -> GpuLayerJob::built): wave, pq, the CPU-index methods.
     bool shared_build = false;
     /// Its full-attention kernel is a sweep axis (cuda.full_kernel: FlashInfer, cuDNN, the own kernel).
     bool kernel_axis = false;

@@ -1247,6 +1247,16 @@ BACKEND_TEST(RunMatchesTheCpuBackend) {
         EXPECT_EQ(g["cuda"]["batch"], g["batch"]);
         EXPECT_TRUE(g["cuda"]["phases"]["step"]["model_us"].is_number());
     }
+    // the shared builds (GpuMethodInfo::shared_build): wave's, pq's and the CPU-index methods' instances built
+    // once for the layer, both batch points reporting that one build's time
+    for (const char* m : {"wave", "pq", "faiss_hnsw", "retrieval_attention"}) {
+        std::vector<double> build;
+        for (const json& g : gpu.records)
+            if (g["method"] == m) build.push_back(mean(g, "build_ms"));
+        ASSERT_EQ(build.size(), 2u) << m;
+        EXPECT_GT(build[0], 0.0) << m;
+        EXPECT_EQ(build[0], build[1]) << m << ": each batch point built its own";
+    }
     const std::string table = summary_table(gpu.records);  // what `retro-bench run` prints
     EXPECT_NE(table.find("gpu step us p50"), std::string::npos) << table;
     EXPECT_NE(table.find("model step us"), std::string::npos) << table;
@@ -1444,24 +1454,32 @@ BACKEND_TEST(FullLibraryRefusesAnUnsupportedShapeBeforeAnyWork) {
     EXPECT_EQ(run_config(parse_config(j, "gpu.json"), opt).records.size(), 1u);
 }
 
-// A batch that does not fit in memory is skipped (named in the manifest) while the others run.
-BACKEND_TEST(RunSkipsABatchThatDoesNotFit) {
+// A batch that does not fit in memory, and a run that fails (a kernel's launch, a library refusing), are skipped
+// (named in the manifest, each saying which) while the others run; a failure that leaves the device unusable
+// ends the run naming it.
+BACKEND_TEST(RunSkipsABatchThatDoesNotFitOrFails) {
     REQUIRE_DEVICE();
     struct SmallDevice final : GpuBackend {
         std::unique_ptr<GpuBackend> real = gpu_run::make_cuda_backend();
-        std::string status() const override { return real->status(); }
+        mutable bool broken = false;  // the device after a sticky fault
+        bool break_on_failure = false;
+        std::string status() const override { return broken ? "test: a sticky fault" : real->status(); }
         std::string device_name() const override { return "small " + real->device_name(); }
         void check_shape(int d, int g) const override { real->check_shape(d, g); }
         std::string library_unsupported(int d, int g) const override { return real->library_unsupported(d, g); }
         MeasuredDevice measure() const override { return real->measure(); }
         BuiltIndex build_index(const GpuLayerJob& j) const override { return real->build_index(j); }
         void run_layer(const GpuLayerJob& job, const std::function<void(const GpuStep&)>& fn) const override {
+            if (job.batch == 2) {
+                broken = break_on_failure;
+                throw Error("test: the kernel's launch failed at batch 2");
+            }
             if (job.batch > 2) throw GpuMemoryError("test: batch " + std::to_string(job.batch) + " does not fit");
             real->run_layer(job, fn);
         }
     } small;
     ScratchDir dir;
-    json j = json::parse(R"({"name": "gpu", "backend": "cuda", "cuda": {"batch": [1, 4]}, "kv_heads": [0],
+    json j = json::parse(R"({"name": "gpu", "backend": "cuda", "cuda": {"batch": [1, 2, 4]}, "kv_heads": [0],
         "methods": [{"name": "full"}]})");
     j["traces"] = json::array({{{"path", dir.path + "/t.h5"},
                                 {"synth", {{"preset", "smollm2"}, {"prompt_len", 256}, {"decode_steps", 2}}}}});
@@ -1473,11 +1491,23 @@ BACKEND_TEST(RunSkipsABatchThatDoesNotFit) {
     EXPECT_EQ(out.records[0]["batch"], 1);
     EXPECT_EQ(out.records[0]["cuda"]["device"], "small " + small.real->device_name());
     const json manifest = json::parse(read_file(out.dir + "/manifest.json"));
-    EXPECT_EQ(manifest["status"], "complete");
     EXPECT_EQ(manifest["backend"], "cuda");
-    ASSERT_EQ(manifest["sessions"].back()["skipped"].size(), 1u);
-    EXPECT_NE(manifest["sessions"].back()["skipped"][0].get<std::string>().find("@cuda(batch=4,kernel=flashinfer): test: batch 4"),
-              std::string::npos);
+    const json skipped = manifest["sessions"].back()["skipped"];
+    ASSERT_EQ(skipped.size(), 2u) << skipped.dump();
+    EXPECT_NE(skipped[0].get<std::string>().find("@cuda(batch=2,kernel=flashinfer): failed: test: the kernel's launch failed"),
+              std::string::npos) << skipped.dump();
+    EXPECT_NE(skipped[1].get<std::string>().find("@cuda(batch=4,kernel=flashinfer): does not fit: test: batch 4"),
+              std::string::npos) << skipped.dump();
+
+    small.break_on_failure = true;  // now the failure takes the device with it: batch 4 is not tried
+    opt.results_root = dir.path + "/results2";
+    try {
+        run_config(parse_config(j, "gpu.json"), opt);
+        ADD_FAILURE() << "a run on an unusable device went on";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("the device is unusable after full"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("test: a sticky fault"), std::string::npos) << e.what();
+    }
 }
 
 // The host pool runs every item once on its threads and passes the first exception on.
