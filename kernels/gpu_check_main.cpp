@@ -344,6 +344,12 @@ int main(int argc, char** argv) {
                << ", \"layers\": " << wo.layers << ", \"kv_heads\": " << wo.layer.kv_heads << ", \"head_dim\": "
                << wo.layer.head_dim << ", \"device_memory_bytes\": " << (ceilings ? ceilings->memory_bytes : 0)
                << ", \"h2d_pinned_bytes_per_s\": " << num(ceilings ? ceilings->h2d_pinned_bytes_per_s : 0) << "},\n";
+            // what every row shares: the index's k-means, the evaluated window, the sequences, the timing rule
+            // (retro_bench.gpu.index_parity compares two runs' accuracy only over the same window)
+            js << "  \"wave_run_options\": {\"kmeans\": " << json_quote(wo.kmeans_on_gpu ? "gpu" : "cpu")
+               << ", \"steps\": " << wo.layer.steps << ", \"warm_steps\": " << wo.warm_steps
+               << ", \"sequences\": " << wo.sequences << ", \"launch_gate\": " << (wo.launch_gate ? "true" : "false")
+               << ", \"step_graph\": " << (wo.step_graph ? "true" : "false") << "},\n";
             js << "  \"wave_run_hardware\": " << json_quote(wo.hw ? hw.name : "") << ",\n  \"wave_run\": "
                << gpu_run::wave_run_json(rows) << ",\n";
             txt << "\nwave decode step vs full attention per layer (synthetic layer: " << wo.layer.kv_heads * wo.layer.group

@@ -44,6 +44,8 @@
 #   RETRO_PACK_TO=DIR: OUTDIR packed as DIR/<name of OUTDIR>.tgz after each wave run and at the end (the run
 #      tool brings back 8 files of $OUT, 2 folders down: RETRO_PACK_TO=$OUT with OUTDIR elsewhere, e.g. /tmp/r1)
 #   RETRO_PACKED_TESTS=0: not the packed GTest binary's CudaBackend.* (the suite's test of this script)
+#   RETRO_PARITY_REF=DIR: the CPU k-means' reports (DIR/cpu-*/gpu-report.json) the wave run's batch-1 rows are
+#      compared with into OUT/index-parity.md (issue 40 #3; default docs/measurements/cpu-index-parity-2026-11-30)
 #   RETRO_SANITIZER=memcheck|racecheck|synccheck|initcheck: the checks once more under compute-sanitizer (a kernel
 #      reading past its buffers, a shared-memory race — the split select's distributed shared memory —, a
 #      barrier's misuse, an uninitialized read: what a check's comparison may not show), RETRO_SANITIZER_ARGS
@@ -263,6 +265,14 @@ done
 [[ -f "$out/wave/gpu-report.json" ]] &&
   python3 -B "$root/python/retro_bench/_launch.py" retro_bench.gpu.offload_bound "$out/wave/gpu-report.json" |
   tee "$out/offload-bound.md"
+# the index built on the GPU against the CPU's k-means on the same synthetic layers (issue 40 #3): the batch-1
+# wave-hbm rows beside the CPU build's, run on the VM by the emulated driver over the same window (80 steps
+# after 16, 8 sequences: docs/measurements/cpu-index-parity-2026-11-30; another window is refused, saying so)
+parity_ref=${RETRO_PARITY_REF:-$root/docs/measurements/cpu-index-parity-2026-11-30}
+if [[ -f "$out/wave/gpu-report.json" ]] && compgen -G "$parity_ref/cpu-*/gpu-report.json" > /dev/null; then
+  python3 -B "$root/python/retro_bench/_launch.py" retro_bench.gpu.index_parity --gpu "$out/wave/gpu-report.json" \
+    --cpu "$parity_ref"/cpu-*/gpu-report.json 2>&1 | tee "$out/index-parity.md"
+fi
 left=$(( ${RETRO_LEASE_BUDGET:-560} - SECONDS ))
 if command -v ncu > /dev/null && (( left > 40 )); then
   t0=$SECONDS
