@@ -246,6 +246,12 @@ const CommandRegistrar reg(10, [](CLI::App& app) {
                        a->resume_command());
             return stopped_exit_code();
         }
+        if (!out.failed.empty()) {  // the cuda backend's failed runs: the others' records stand, these are missing
+            fmt::print(stderr, "failed: {} run(s) of the GPU (listed in the manifest; try them again with {}):\n",
+                       out.failed.size(), a->resume_command());
+            for (const std::string& f : out.failed) fmt::print(stderr, "  {}\n", f);
+            return 1;
+        }
         (void)app;
         return 0;
     });

@@ -39,7 +39,10 @@ LaunchGate::LaunchGate(double timeout_us) : timeout_us_(timeout_us) {
     flag_ = static_cast<int32_t*>(pinned_alloc(2 * sizeof(int32_t)));
     flag_[0] = 1, flag_[1] = 0;
 }
-LaunchGate::~LaunchGate() { pinned_free(flag_); }
+LaunchGate::~LaunchGate() {
+    release();  // a gate left held (an exception between hold and release): the kernel ends, not reads freed memory
+    pinned_free(flag_);
+}
 void LaunchGate::hold(void* stream) {
     volatile int32_t* f = flag_;
     f[0] = 0, f[1] = 0;

@@ -19,6 +19,10 @@ cudaStream_t st(void* s) { return static_cast<cudaStream_t>(s); }
 }  // namespace
 
 std::string device_status() {
+    // a failed call's error that did not break the context (a launch refused, an allocation) stays pending and
+    // would fail the next launch's check: cleared here, where a caller asks after a failure whether to go on;
+    // a sticky fault shows again at the calls below
+    cudaGetLastError();
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
     if (e == cudaSuccess && n == 0) return "no CUDA device";

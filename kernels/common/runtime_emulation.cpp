@@ -159,7 +159,10 @@ LaunchGate::LaunchGate(double timeout_us) : timeout_us_(timeout_us) {
     flag_ = static_cast<int32_t*>(pinned_alloc(2 * sizeof(int32_t)));
     flag_[0] = 1, flag_[1] = 0;
 }
-LaunchGate::~LaunchGate() { pinned_free(flag_); }
+LaunchGate::~LaunchGate() {
+    release();  // as on a device: a gate left held ends before its flag is freed
+    pinned_free(flag_);
+}
 void LaunchGate::hold(void* st) {
     flag_[0] = 0;
     if (!emu::lazy_streams()) {

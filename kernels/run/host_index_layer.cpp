@@ -143,13 +143,13 @@ void run_host_index_layer(const GpuLayerJob& job, const StepFn& on_step) {
     cuda::PinnedBuffer<int32_t> h_lens((size_t)s.bh());
     StaticAttention static_att(job, ds);
 
+    cuda::LaunchGate gate;  // before the stream: destroyed after it, so no gate queued on the stream outlives its flag
     cuda::Stream stream;
     void* st = stream.get();
     QueryStage q(job, s);
     LayerOutputs o(s);
     cuda::PinnedBuffer<float> h_q((size_t)s.B * s.hq() * s.d);  // the queries as the host reads them back
     cuda::Event e0, e1, e2;
-    cuda::LaunchGate gate;
     HostPool pool(job.host_threads);
     const int items = s.bh(), g = s.g, d = s.d;
     const float scale = 1.0f / std::sqrt((float)d);

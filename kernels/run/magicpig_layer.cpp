@@ -78,12 +78,12 @@ void run_magicpig_layer(const GpuLayerJob& job, const StepFn& on_step) {
     cuda::PinnedBuffer<int32_t> h_lens((size_t)s.bh());
     StaticAttention static_att(job, ds);
 
+    cuda::LaunchGate gate;  // before the stream: destroyed after it, so no gate queued on the stream outlives its flag
     cuda::Stream stream;
     void* st = stream.get();
     QueryStage q(job, s);
     LayerOutputs o(s);
     cuda::Event e0, e1, e2, e3;
-    cuda::LaunchGate gate;
     HostPool pool(job.host_threads);
     const int items = s.bh(), g = s.g, d = s.d;
     const float scale = 1.0f / std::sqrt((float)d);

@@ -78,6 +78,10 @@ class WaveLayer {
           pool_(pool_threads(job.host_threads)) {}
 
     void run() {
+        // the split select's occupancy, asked here once (cluster_select asks it under auto): never first inside
+        // a step graph's capture, where the query may be refused
+        if (cuda::select_split() == cuda::SelectSplit::automatic)
+            for (const int m : {4096, 8192}) cuda::select_split_active_clusters(m);
         build_heads();
         for (int t = 0; t <= s_.last; ++t) {
             const int pos = s_.prompt + t;

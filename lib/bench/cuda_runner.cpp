@@ -1,6 +1,5 @@
 #include "bench/cuda_runner.hpp"
 
-#include "core/threads.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -99,12 +98,25 @@ void run_cuda_layer(const RunConfig& cfg, const PreparedTrace& tr, const TraceRe
         for (int h : tr.kv_heads) more_slices.push_back(reader.read_head(present[(size_t)(at + q) % present.size()], h, ro));
     for (const HeadSlice& s : more_slices) more.push_back(&s);
 
-    // the shared indexes (wave's, pq's: GpuMethodInfo::shared_build) per method and parameters, shared by the
-    // batch points and placements (the index depends on neither); built on the first run that needs them
+    // the shared indexes (wave's, pq's, the CPU-index methods': GpuMethodInfo::shared_build) per method and
+    // parameters, shared by the batch points and placements (the index depends on neither): built on the first
+    // run that needs them, over the sequences the largest batch runs, and dropped after the last (host memory:
+    // the CPU-index methods' instances are copied for every replica); a build that failed is not tried again
     std::map<std::string, BuiltIndex> built;
+    std::map<std::string, std::string> build_failed;
+    std::map<std::string, size_t> last_use;  // key -> the last run of this layer that uses it
+    const auto key_of = [&](const MethodRun& mr) { return mr.method + mr.params.dump(); };
+    int max_batch = 1;
+    for (size_t r : job.runs) {
+        last_use[key_of(cfg.runs[r])] = r;
+        max_batch = std::max(max_batch, cfg.runs[r].batch);
+    }
+    const std::vector<const HeadSlice*> build_more(
+        more.begin(), more.begin() + (ptrdiff_t)((size_t)(std::min(cfg.cuda.sequences, max_batch) - 1) * H));
     for (size_t r : job.runs) {
         if (skipped.count(r)) continue;
         const MethodRun& mr = cfg.runs[r];
+        const std::string key = key_of(mr);
         const SystemParams sp = mr.system.is_null() ? SystemParams{} : SystemParams::from_json(mr.system, "system");
         GpuLayerJob gj = gpu_job_for(mr, cfg.cuda, "run " + mr.label());
         const GpuMethodInfo& gm = *find_gpu_method(gj.method);
@@ -184,26 +196,44 @@ void run_cuda_layer(const RunConfig& cfg, const PreparedTrace& tr, const TraceRe
                 kv["model_step_us"].push_back(sample->model.attention_us);
             });
         };
+        const auto drop_unused = [&] {
+            if (last_use[key] == r) built.erase(key);
+        };
         try {
             if (gm.shared_build) {
-                const std::string key = mr.method + mr.params.dump();
+                if (const auto f = build_failed.find(key); f != build_failed.end()) throw Error(f->second);
                 auto it = built.find(key);
-                if (it == built.end()) it = built.emplace(key, gpu.build_index(gj)).first;
+                if (it == built.end()) {
+                    GpuLayerJob bj = gj;
+                    bj.more_heads = build_more;
+                    try {
+                        it = built.emplace(key, gpu.build_index(bj)).first;
+                    } catch (const GpuMemoryError&) {
+                        throw;
+                    } catch (const std::exception& e) {
+                        build_failed[key] = std::string("its index build failed: ") + e.what();
+                        throw Error(build_failed[key]);
+                    }
+                }
                 gj.built = &it->second;
             }
             run_gpu_point(gpu, gj, gm, po, on_step);
         } catch (const GpuMemoryError& e) {
             skipped[r] = mr.label() + ": does not fit: " + e.what();
+            drop_unused();
             continue;
         } catch (const std::exception& e) {
             // a run that fails (a kernel's launch, a library, a selection the evaluator refuses) costs its own
-            // point, not the config's later ones: listed in the manifest, retried by --resume; a device the
-            // failure left unusable (a kernel's fault is sticky) ends the layer
-            skipped[r] = mr.label() + ": failed: " + e.what();
+            // point, not the config's later ones: listed in the manifest as failed (the run's exit status says
+            // so), tried again by --resume; a device the failure left unusable (a kernel's fault is sticky) ends
+            // the layer. gpu.status() also clears a failed call's pending error, which would fail the next run.
+            skipped[r] = mr.label() + ": " + std::string(kFailedRun) + e.what();
+            drop_unused();
             if (const std::string why = gpu.status(); !why.empty())
                 throw Error("the device is unusable after " + mr.label() + " failed (" + e.what() + "): " + why);
             continue;
         }
+        drop_unused();
         for (HeadState& X : heads) {
             X.sys->finish(X.part.kv_metrics);  // h2d_bytes, cache_hit, model_us, ... as for the CPU backend
             X.part.build_ms = build_ms;

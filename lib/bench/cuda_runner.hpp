@@ -32,9 +32,14 @@ struct CudaLayerJob {
     std::vector<size_t> runs;
 };
 
+/// What a failed run's entry in `skipped` says after its label ("label: failed: why"): the runner counts
+/// these (a failure, unlike a batch that does not fit, makes the run's exit status nonzero).
+inline constexpr const char* kFailedRun = "failed: ";
+
 /// Runs `job` on `gpu` and writes one part per (run, selected KV head). A run whose batch does not fit
-/// in memory writes nothing and enters `skipped` (run index -> "label: reason"); runs already there are
-/// not tried again.
+/// in memory ("label: does not fit: why") or that fails ("label: failed: why") writes nothing and enters
+/// `skipped` (run index -> that text); runs already there are not tried again. Throws Error when a failure
+/// left the device unusable.
 void run_cuda_layer(const RunConfig& cfg, const PreparedTrace& tr, const TraceReader& reader,
                     const CudaLayerJob& job, const std::vector<std::string>& run_ids,
                     const std::vector<MetricInfo>& reg, const ResultsDir& rd, const HardwareProfile& hw,

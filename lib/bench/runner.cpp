@@ -395,6 +395,7 @@ std::exception_ptr run_on_gpu(const Execution& x, const std::vector<Job>& jobs, 
     for (const auto& [r, why] : skipped) {
         if (x.opt.on_note) x.opt.on_note("skipped: " + why);
         x.session["skipped"].push_back(why);
+        if (why.rfind(x.cfg.runs[r].label() + ": " + kFailedRun, 0) == 0) outcome.failed.push_back(why);
     }
     outcome.heads_run = prog.done;
     outcome.interrupted = prog.done < prog.total;

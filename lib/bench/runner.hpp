@@ -85,6 +85,9 @@ struct RunOutcome {
     bool interrupted = false;
     int heads_run = 0, heads_skipped = 0;
     bool merged = false;  ///< a shard that completed the sweep and merged it
+    /// Backend "cuda": the runs that failed this session ("label: failed: why"; listed in the manifest session's
+    /// "skipped" with the batches that did not fit): their points are missing, --resume tries them again.
+    std::vector<std::string> failed;
 };
 
 RunOutcome run_config(const RunConfig& cfg, const RunnerOptions& opt);

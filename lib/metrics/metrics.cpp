@@ -51,7 +51,8 @@ std::vector<MetricInfo> metric_registry(const std::vector<int>& recall_k) {
                  D::lower_better, L::kv_step, 0.0});
     r.push_back({"attend_us", "measured CPU time of attention over the selection for the GQA group",
                  "us", D::lower_better, L::kv_step, 0.0});
-    r.push_back({"build_ms", "measured time of Method::build over the prompt, per KV head", "ms",
+    r.push_back({"build_ms", "measured time of Method::build over the prompt, per KV head (backend cuda: the layer's shared "
+                 "index build's wall time, its heads built side by side, over the KV heads)", "ms",
                  D::lower_better, L::kv_head, 0.0});
     return r;
 }

@@ -1490,6 +1490,8 @@ BACKEND_TEST(RunSkipsABatchThatDoesNotFitOrFails) {
     ASSERT_EQ(out.records.size(), 1u) << json(out.records).dump(1).substr(0, 3000);
     EXPECT_EQ(out.records[0]["batch"], 1);
     EXPECT_EQ(out.records[0]["cuda"]["device"], "small " + small.real->device_name());
+    ASSERT_EQ(out.failed.size(), 1u);  // the failure, not the batch that does not fit: `retro-bench run` exits 1
+    EXPECT_NE(out.failed[0].find("batch=2"), std::string::npos) << out.failed[0];
     const json manifest = json::parse(read_file(out.dir + "/manifest.json"));
     EXPECT_EQ(manifest["backend"], "cuda");
     const json skipped = manifest["sessions"].back()["skipped"];

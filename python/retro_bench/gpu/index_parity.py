@@ -10,7 +10,8 @@ index came from segmented_kmeans_gpu beside those of runs whose index came from 
 Each REPORT is a retro_gpu_check gpu-report.json; several may be given for a side where the contexts ran in
 separate processes (their rows are pooled, a context given twice refused). The GPU side's "wave_run_options"
 must say kmeans "gpu" and every CPU report's "cpu"; both sides must have evaluated the same window (steps,
-warm_steps, sequences), else the comparison is refused: a different window is a different set of queries.
+warm_steps; batch 1 runs sequence 0 alone, whatever the run's sequences), else the comparison is refused: a
+different window is a different set of queries.
 Reports before 2026-11-30 lack "wave_run_options" and are refused. Prints Markdown; exit 0 when every
 context present on both sides is within the tolerance, 1 when one is not, 2 on unusable input.
 """
@@ -20,7 +21,8 @@ import sys
 
 from retro_bench.gpu.summary_table import ctx_name
 
-WINDOW = ("steps", "warm_steps", "sequences")
+# what the batch-1 rows are evaluated over (batch 1 runs sequence 0 alone, whatever --sequences says)
+WINDOW = ("steps", "warm_steps")
 
 
 class Unusable(Exception):
@@ -35,16 +37,19 @@ def load(paths, kmeans, method):
             report = json.load(f)
         opts = report.get("wave_run_options")
         if opts is None:
-            raise Unusable(f"{path}: no \"wave_run_options\" (a report before 2026-11-30): its index's k-means is unknown")
+            raise Unusable(f"{path}: no \"wave_run_options\" (a report before 2026-11-30, or one whose wave run failed: "
+                           f"{report.get('wave_run_error', 'no wave_run_error either')}): its index's k-means is unknown")
         if opts.get("kmeans") != kmeans:
             raise Unusable(f"{path}: its wave index was built by the {opts.get('kmeans')} k-means; expected {kmeans}")
         w = tuple(opts.get(k) for k in WINDOW)
+        if not all(isinstance(x, int) for x in w):
+            raise Unusable(f"{path}: \"wave_run_options\" lacks {', '.join(WINDOW)} as integers: {opts}")
         if window is not None and w != window:
             raise Unusable(f"{path}: evaluated over {dict(zip(WINDOW, w))}, the other {kmeans} reports over "
                            f"{dict(zip(WINDOW, window))}")
         window = w
         for r in report.get("wave_run", []):
-            if r.get("method") != method or r.get("batch") != 1 or r.get("status") != "ok":
+            if r.get("method") != method or r.get("batch") != 1 or r.get("status") != "ok" or "context" not in r:
                 continue
             rec, err = r.get("recall@100"), r.get("out_err")
             if rec is None or err is None:
@@ -82,9 +87,8 @@ def main(argv=None):
     except (Unusable, OSError, json.JSONDecodeError) as e:
         print(f"index_parity: {e}", file=sys.stderr)
         return 2
-    steps, warm, seqs = gw
-    print(f"{a.method}, batch 1, {steps - warm} evaluated steps after {warm} ({seqs} sequences in the run); "
-          f"tolerance {a.tolerance:.0%} relative.\n")
+    steps, warm = gw
+    print(f"{a.method}, batch 1, {steps - warm} evaluated steps after {warm}; tolerance {a.tolerance:.0%} relative.\n")
     print("| context | recall@100: GPU build | CPU build | difference | out_err: GPU build | CPU build | difference | "
           f"within {a.tolerance:.0%} |")
     print("|---|---|---|---|---|---|---|---|")
