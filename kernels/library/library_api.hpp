@@ -4,6 +4,8 @@
 // each with its stand-in for a build without the library's headers (library/*_absent.cpp). CPU
 // emulation library/library_emulation.cpp, checks library/library_checks.cpp, microbenchmarks
 // library/library_bench.cpp.
+#include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
@@ -19,6 +21,15 @@ std::string library_decode_unsupported(int d, int group);
 
 /// The most (b, kv head) requests LibraryDecode::plan_device schedules (its one-block schedule kernel).
 constexpr int kLibraryDeviceRequests = 4096;
+
+/// The device memory a LibraryDecode of shape s allocates that grows with the context: its page table and the
+/// device-planned copy of it ([2 B*Hkv + 1 + B*Hkv * capacity / page_tokens] int32 each) and its fp16 output with
+/// the base-2 LSEs. The split's tile buffers, bounded by the grid (the kernel's occupancy x the SMs), are left out.
+inline size_t library_decode_bytes(const DecodeShape& s, int page_tokens) {
+    const size_t requests = (size_t)s.batch * s.kv_heads;
+    const size_t table = 2 * requests + 1 + requests * (size_t)(s.capacity / std::max(1, page_tokens));
+    return 2 * table * sizeof(int32_t) + requests * s.group * ((size_t)s.d * sizeof(uint16_t) + sizeof(float));
+}
 
 /// Full attention per (batch item, KV head) by FlashInfer's batch decode kernel and its planner, over the
 /// same KV layout as decode_attention, read in place as pages of `page_tokens` tokens.

@@ -37,7 +37,8 @@ void run_full_layer(const GpuLayerJob& job, const StepFn& on_step) {
     ds.batch = s.B, ds.kv_heads = s.H, ds.group = s.g, ds.d = s.d, ds.capacity = (int)N;
     ds.split = decode_split((int)N, s.bh());
     const size_t need = (job.offloaded ? 0 : kv_bytes) + cuda::decode_workspace_floats(ds) * sizeof(float) +
-                        (size_t)s.B * s.hq() * (2 * d + 2) * sizeof(float);
+                        (size_t)s.B * s.hq() * (2 * d + 2) * sizeof(float) +
+                        (library ? cuda::library_decode_bytes(ds, kPage) : 0);  // its page tables: ~34 MB at 128K, B*Hkv 512
     require_device_memory("full attention", s.B, need);
 
     const LayerKv kv = upload_layer_kv(job, s, N, job.offloaded, "full attention");

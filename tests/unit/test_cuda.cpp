@@ -133,6 +133,17 @@ TEST(EstimateWidth, AutomaticTakesTheWideBlocksUpToTwoPerSmAndTheEnvironmentChoo
     EXPECT_THROW(cuda::estimate_width_from_env(), ParamError);
 }
 
+TEST(LibraryDecode, ItsMemoryEstimateCountsThePageTables) {
+    // host-only: 128K tokens in 16-token pages for 8 (b, kv head) requests of 4 query heads, d 128: two tables
+    // of 2*8 + 1 + 8*8192 int32 and the fp16 output with its LSEs; the tables grow with batch and context
+    cuda::DecodeShape s;
+    s.batch = 1, s.kv_heads = 8, s.group = 4, s.d = 128, s.capacity = 131072;
+    EXPECT_EQ(cuda::library_decode_bytes(s, 16), 2 * (2 * 8 + 1 + 8 * 8192) * 4 + 8 * 4 * (128 * 2 + 4));
+    s.batch = 64;  // the fourth lease's largest 128K full-attention batch: ~34 MB
+    EXPECT_GT(cuda::library_decode_bytes(s, 16), 32u << 20);
+    EXPECT_LT(cuda::library_decode_bytes(s, 16), 33u << 20);
+}
+
 TEST(SelectSplit, AutomaticSplitsWhereTheClustersFitAtOnceOnSm90AndTheEnvironmentChooses) {
     // host-only: one 8-block cluster per (b, kv head); auto splits where every pair's cluster runs at once:
     // with 16 active clusters batch 1's 8 KV heads and up to 16 pairs split, batch 8's 64 pairs do not; with
