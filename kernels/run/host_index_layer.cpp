@@ -45,23 +45,24 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+/// The CPU method's instance as build_method_heads builds a head: made from the run's parameters
+/// (job.host_index.make), built over the prompt.
+struct MethodHead {
+    std::unique_ptr<Method> m;
+    explicit MethodHead(const HostIndexGpuParams& p) : m(p.make()) {}
+    void build(const MethodContext& ctx, const KVView& kv) { m->build(ctx, kv); }
+};
+
 /// The CPU method's instances for the KV heads of the job's first `sequences` sequences ([sequences * H],
-/// sequence by sequence), each built over its prompt (job.host_index.make: the registry's method with the run's
-/// parameters and seeds), side by side on the host's cores: each instance's build is its own (FAISS's and
-/// RoarGraph's OpenMP held at one thread each while more than one runs), so the indexes are those built one by
-/// one (RoarGraph's serial enhancement made the 8 heads of one 128K sequence ~8 of its builds in a row before);
+/// sequence by sequence), built side by side on the host's cores (build_method_heads: FAISS's and RoarGraph's
+/// OpenMP held at one thread each while more than one runs, so the indexes are those built one by one;
+/// RoarGraph's serial enhancement made the 8 heads of one 128K sequence ~8 of its builds in a row before);
 /// build_ms: their wall time.
-std::vector<std::unique_ptr<Method>> build_heads(const GpuLayerJob& job, int H, int prompt, int d, int sequences,
+std::vector<std::unique_ptr<Method>> build_heads(const GpuLayerJob& job, const LayerShape& s, int sequences,
                                                  double& build_ms) {
-    const HostIndexGpuParams& p = job.host_index;
-    const auto t0 = Clock::now();
-    std::vector<std::unique_ptr<Method>> m((size_t)sequences * H);
-    for (auto& x : m) x = p.make();
-    for_each_item(sequences * H, 0, [&](int i) {
-        const HeadSlice& hs = head_of(job, i / H, i % H);
-        m[(size_t)i]->build(head_context(hs, p.seed), KVView{hs.keys.data(), hs.values.data(), prompt, d});
-    });
-    build_ms = 1e-3 * us_since(t0);
+    std::vector<std::unique_ptr<Method>> m;
+    for (MethodHead& x : build_method_heads<MethodHead>(job, s, job.host_index, job.host_index.seed, sequences, build_ms))
+        m.push_back(std::move(x.m));
     return m;
 }
 
@@ -80,7 +81,7 @@ std::vector<std::unique_ptr<Method>> build_instances(const GpuLayerJob& job, con
         for (size_t i = 0; i < built.size(); ++i) built[i] = job.built->host[i].get();
         build_ms = job.built->build_ms;
     } else {
-        std::vector<std::unique_ptr<Method>> own = build_heads(job, s.H, s.prompt, s.d, s.D, build_ms);
+        std::vector<std::unique_ptr<Method>> own = build_heads(job, s, s.D, build_ms);
         for (size_t i = 0; i < built.size(); ++i) built[i] = own[i].get(), m[i] = std::move(own[i]);
         first_copy = s.D;
     }
@@ -115,7 +116,7 @@ std::vector<std::unique_ptr<Method>> build_instances(const GpuLayerJob& job, con
 BuiltIndex build_host_index_heads(const GpuLayerJob& job) {
     const LayerShape s = check_job(job);
     BuiltIndex out;
-    for (auto& x : build_heads(job, s.H, s.prompt, s.d, job.sequences(), out.build_ms)) out.host.push_back(std::move(x));
+    for (auto& x : build_heads(job, s, job.sequences(), out.build_ms)) out.host.push_back(std::move(x));
     return out;
 }
 

@@ -1,6 +1,5 @@
 #include "bench/cuda_runner.hpp"
 
-
 #include <algorithm>
 #include <cmath>
 #include <memory>
@@ -73,6 +72,8 @@ struct HeadState {
     /// A GPU method that does not report its selection (GpuMethodInfo::gpu_selects): its CPU twin gives it
     std::unique_ptr<Method> twin;
     Selection sel;
+    std::vector<float> qbuf;        ///< [group, d] the step's queries for the twin
+    std::vector<QueryMetrics> qm;   ///< the step's metrics per query head
 };
 
 }  // namespace
@@ -131,6 +132,7 @@ void run_cuda_layer(const RunConfig& cfg, const PreparedTrace& tr, const TraceRe
             X.sys = std::make_unique<HeadSystem>(sp, hw, sc);
             X.ev = std::make_unique<Evaluator>(sl, cfg.recall_k);
             if (!gm.gpu_selects) {  // the CPU twin gives the selection (full: every visible token)
+                X.qbuf.resize((size_t)g * d);
                 X.twin = find_method(mr.method).make(mr.params);
                 X.twin->build(head_context(sl, DType::f16), KVView{sl.keys.data(), sl.values.data(), sl.prompt_len, d});
             }
@@ -143,8 +145,6 @@ void run_cuda_layer(const RunConfig& cfg, const PreparedTrace& tr, const TraceRe
         // like every step, their GPU times left out
         const GpuPointOptions po{cfg.cuda.warm_steps, &hw, sp.lookup_ns};
         double build_ms = 0;
-        std::vector<std::vector<float>> qbuf((size_t)H, std::vector<float>((size_t)g * d));
-        std::vector<std::vector<QueryMetrics>> qms((size_t)H);
         const auto on_step = [&](const GpuStep& st, const GpuStepSample* sample) {
             build_ms = st.index_build_ms / H;
             // the heads side by side: each one's evaluation (exact attention over every visible token: ~14 ms
@@ -152,7 +152,7 @@ void run_cuda_layer(const RunConfig& cfg, const PreparedTrace& tr, const TraceRe
             for_each_item(H, 0, [&](int h) {
                 HeadState& X = heads[(size_t)h];
                 const HeadSlice& sl = slices[(size_t)h];
-                std::vector<QueryMetrics>& qm = qms[(size_t)h];
+                std::vector<QueryMetrics>& qm = X.qm;
                 const Selection* sel = nullptr;
                 Footprint fp;
                 if (gm.gpu_selects) {
@@ -161,10 +161,10 @@ void run_cuda_layer(const RunConfig& cfg, const PreparedTrace& tr, const TraceRe
                 } else {
                     const KVView kv{sl.keys.data(), sl.values.data(), st.n, d};
                     for (int j = 0; j < g; ++j)
-                        std::copy(sl.query(j, st.step), sl.query(j, st.step) + d, qbuf[(size_t)h].begin() + (size_t)j * d);
+                        std::copy(sl.query(j, st.step), sl.query(j, st.step) + d, X.qbuf.begin() + (size_t)j * d);
                     X.twin->append(kv, st.n - 1);
                     X.sel.clear();
-                    X.twin->select(qbuf[(size_t)h].data(), st.step, kv, X.sel);
+                    X.twin->select(X.qbuf.data(), st.step, kv, X.sel);
                     sel = &X.sel;
                     fp = X.twin->footprint();
                 }
